@@ -1,0 +1,102 @@
+//! x86_64 engines: PCLMULQDQ folding over 128-bit lanes (4 accumulators,
+//! 64 bytes per step) and VPCLMULQDQ over 256-bit lanes (4 accumulators,
+//! 128 bytes per step), one generic kernel for all three CRCs; the SSE4.2
+//! `crc32` instruction for short CRC32C inputs, tails and the final 128->32
+//! reduction.
+//!
+//! Every public function here is `unsafe` with `#[target_feature]`: callers
+//! must have checked the CPU features (see `Backend::is_available`).
+
+// The bodies are intrinsics inside `#[target_feature]` functions whose
+// safety contract (CPU support, in-bounds pointers) is stated once per function.
+#![allow(unsafe_op_in_unsafe_fn)]
+
+pub(crate) mod algebra;
+mod fold;
+
+use crate::crc::spec::{Algorithm, Spec};
+use core::arch::x86_64::*;
+
+/// Below this many bytes CRC32C uses the `crc32` instruction alone: folding's
+/// fixed cost (loads, reduction) only pays off above it. Measured with
+/// `csumkit bench crc`.
+const CRC32C_FOLD_MIN_BYTES: usize = 64;
+/// Below this many bytes the other CRCs use the slicing tables.
+const TABLE_FOLD_MIN_BYTES: usize = 32;
+/// The 256-bit kernel needs one full 128-byte step plus its reduction.
+const WIDE_FOLD_MIN_BYTES: usize = 256;
+
+#[inline(always)]
+fn fold_min_bytes(spec: &Spec) -> usize {
+    if spec.algorithm == Algorithm::Crc32c {
+        CRC32C_FOLD_MIN_BYTES
+    } else {
+        TABLE_FOLD_MIN_BYTES
+    }
+}
+
+/// Raw update with 128-bit PCLMULQDQ folding.
+///
+/// # Safety
+/// The CPU must support SSE4.2, SSSE3, SSE4.1 and PCLMULQDQ.
+#[target_feature(enable = "sse2,ssse3,sse4.1,sse4.2,pclmulqdq")]
+pub(crate) unsafe fn update_pclmul(spec: &Spec, state: u64, data: &[u8]) -> u64 {
+    if data.len() < fold_min_bytes(spec) {
+        return update_tail(spec, state, data);
+    }
+    let whole = data.len() & !15;
+    let state = if spec.reflected {
+        fold::fold_128::<true>(spec, state, &data[..whole])
+    } else {
+        fold::fold_128::<false>(spec, state, &data[..whole])
+    };
+    update_tail(spec, state, &data[whole..])
+}
+
+/// Raw update with 256-bit VPCLMULQDQ folding.
+///
+/// # Safety
+/// The CPU must support everything `update_pclmul` needs plus AVX2 and VPCLMULQDQ.
+#[target_feature(enable = "sse2,ssse3,sse4.1,sse4.2,pclmulqdq,avx2,vpclmulqdq")]
+pub(crate) unsafe fn update_vpclmul(spec: &Spec, state: u64, data: &[u8]) -> u64 {
+    if data.len() < WIDE_FOLD_MIN_BYTES {
+        return update_pclmul(spec, state, data);
+    }
+    let whole = data.len() & !15;
+    let state = if spec.reflected {
+        fold::fold_256::<true>(spec, state, &data[..whole])
+    } else {
+        fold::fold_256::<false>(spec, state, &data[..whole])
+    };
+    update_tail(spec, state, &data[whole..])
+}
+
+/// Short inputs and tails: the `crc32` instruction for CRC32C, tables otherwise.
+#[inline(always)]
+unsafe fn update_tail(spec: &Spec, state: u64, data: &[u8]) -> u64 {
+    if spec.algorithm == Algorithm::Crc32c {
+        crc32c_sse42(state, data)
+    } else {
+        spec.update_portable(state, data)
+    }
+}
+
+/// CRC32C with the SSE4.2 `crc32` instruction, eight bytes at a time.
+#[inline(always)]
+unsafe fn crc32c_sse42(state: u64, data: &[u8]) -> u64 {
+    let mut crc = state;
+    let mut words = data.chunks_exact(8);
+    for word in &mut words {
+        crc = _mm_crc32_u64(crc, u64::from_le_bytes(word.try_into().unwrap()));
+    }
+    let mut crc = crc as u32;
+    let mut rest = words.remainder();
+    if rest.len() >= 4 {
+        crc = _mm_crc32_u32(crc, u32::from_le_bytes(rest[..4].try_into().unwrap()));
+        rest = &rest[4..];
+    }
+    for &byte in rest {
+        crc = _mm_crc32_u8(crc, byte);
+    }
+    crc as u64
+}

@@ -1,0 +1,253 @@
+//! Shared CRC machinery: parameter sets ([`Spec`]), GF(2) algebra, and the
+//! macro that gives `crc32c`, `crc64nvme` and `crc16t10dif` the same API.
+
+pub(crate) mod algebra;
+pub mod gf2;
+pub mod spec;
+
+pub use algebra::FLIP_TOTAL_BITS_MAX;
+pub use spec::{Algorithm, Spec};
+
+/// Defines the public API of one CRC module over a `static Spec`.
+macro_rules! crc_api {
+    ($T:ty, $spec:path) => {
+        use crate::arch::{self, Backend};
+        use crate::crc::algebra;
+        use crate::Error;
+
+        /// The parameter set of this CRC.
+        pub fn spec() -> &'static crate::crc::spec::Spec {
+            &$spec
+        }
+
+        /// Checksum of `data`.
+        #[must_use]
+        #[inline]
+        pub fn checksum(data: &[u8]) -> $T {
+            Engine::active().update(0, data)
+        }
+
+        /// Continues a finished checksum, zlib style: `update(0, a) == checksum(a)`
+        /// and `update(checksum(a), b) == checksum(a ++ b)`.
+        #[must_use]
+        #[inline]
+        pub fn update(crc: $T, data: &[u8]) -> $T {
+            Engine::active().update(crc, data)
+        }
+
+        /// The bare CRC register update: no initial value, no final XOR.
+        /// `update(crc, d) == raw_update(crc ^ XOROUT, d) ^ XOROUT`.
+        #[must_use]
+        #[inline]
+        pub fn raw_update(seed: $T, data: &[u8]) -> $T {
+            Engine::active().raw_update(seed, data)
+        }
+
+        /// Checksum of `a ++ b` from `checksum(a)`, `checksum(b)` and `b.len()`;
+        /// O(log len_b), no data.
+        #[must_use]
+        #[inline]
+        pub fn combine(crc_a: $T, crc_b: $T, len_b: u64) -> $T {
+            Engine::active().combine(crc_a, crc_b, len_b)
+        }
+
+        /// Checksum of the data whose checksum is `crc` followed by `zeros` zero bytes.
+        #[must_use]
+        #[inline]
+        pub fn zero_extend(crc: $T, zeros: u64) -> $T {
+            Engine::active().zero_extend(crc, zeros)
+        }
+
+        /// New checksum of a `total_bits / 8`-byte buffer whose checksum was
+        /// `crc`, after bits `[bit_offset, bit_offset + bit_len)` are inverted.
+        /// Linux bitmap order: bit `i` is bit `i % 8` (LSB first) of byte `i / 8`.
+        /// O(log total_bits); the buffer is not needed.
+        ///
+        /// # Errors
+        /// `total_bits` not a multiple of 8 or above
+        /// [`FLIP_TOTAL_BITS_MAX`](crate::crc::FLIP_TOTAL_BITS_MAX), or a range
+        /// past the end.
+        #[inline]
+        pub fn flip_range(crc: $T, total_bits: u64, bit_offset: u64, bit_len: u64) -> Result<$T, Error> {
+            Engine::active().flip_range(crc, total_bits, bit_offset, bit_len)
+        }
+
+        /// New checksum of a `total_len`-byte buffer whose checksum was `crc`,
+        /// after the bytes at `offset` changed from `old` to `new`. Reads only
+        /// `old` and `new`.
+        ///
+        /// # Errors
+        /// `old` and `new` of different lengths, or a region past the end.
+        #[inline]
+        pub fn splice(crc: $T, total_len: u64, offset: u64, old: &[u8], new: &[u8]) -> Result<$T, Error> {
+            Engine::active().splice(crc, total_len, offset, old, new)
+        }
+
+        /// This CRC on one chosen [`Backend`]. The free functions use
+        /// [`Engine::active`]; tests and benchmarks compare engines.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub struct Engine {
+            backend: Backend,
+        }
+
+        impl Engine {
+            /// The engine of the process-wide active backend.
+            #[inline]
+            pub fn active() -> Self {
+                Self { backend: Backend::active() }
+            }
+
+            /// An engine on `backend`.
+            ///
+            /// # Errors
+            /// [`Error::BackendUnavailable`] if this CPU cannot run it.
+            pub fn new(backend: Backend) -> Result<Self, Error> {
+                Ok(Self { backend: backend.checked()? })
+            }
+
+            /// The backend this engine runs on.
+            pub fn backend(self) -> Backend {
+                self.backend
+            }
+
+            /// See [`checksum`].
+            #[must_use]
+            #[inline]
+            pub fn checksum(self, data: &[u8]) -> $T {
+                self.update(0, data)
+            }
+
+            /// See [`update`].
+            #[must_use]
+            #[inline]
+            pub fn update(self, crc: $T, data: &[u8]) -> $T {
+                let s = &$spec;
+                (arch::raw_update(self.backend, s, crc as u64 ^ s.xorout, data) ^ s.xorout) as $T
+            }
+
+            /// See [`raw_update`].
+            #[must_use]
+            #[inline]
+            pub fn raw_update(self, seed: $T, data: &[u8]) -> $T {
+                arch::raw_update(self.backend, &$spec, seed as u64, data) as $T
+            }
+
+            /// See [`combine`].
+            #[must_use]
+            #[inline]
+            pub fn combine(self, crc_a: $T, crc_b: $T, len_b: u64) -> $T {
+                arch::combine(self.backend, &$spec, crc_a as u64, crc_b as u64, len_b) as $T
+            }
+
+            /// See [`zero_extend`].
+            #[must_use]
+            #[inline]
+            pub fn zero_extend(self, crc: $T, zeros: u64) -> $T {
+                arch::zero_extend(self.backend, &$spec, crc as u64, zeros) as $T
+            }
+
+            /// See [`flip_range`].
+            ///
+            /// # Errors
+            /// As [`flip_range`].
+            #[inline]
+            pub fn flip_range(self, crc: $T, total_bits: u64, bit_offset: u64, bit_len: u64) -> Result<$T, Error> {
+                algebra::check_bit_range(total_bits, bit_offset, bit_len)?;
+                Ok(arch::flip_range(self.backend, &$spec, crc as u64, total_bits, bit_offset, bit_len) as $T)
+            }
+
+            /// See [`splice`].
+            ///
+            /// # Errors
+            /// As [`splice`].
+            #[inline]
+            pub fn splice(self, crc: $T, total_len: u64, offset: u64, old: &[u8], new: &[u8]) -> Result<$T, Error> {
+                algebra::check_splice(total_len, offset, old.len(), new.len())?;
+                // lin(old ^ new) = lin(old) ^ lin(new): two fast CRCs, no scratch buffer.
+                let s = &$spec;
+                let lin = arch::raw_update(self.backend, s, 0, old) ^ arch::raw_update(self.backend, s, 0, new);
+                let trailing = total_len - offset - old.len() as u64;
+                Ok(arch::splice_shift(self.backend, s, crc as u64, lin, trailing) as $T)
+            }
+
+            /// A streaming digest on this engine.
+            pub fn digest(self) -> Digest {
+                Digest { engine: self, crc: 0, len: 0 }
+            }
+        }
+
+        /// Streaming checksum state; also a [`std::io::Write`] sink and a
+        /// [`std::hash::Hasher`].
+        #[derive(Clone, Debug)]
+        pub struct Digest {
+            engine: Engine,
+            crc: $T,
+            len: u64,
+        }
+
+        impl Digest {
+            /// An empty digest on the active backend.
+            pub fn new() -> Self {
+                Engine::active().digest()
+            }
+
+            /// Feeds `data`.
+            #[inline]
+            pub fn update(&mut self, data: &[u8]) {
+                self.crc = self.engine.update(self.crc, data);
+                self.len += data.len() as u64;
+            }
+
+            /// The checksum of everything fed so far (the digest stays usable).
+            #[must_use]
+            pub fn finalize(&self) -> $T {
+                self.crc
+            }
+
+            /// Bytes fed so far.
+            pub fn len(&self) -> u64 {
+                self.len
+            }
+
+            /// Whether nothing has been fed.
+            pub fn is_empty(&self) -> bool {
+                self.len == 0
+            }
+
+            /// Forgets everything fed so far.
+            pub fn reset(&mut self) {
+                self.crc = 0;
+                self.len = 0;
+            }
+        }
+
+        impl Default for Digest {
+            fn default() -> Self {
+                Self::new()
+            }
+        }
+
+        impl std::io::Write for Digest {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.update(buf);
+                Ok(buf.len())
+            }
+
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+
+        impl std::hash::Hasher for Digest {
+            fn finish(&self) -> u64 {
+                self.finalize() as u64
+            }
+
+            fn write(&mut self, bytes: &[u8]) {
+                self.update(bytes);
+            }
+        }
+    };
+}
+
+pub(crate) use crc_api;

@@ -1,0 +1,319 @@
+//! CRC parameter sets and everything derived from them at compile time:
+//! slicing tables, fold keys for the carry-less-multiply kernels, and the
+//! `x^k` tables of the algebra. One `static Spec` per algorithm.
+
+use super::gf2::{clmul_slow, Modulus, XpowTable};
+
+/// Which algorithm a [`Spec`] describes; backends use it to pick
+/// algorithm-specific instructions (the SSE4.2 `crc32` instruction is CRC32C only).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Algorithm {
+    /// CRC-32C (Castagnoli).
+    Crc32c,
+    /// CRC-64/NVME.
+    Crc64Nvme,
+    /// CRC-16/T10-DIF.
+    Crc16T10Dif,
+}
+
+/// Rows of the slicing table: 16 bytes are consumed per step.
+pub const SLICE_ROWS: usize = 16;
+
+/// `[lo, hi]` multipliers that fold a 128-bit chunk forward by a fixed
+/// distance, in the layout the x86 kernels load directly.
+pub type FoldKey = [u64; 2];
+
+/// Fold keys for every distance the kernels use (`kN`: N bits).
+#[allow(missing_docs)]
+#[derive(Clone, Copy, Debug)]
+pub struct FoldKeys {
+    pub k128: FoldKey,
+    pub k256: FoldKey,
+    pub k384: FoldKey,
+    pub k512: FoldKey,
+    pub k768: FoldKey,
+    pub k1024: FoldKey,
+}
+
+/// How `1 + x + ... + x^(m-1) = (x^m + 1) / (x + 1)` is reduced mod G.
+#[derive(Debug)]
+pub enum OnesRoute {
+    /// `x + 1` is invertible mod G: multiply `x^m + 1` by its inverse.
+    Inverse {
+        /// `(x + 1)^-1 mod G`.
+        inv_x_plus_1: u64,
+    },
+    /// `x + 1` divides G (CRC32C): compute `x^m mod G*(x+1)`, then divide
+    /// exactly by `x + 1`. The quotient has degree `< width`, so it is reduced.
+    Extended {
+        /// `G * (x + 1)`.
+        modulus: Modulus,
+        /// `x^k` table modulo `G * (x + 1)`.
+        xpow: XpowTable,
+    },
+}
+
+/// A CRC algorithm, fully described. Register values (`u64`, low `width`
+/// bits) use the algorithm's own bit order: reflected (LSB-first) for CRC32C
+/// and CRC64-NVMe, natural (MSB-first) for CRC16-T10DIF.
+#[derive(Debug)]
+pub struct Spec {
+    /// Which algorithm this is.
+    pub algorithm: Algorithm,
+    /// Short lowercase name (`crc32c`, `crc64nvme`, `crc16t10dif`).
+    pub name: &'static str,
+    /// Register width in bits: 16, 32 or 64.
+    pub width: u32,
+    /// Generator without its `x^width` term, natural bit order.
+    pub poly: u64,
+    /// LSB-first bit order (true for CRC32C and CRC64-NVMe).
+    pub reflected: bool,
+    /// Initial register value; equal to `xorout` for every algorithm here,
+    /// which is what lets `update(crc, ..)` continue a finished checksum.
+    pub init: u64,
+    /// Final XOR.
+    pub xorout: u64,
+    /// Checksum of b"123456789" (published check value).
+    pub check: u64,
+    /// The generator as a [`Modulus`].
+    pub modulus: Modulus,
+    /// `table[j][b]`: register after byte `b` followed by `j` zero bytes, from 0.
+    pub table: [[u64; 256]; SLICE_ROWS],
+    /// Carry-less-multiply fold keys.
+    pub fold: FoldKeys,
+    /// `x^k mod G` table for the algebra.
+    pub xpow: XpowTable,
+    /// How runs of one-bits are reduced (for `flip_range`).
+    pub ones: OnesRoute,
+}
+
+impl Spec {
+    /// Builds a parameter set and all its tables (at compile time).
+    #[allow(clippy::too_many_arguments)]
+    pub const fn new(
+        algorithm: Algorithm,
+        name: &'static str,
+        width: u32,
+        poly: u64,
+        reflected: bool,
+        init: u64,
+        check: u64,
+    ) -> Self {
+        assert!(width == 16 || width == 32 || width == 64);
+        let modulus = Modulus::new(width, poly);
+        let ones = if (poly.count_ones() + 1) % 2 == 0 {
+            // G(1) = 0, so (x + 1) | G.
+            let low_times_x1 = poly ^ (poly << 1) ^ (1u64 << width);
+            OnesRoute::Extended {
+                modulus: Modulus::new(width + 1, low_times_x1),
+                xpow: Modulus::new(width + 1, low_times_x1).xpow_table(),
+            }
+        } else {
+            OnesRoute::Inverse { inv_x_plus_1: inverse_mod(&modulus, 0b11) }
+        };
+        Self {
+            algorithm,
+            name,
+            width,
+            poly,
+            reflected,
+            init,
+            xorout: init,
+            check,
+            modulus,
+            table: slicing_table(width, poly, reflected),
+            fold: FoldKeys {
+                k128: fold_key(&modulus, reflected, 128),
+                k256: fold_key(&modulus, reflected, 256),
+                k384: fold_key(&modulus, reflected, 384),
+                k512: fold_key(&modulus, reflected, 512),
+                k768: fold_key(&modulus, reflected, 768),
+                k1024: fold_key(&modulus, reflected, 1024),
+            },
+            xpow: modulus.xpow_table(),
+            ones,
+        }
+    }
+
+    /// All-ones in the low `width` bits.
+    #[inline(always)]
+    pub const fn mask(&self) -> u64 {
+        self.modulus.mask()
+    }
+
+    /// Register value (algorithm bit order) to polynomial (natural order).
+    #[inline(always)]
+    pub const fn reg_to_poly(&self, reg: u64) -> u64 {
+        if self.reflected {
+            reg.reverse_bits() >> (64 - self.width)
+        } else {
+            reg
+        }
+    }
+
+    /// Polynomial (natural order) to register value (algorithm bit order).
+    #[inline(always)]
+    pub const fn poly_to_reg(&self, poly: u64) -> u64 {
+        self.reg_to_poly(poly) // bit reversal within `width` bits is an involution
+    }
+
+    /// One byte through the register, bit order aware.
+    #[inline(always)]
+    pub fn update_byte(&self, state: u64, byte: u8) -> u64 {
+        if self.reflected {
+            (state >> 8) ^ self.table[0][((state ^ byte as u64) & 0xff) as usize]
+        } else {
+            let top = (state >> (self.width - 8)) ^ byte as u64;
+            ((state << 8) & self.mask()) ^ self.table[0][(top & 0xff) as usize]
+        }
+    }
+
+    /// Sixteen bytes through the register in one step (slicing-by-16).
+    #[inline(always)]
+    pub fn update_block16(&self, state: u64, block: &[u8; 16]) -> u64 {
+        // Inject the register into the first width/8 bytes, then every byte
+        // contributes independently (the CRC of the block from state 0 is linear).
+        let mut first = u64::from_le_bytes(block[..8].try_into().unwrap());
+        if self.reflected {
+            first ^= state;
+        } else {
+            first ^= (state << (64 - self.width)).swap_bytes();
+        }
+        let first = first.to_le_bytes();
+        let mut acc = 0u64;
+        for k in 0..8 {
+            acc ^= self.table[15 - k][first[k] as usize];
+        }
+        for k in 8..16 {
+            acc ^= self.table[15 - k][block[k] as usize];
+        }
+        acc
+    }
+
+    /// Portable raw update: slicing-by-16, then byte at a time.
+    #[inline]
+    pub fn update_portable(&self, mut state: u64, data: &[u8]) -> u64 {
+        let mut blocks = data.chunks_exact(16);
+        for block in &mut blocks {
+            state = self.update_block16(state, block.try_into().unwrap());
+        }
+        for &byte in blocks.remainder() {
+            state = self.update_byte(state, byte);
+        }
+        state
+    }
+}
+
+/// Slicing tables in the algorithm's register bit order.
+const fn slicing_table(width: u32, poly: u64, reflected: bool) -> [[u64; 256]; SLICE_ROWS] {
+    let mask = if width == 64 { u64::MAX } else { (1u64 << width) - 1 };
+    let rpoly = poly.reverse_bits() >> (64 - width);
+    let mut table = [[0u64; 256]; SLICE_ROWS];
+    let mut b = 0;
+    while b < 256 {
+        let mut reg: u64 = if reflected { b as u64 } else { (b as u64) << (width - 8) };
+        let mut bit = 0;
+        while bit < 8 {
+            reg = if reflected {
+                if reg & 1 == 1 {
+                    (reg >> 1) ^ rpoly
+                } else {
+                    reg >> 1
+                }
+            } else if (reg >> (width - 1)) & 1 == 1 {
+                ((reg << 1) & mask) ^ poly
+            } else {
+                (reg << 1) & mask
+            };
+            bit += 1;
+        }
+        table[0][b] = reg;
+        b += 1;
+    }
+    let mut row = 1;
+    while row < SLICE_ROWS {
+        let mut b = 0;
+        while b < 256 {
+            let prev = table[row - 1][b];
+            table[row][b] = if reflected {
+                (prev >> 8) ^ table[0][(prev & 0xff) as usize]
+            } else {
+                ((prev << 8) & mask) ^ table[0][((prev >> (width - 8)) & 0xff) as usize]
+            };
+            b += 1;
+        }
+        row += 1;
+    }
+    table
+}
+
+/// Multipliers that fold a 128-bit chunk forward by `distance` bits.
+///
+/// Natural order: the chunk is `hi*x^64 + lo`; folding multiplies `hi` by
+/// `x^(64+D) mod G` and `lo` by `x^D mod G`. Reflected order: the register's
+/// low qword holds the high-degree half, and PCLMULQDQ of bit-reversed
+/// operands yields the product times `x`, so the exponents drop by one and the
+/// constants are bit-reversed.
+const fn fold_key(m: &Modulus, reflected: bool, distance: u128) -> FoldKey {
+    if reflected {
+        [
+            m.pow_x_slow(64 + distance - 1).reverse_bits(),
+            m.pow_x_slow(distance - 1).reverse_bits(),
+        ]
+    } else {
+        [m.pow_x_slow(distance), m.pow_x_slow(64 + distance)]
+    }
+}
+
+/// Inverse of `a` modulo G by the extended Euclidean algorithm. Panics (at
+/// compile time) if `a` and G share a factor.
+const fn inverse_mod(m: &Modulus, a: u64) -> u64 {
+    let mut r0: u128 = (1u128 << m.degree) | m.low as u128;
+    let mut r1: u128 = a as u128;
+    let (mut s0, mut s1): (u128, u128) = (0, 1);
+    while r1 != 0 {
+        // One long division r0 = q*r1 + r, folded into the Bezout update.
+        let mut q: u128 = 0;
+        let mut r = r0;
+        while r != 0 && deg(r) >= deg(r1) {
+            let shift = (deg(r) - deg(r1)) as u32;
+            q |= 1u128 << shift;
+            r ^= r1 << shift;
+        }
+        let qs1 = clmul_u128_small(q, s1);
+        r0 = r1;
+        r1 = r;
+        let next = s0 ^ qs1;
+        s0 = s1;
+        s1 = next;
+    }
+    assert!(r0 == 1, "polynomial not invertible modulo G");
+    // s0 has degree < degree(G); reduce defensively anyway.
+    let mut s = s0;
+    let g: u128 = (1u128 << m.degree) | m.low as u128;
+    while s != 0 && deg(s) >= m.degree as i32 {
+        s ^= g << (deg(s) - m.degree as i32);
+    }
+    s as u64
+}
+
+/// Degree of a nonzero polynomial.
+const fn deg(p: u128) -> i32 {
+    127 - p.leading_zeros() as i32
+}
+
+/// Carry-less product of two polynomials whose product fits in 128 bits.
+const fn clmul_u128_small(a: u128, b: u128) -> u128 {
+    if a >> 64 == 0 && b >> 64 == 0 {
+        return clmul_slow(a as u64, b as u64);
+    }
+    let mut acc = 0u128;
+    let mut i = 0;
+    while i < 128 {
+        if (b >> i) & 1 == 1 {
+            acc ^= a << i;
+        }
+        i += 1;
+    }
+    acc
+}

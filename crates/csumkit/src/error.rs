@@ -1,0 +1,44 @@
+//! The one error type of the library. Pure CRC functions cannot fail; every
+//! operation on caller-supplied ranges returns `Result<_, Error>`.
+
+/// Everything that can go wrong in csumkit.
+#[allow(missing_docs)] // variant fields are named for what they hold
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A bit count that must describe whole bytes does not.
+    #[error("total_bits {total_bits} is not a multiple of 8")]
+    TotalBitsNotWholeBytes { total_bits: u64 },
+
+    /// A bit range that does not fit in its buffer.
+    #[error("bit range [{bit_offset}, {bit_offset} + {bit_len}) is outside the {total_bits}-bit buffer")]
+    BitRangeOutOfBounds { bit_offset: u64, bit_len: u64, total_bits: u64 },
+
+    /// A byte range that does not fit in its buffer.
+    #[error("byte range [{offset}, {offset} + {len}) is outside the {total_len}-byte buffer")]
+    ByteRangeOutOfBounds { offset: u64, len: u64, total_len: u64 },
+
+    /// Old and new contents of a splice differ in length.
+    #[error("old region is {old_len} bytes but new region is {new_len} bytes; a splice keeps the length")]
+    LengthMismatch { old_len: u64, new_len: u64 },
+
+    /// A value above a documented limit.
+    #[error("{what} = {value} exceeds the limit of {max}")]
+    TooLarge { what: &'static str, value: u64, max: u64 },
+
+    /// A backend name that does not exist.
+    #[error("unknown backend {name:?} (expected one of: portable, {})", crate::Backend::ALL.map(|b| b.name()).join(", "))]
+    UnknownBackend { name: String },
+
+    /// A backend this CPU cannot run.
+    #[error("backend {name} is not supported by this CPU")]
+    BackendUnavailable { name: &'static str },
+
+    /// An I/O error, with what was being done.
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+}

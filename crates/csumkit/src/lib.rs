@@ -1,0 +1,31 @@
+//! csumkit: checksummed storage building blocks.
+//!
+//! Three CRC engines with run-time selected hardware paths — [`crc32c`]
+//! (Castagnoli; iSCSI, ext4, btrfs), [`crc64nvme`] (NVMe 64-bit guard, S3
+//! `x-amz-checksum-crc64nvme`) and [`crc16t10dif`] (T10 DIF / NVMe 16-bit
+//! guard) — each with the same API, including the incremental algebra of
+//! seed 000: [`crc32c::combine`], [`crc32c::zero_extend`],
+//! [`crc32c::flip_range`] and [`crc32c::splice`].
+//!
+//! ```
+//! let crc = csumkit::crc32c::checksum(b"123456789");
+//! assert_eq!(crc, 0xE306_9283);
+//! // Flip bits 3..13 of the 9-byte buffer without re-reading it.
+//! let mut buf = *b"123456789";
+//! for bit in 3..13 { buf[bit / 8] ^= 1 << (bit % 8); }
+//! assert_eq!(csumkit::crc32c::flip_range(crc, 72, 3, 10)?, csumkit::crc32c::checksum(&buf));
+//! # Ok::<(), csumkit::Error>(())
+//! ```
+
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
+
+mod arch;
+pub mod crc;
+pub mod crc16t10dif;
+pub mod crc32c;
+pub mod crc64nvme;
+mod error;
+
+pub use arch::{Backend, BACKEND_ENV_VAR};
+pub use error::Error;

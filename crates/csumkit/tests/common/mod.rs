@@ -1,0 +1,77 @@
+//! Obviously-correct references shared by the integration tests.
+#![allow(dead_code)]
+
+use csumkit::{crc16t10dif, crc32c, crc64nvme, Backend};
+
+/// A CRC described the way the CRC catalogue does.
+#[derive(Clone, Copy, Debug)]
+pub struct Params {
+    pub width: u32,
+    /// Generator without x^width, natural (MSB-first) order.
+    pub poly: u64,
+    pub reflected: bool,
+    pub init: u64,
+    pub xorout: u64,
+}
+
+pub const CRC32C: Params = Params { width: 32, poly: 0x1EDC_6F41, reflected: true, init: 0xFFFF_FFFF, xorout: 0xFFFF_FFFF };
+pub const CRC64NVME: Params =
+    Params { width: 64, poly: 0xAD93_D235_94C9_3659, reflected: true, init: u64::MAX, xorout: u64::MAX };
+pub const CRC16T10DIF: Params = Params { width: 16, poly: 0x8BB7, reflected: false, init: 0, xorout: 0 };
+
+fn reflect(v: u64, width: u32) -> u64 {
+    v.reverse_bits() >> (64 - width)
+}
+
+/// Bit-at-a-time CRC: one message bit per step through a natural-order
+/// shift register, bytes fed LSB first when the CRC is reflected.
+pub fn bitwise(p: Params, data: &[u8]) -> u64 {
+    let mask = if p.width == 64 { u64::MAX } else { (1u64 << p.width) - 1 };
+    let mut reg = if p.reflected { reflect(p.init, p.width) } else { p.init };
+    for &byte in data {
+        for i in 0..8 {
+            let bit = if p.reflected { (byte >> i) & 1 } else { (byte >> (7 - i)) & 1 } as u64;
+            let feedback = ((reg >> (p.width - 1)) & 1) ^ bit;
+            reg = (reg << 1) & mask;
+            if feedback == 1 {
+                reg ^= p.poly;
+            }
+        }
+    }
+    let out = if p.reflected { reflect(reg, p.width) } else { reg };
+    out ^ p.xorout
+}
+
+/// Deterministic pseudo-random bytes (xorshift64*), for inputs too large for proptest.
+pub fn bytes(seed: u64, len: usize) -> Vec<u8> {
+    let mut state = seed | 1;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        out.extend_from_slice(&state.wrapping_mul(0x2545_F491_4F6C_DD1D).to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+/// Checksum with every available backend of all three algorithms, widened to u64,
+/// paired with its reference parameters.
+pub fn all_engines(data: &[u8]) -> Vec<(String, Params, u64)> {
+    let mut out = Vec::new();
+    for backend in Backend::available() {
+        out.push((format!("crc32c/{backend}"), CRC32C, crc32c::Engine::new(backend).unwrap().checksum(data) as u64));
+        out.push((
+            format!("crc64nvme/{backend}"),
+            CRC64NVME,
+            crc64nvme::Engine::new(backend).unwrap().checksum(data),
+        ));
+        out.push((
+            format!("crc16t10dif/{backend}"),
+            CRC16T10DIF,
+            crc16t10dif::Engine::new(backend).unwrap().checksum(data) as u64,
+        ));
+    }
+    out
+}
