@@ -1,1 +1,59 @@
-fn main() {}
+//! `csumkit`: checksum files, show the CRC backend, run benchmarks.
+//! Argument parsing and printing only; the work is in the `csumkit` library.
+
+mod bench;
+mod encode;
+mod sum;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "csumkit", version, about = "Fast, verified checksums for storage: CRC32C, CRC64-NVMe, CRC16-T10DIF")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Print checksums of files, one line each, like sha256sum.
+    Sum(sum::SumArgs),
+    /// Show the CRC backend in use and the ones this CPU supports.
+    Backend,
+    /// Run a benchmark and print its tables.
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
+}
+
+fn main() -> ExitCode {
+    // `csumkit sum … | head` should stop quietly, as coreutils do, not panic
+    // on a broken pipe.
+    #[cfg(unix)]
+    // SAFETY: restoring the default disposition of SIGPIPE before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+    let cli = Cli::parse();
+    // An invalid CSUMKIT_BACKEND is an error here, not a silent fallback.
+    match csumkit::Backend::from_env() {
+        Ok(Some(backend)) => backend.force().expect("from_env only returns available backends"),
+        Ok(None) => {}
+        Err(e) => {
+            eprintln!("csumkit: {}: {e}", csumkit::BACKEND_ENV_VAR);
+            return ExitCode::from(2);
+        }
+    }
+    match cli.command {
+        Command::Sum(args) => sum::run(&args),
+        Command::Backend => {
+            println!("active: {}", csumkit::Backend::active());
+            for backend in csumkit::Backend::ALL {
+                let status = if backend.is_available() { "available" } else { "not supported by this CPU" };
+                println!("  {:<22} {status}", backend.name());
+            }
+            ExitCode::SUCCESS
+        }
+        Command::Bench(command) => bench::run(command),
+    }
+}

@@ -26,6 +26,10 @@ pub enum Error {
     #[error("{what} = {value} exceeds the limit of {max}")]
     TooLarge { what: &'static str, value: u64, max: u64 },
 
+    /// An algorithm name that does not exist.
+    #[error("unknown algorithm {name:?} (expected one of: crc32c, crc64nvme, crc16t10dif)")]
+    UnknownAlgorithm { name: String },
+
     /// A backend name that does not exist.
     #[error("unknown backend {name:?} (expected one of: portable, {})", crate::Backend::ALL.map(|b| b.name()).join(", "))]
     UnknownBackend { name: String },
@@ -33,6 +37,10 @@ pub enum Error {
     /// A backend this CPU cannot run.
     #[error("backend {name} is not supported by this CPU")]
     BackendUnavailable { name: &'static str },
+
+    /// A file whose size changed while it was being read.
+    #[error("{path}: file changed size while being read (expected {expected} bytes, got {actual})")]
+    FileChanged { path: String, expected: u64, actual: u64 },
 
     /// An I/O error, with what was being done.
     #[error("{context}: {source}")]

@@ -26,6 +26,8 @@ pub mod crc16t10dif;
 pub mod crc32c;
 pub mod crc64nvme;
 mod error;
+pub mod file;
 
 pub use arch::{Backend, BACKEND_ENV_VAR};
+pub use crc::Algorithm;
 pub use error::Error;

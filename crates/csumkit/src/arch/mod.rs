@@ -102,7 +102,7 @@ impl Backend {
     /// the fastest available. Decided on first use and cached. An invalid
     /// `CSUMKIT_BACKEND` is reported once on stderr (the CLI turns it into an
     /// error instead).
-    #[inline]
+    #[inline(always)]
     pub fn active() -> Backend {
         match ACTIVE.load(Ordering::Relaxed) {
             1 => Backend::Portable,
@@ -164,20 +164,36 @@ impl std::fmt::Display for Backend {
 static ACTIVE: AtomicU8 = AtomicU8::new(0);
 
 /// Raw register update (no init, no final XOR) on `backend`, which the caller
-/// has checked is available.
-#[inline]
+/// has checked is available. Inlined into the public functions, so short
+/// inputs reach their small kernel without passing through the big ones.
+#[inline(always)]
 pub(crate) fn raw_update(backend: Backend, spec: &Spec, state: u64, data: &[u8]) -> u64 {
-    match backend {
-        Backend::Portable => spec.update_portable(state, data),
-        // SAFETY: `backend` was checked available (`Backend::active` only
-        // returns available backends; `*_with` entry points call `checked`).
-        #[cfg(target_arch = "x86_64")]
-        Backend::X86Pclmul => unsafe { x86_64::update_pclmul(spec, state, data) },
-        // SAFETY: as above.
-        #[cfg(target_arch = "x86_64")]
-        Backend::X86VpclmulAvx2 => unsafe { x86_64::update_vpclmul(spec, state, data) },
-        #[cfg(not(target_arch = "x86_64"))]
-        _ => spec.update_portable(state, data),
+    #[cfg(target_arch = "x86_64")]
+    {
+        use crate::crc::Algorithm;
+        if backend == Backend::Portable {
+            return spec.update_portable(state, data);
+        }
+        if spec.algorithm == Algorithm::Crc32c && data.len() < x86_64::CRC32C_FOLD_MIN_BYTES {
+            // SAFETY: every x86 backend implies SSE4.2 and was checked available
+            // (`Backend::active` only returns available backends; `*_with`
+            // entry points call `checked`).
+            return unsafe { x86_64::crc32c_short(state, data) };
+        }
+        if spec.algorithm != Algorithm::Crc32c && data.len() < x86_64::TABLE_FOLD_MIN_BYTES {
+            return spec.update_portable(state, data);
+        }
+        match backend {
+            // SAFETY: as above, for PCLMULQDQ.
+            Backend::X86Pclmul => unsafe { x86_64::update_pclmul(spec.algorithm, state, data) },
+            // SAFETY: as above, for AVX2 and VPCLMULQDQ.
+            _ => unsafe { x86_64::update_vpclmul(spec.algorithm, state, data) },
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = backend;
+        spec.update_portable(state, data)
     }
 }
 

@@ -10,7 +10,7 @@
 //! Generic over the carry-less multiplier so the x86 backend can instantiate
 //! it with PCLMULQDQ inlined (see `arch`).
 
-use super::gf2::{div_x_plus_1, Clmul};
+use super::gf2::Clmul;
 use super::spec::{OnesRoute, Spec};
 use crate::Error;
 
@@ -23,7 +23,7 @@ pub const FLIP_TOTAL_BITS_MAX: u64 = 1 << 63;
 pub fn shift_bytes<C: Clmul>(spec: &Spec, poly: u64, len_bytes: u64) -> u64 {
     let m = &spec.modulus;
     if len_bytes < (1 << 61) {
-        return m.mul::<C>(poly, m.xpow::<C>(&spec.xpow, len_bytes * 8));
+        return m.mul_xpow::<C>(&spec.xpow, poly, len_bytes * 8);
     }
     // 8 * len_bytes overflows u64: split off multiples of 2^60 bytes (2^63 bits).
     let mut factor = m.xpow::<C>(&spec.xpow, (len_bytes % (1 << 60)) * 8);
@@ -51,7 +51,7 @@ pub fn zero_extend<C: Clmul>(spec: &Spec, crc: u64, zeros: u64) -> u64 {
 
 /// Checks a bit range against a buffer of `total_bits`.
 pub fn check_bit_range(total_bits: u64, bit_offset: u64, bit_len: u64) -> Result<(), Error> {
-    if total_bits % 8 != 0 {
+    if !total_bits.is_multiple_of(8) {
         return Err(Error::TotalBitsNotWholeBytes { total_bits });
     }
     if total_bits > FLIP_TOTAL_BITS_MAX {
@@ -75,7 +75,7 @@ pub fn flip_range<C: Clmul>(spec: &Spec, crc: u64, total_bits: u64, bit_offset: 
     let lin = if spec.reflected {
         // LSB-first: bitmap bit i is message bit i, coefficient x^(T-1-i), so
         // the flipped run is ones(len) * x^(T - off - len).
-        ones_times_xpow::<C>(spec, bit_len, total_bits - bit_offset - bit_len)
+        ones_times_xpow::<C>(spec, bit_len, total_bits - bit_offset - bit_len, total_bits)
     } else {
         flip_lin_msb_first::<C>(spec, total_bits, bit_offset, bit_len)
     };
@@ -83,23 +83,25 @@ pub fn flip_range<C: Clmul>(spec: &Spec, crc: u64, total_bits: u64, bit_offset: 
 }
 
 /// `(1 + x + ... + x^(len-1)) * x^(shift + width) mod G`: the `lin` term of a
-/// run of `len` one-bits followed by `shift` message bits.
+/// run of `len` one-bits followed by `shift` message bits. With
+/// `s = shift + width` this is `(x^(len+s) + x^s) / (x + 1)`: two independent
+/// powers of x, so the latency is one product tree, not two in a row.
+/// `len + shift <= total_bits`, whose size shapes the trees (see
+/// `Modulus::xpow_bounded`).
 #[inline(always)]
-fn ones_times_xpow<C: Clmul>(spec: &Spec, len: u64, shift: u64) -> u64 {
-    let m = &spec.modulus;
+fn ones_times_xpow<C: Clmul>(spec: &Spec, len: u64, shift: u64, total_bits: u64) -> u64 {
     let w = spec.width as u64;
+    let (s, bound) = (shift + w, total_bits + w);
     match &spec.ones {
         OnesRoute::Inverse { inv_x_plus_1 } => {
-            // ones(len) * x^s = (x^(len+s) + x^s) / (x + 1), with s = shift + width.
-            let sum = m.xpow::<C>(&spec.xpow, len + shift + w) ^ m.xpow::<C>(&spec.xpow, shift + w);
-            m.mul::<C>(sum, *inv_x_plus_1)
+            let (m, inv) = (&spec.modulus, *inv_x_plus_1);
+            m.mul_xpow_bounded::<C>(&spec.xpow, inv, len + s, bound)
+                ^ m.mul_xpow_bounded::<C>(&spec.xpow, inv, s, bound)
         }
         OnesRoute::Extended { modulus: m2, xpow: xpow2 } => {
-            // ones(len) * x^w = (x^(len+w) + x^w) / (x + 1); computed mod
-            // G*(x+1) the division is exact and lands below degree w.
-            let r = m2.xpow::<C>(xpow2, len + w) ^ (1u64 << w);
-            let ones_xw = div_x_plus_1(r);
-            m.mul::<C>(ones_xw, m.xpow::<C>(&spec.xpow, shift))
+            // Modulo G*(x+1) the sum stays divisible by x + 1, and the exact
+            // quotient has degree < width: it is already reduced mod G.
+            C::div_x_plus_1(m2.xpow_bounded::<C>(xpow2, len + s, bound) ^ m2.xpow_bounded::<C>(xpow2, s, bound))
         }
     }
 }
@@ -116,7 +118,7 @@ fn flip_lin_msb_first<C: Clmul>(spec: &Spec, total_bits: u64, bit_offset: u64, b
     // Byte-local mask (bits lo..hi of byte k) as a polynomial times its position.
     let partial = |k: u64, lo: u64, hi: u64| -> u64 {
         let mask = ((1u64 << (hi - lo)) - 1) << lo;
-        m.mul::<C>(mask, m.xpow::<C>(&spec.xpow, total_bits - 8 * k - 8 + w))
+        m.mul_xpow_bounded::<C>(&spec.xpow, mask, total_bits - 8 * k - 8 + w, total_bits + w)
     };
     let (first_byte, last_byte) = (bit_offset / 8, (end - 1) / 8);
     if first_byte == last_byte {
@@ -124,18 +126,18 @@ fn flip_lin_msb_first<C: Clmul>(spec: &Spec, total_bits: u64, bit_offset: u64, b
     }
     let mut lin = 0;
     let mut whole_start = first_byte;
-    if bit_offset % 8 != 0 {
+    if !bit_offset.is_multiple_of(8) {
         lin ^= partial(first_byte, bit_offset % 8, 8);
         whole_start += 1;
     }
     let mut whole_end = last_byte + 1;
-    if end % 8 != 0 {
+    if !end.is_multiple_of(8) {
         lin ^= partial(last_byte, 0, end % 8);
         whole_end -= 1;
     }
     if whole_end > whole_start {
         // Whole bytes are a contiguous run of message bits.
-        lin ^= ones_times_xpow::<C>(spec, 8 * (whole_end - whole_start), total_bits - 8 * whole_end);
+        lin ^= ones_times_xpow::<C>(spec, 8 * (whole_end - whole_start), total_bits - 8 * whole_end, total_bits);
     }
     lin
 }

@@ -122,30 +122,82 @@ impl Modulus {
         rows
     }
 
-    /// `a * b mod G` with Barrett reduction on the carry-less multiplier `C`.
-    /// `a` and `b` must be reduced (degree < `self.degree`).
+    /// `a * b mod G` on the multiplier `C`. `a` and `b` must be reduced
+    /// (degree < `self.degree`).
     #[inline(always)]
     pub fn mul<C: Clmul>(&self, a: u64, b: u64) -> u64 {
+        C::mulmod(self, a, b)
+    }
+
+    /// Barrett reduction of `a * b` with the carry-less multiplier `C`.
+    #[inline(always)]
+    pub fn mul_barrett<C: Clmul>(&self, a: u64, b: u64) -> u64 {
         let d = self.degree;
         let product = C::clmul(a, b); // degree <= 2d - 2
         let hi = (product >> d) as u64; // floor(product / x^d), degree <= d - 2
-        // q = floor(hi * mu / x^d) where mu = x^d + mu_low.
+                                        // q = floor(hi * mu / x^d) where mu = x^d + mu_low.
         let q = hi ^ ((C::clmul(hi, self.mu_low) >> d) as u64);
         // remainder = (product - q*G) mod x^d, and q*G mod x^d = q*low mod x^d.
         ((product ^ C::clmul(q, self.low)) as u64) & self.mask()
     }
 
-    /// `x^e mod G` from the byte table: a balanced product of at most eight
-    /// table entries (depth 3), or four (depth 2) for `e < 2^32`.
+    /// `x^e mod G` from the byte table: a balanced product of the entries
+    /// for the bytes `e` actually has (depth 1 below 2^16, 2 below 2^32, else 3).
     #[inline(always)]
     pub fn xpow<C: Clmul>(&self, table: &XpowTable, e: u64) -> u64 {
+        self.xpow_bounded::<C>(table, e, e)
+    }
+
+    /// [`Modulus::xpow`] for an `e <= bound`: the tree's shape follows
+    /// `bound`, so callers with a fixed bound (a bitmap's size) get a
+    /// predictable branch however `e` varies.
+    #[inline(always)]
+    pub fn xpow_bounded<C: Clmul>(&self, table: &XpowTable, e: u64, bound: u64) -> u64 {
+        debug_assert!(e <= bound);
         let f = |i: usize| table[i][((e >> (8 * i)) & 0xff) as usize];
+        if bound >> 16 == 0 {
+            return self.mul::<C>(f(0), f(1));
+        }
+        if bound >> 24 == 0 {
+            return self.mul::<C>(self.mul::<C>(f(0), f(1)), f(2));
+        }
         let low = self.mul::<C>(self.mul::<C>(f(0), f(1)), self.mul::<C>(f(2), f(3)));
-        if e >> 32 == 0 {
+        if bound >> 32 == 0 {
             return low;
+        }
+        if bound >> 40 == 0 {
+            return self.mul::<C>(low, f(4));
         }
         let high = self.mul::<C>(self.mul::<C>(f(4), f(5)), self.mul::<C>(f(6), f(7)));
         self.mul::<C>(low, high)
+    }
+
+    /// `a * x^e mod G`, with `a` as one more leaf of the product tree, so the
+    /// multiply costs no extra level: depth 2 below `e = 2^24`, 3 below 2^56.
+    #[inline(always)]
+    pub fn mul_xpow<C: Clmul>(&self, table: &XpowTable, a: u64, e: u64) -> u64 {
+        self.mul_xpow_bounded::<C>(table, a, e, e)
+    }
+
+    /// [`Modulus::mul_xpow`] with the tree shaped by `bound >= e`.
+    #[inline(always)]
+    pub fn mul_xpow_bounded<C: Clmul>(&self, table: &XpowTable, a: u64, e: u64, bound: u64) -> u64 {
+        debug_assert!(e <= bound);
+        let f = |i: usize| table[i][((e >> (8 * i)) & 0xff) as usize];
+        let low = self.mul::<C>(self.mul::<C>(a, f(0)), self.mul::<C>(f(1), f(2)));
+        if bound >> 24 == 0 {
+            return low;
+        }
+        if bound >> 40 == 0 {
+            return self.mul::<C>(low, self.mul::<C>(f(3), f(4)));
+        }
+        let high = self.mul::<C>(self.mul::<C>(f(3), f(4)), self.mul::<C>(f(5), f(6)));
+        let product = self.mul::<C>(low, high);
+        if bound >> 56 == 0 {
+            product
+        } else {
+            self.mul::<C>(product, f(7))
+        }
     }
 }
 
@@ -175,7 +227,7 @@ const fn barrett_mu(degree: u32, low: u64) -> u128 {
 /// Exact division of `r` by `(x + 1)`; the caller guarantees divisibility.
 /// With `r = q*(x+1)`, `q_i` is the XOR of all `r_j` for `j > i`.
 #[inline(always)]
-pub const fn div_x_plus_1(r: u64) -> u64 {
+pub const fn div_x_plus_1_shifts(r: u64) -> u64 {
     let mut s = r;
     s ^= s >> 1;
     s ^= s >> 2;
@@ -187,9 +239,23 @@ pub const fn div_x_plus_1(r: u64) -> u64 {
 }
 
 /// A carry-less 64x64 -> 128-bit multiplier.
-pub trait Clmul {
+pub trait Clmul: Sized {
     /// The 128-bit carry-less product of `a` and `b`.
     fn clmul(a: u64, b: u64) -> u128;
+
+    /// Exact division by `x + 1`. Because `x + 1 | r`, `r` has even parity, so
+    /// the quotient's bit `i` (XOR of `r_j`, `j > i`) equals the XOR of
+    /// `r_j`, `j <= i`: the low half of `r` times all-ones.
+    #[inline(always)]
+    fn div_x_plus_1(r: u64) -> u64 {
+        Self::clmul(r, u64::MAX) as u64
+    }
+
+    /// `a * b mod m`; Barrett reduction unless a backend keeps it in registers.
+    #[inline(always)]
+    fn mulmod(m: &Modulus, a: u64, b: u64) -> u64 {
+        m.mul_barrett::<Self>(a, b)
+    }
 }
 
 /// Portable carry-less multiply, four bits of `b` per step.
@@ -286,9 +352,24 @@ mod tests {
         }
 
         #[test]
+        fn mul_xpow_matches_square_and_multiply(a: u64, e: u64, shift in 0u32..64) {
+            let e = e >> shift;
+            for m in moduli() {
+                let table = m.xpow_table();
+                let a = a & m.mask();
+                prop_assert_eq!(m.mul_xpow::<PortableClmul>(&table, a, e), m.mul_slow(a, m.pow_x_slow(e as u128)));
+                prop_assert_eq!(m.xpow::<PortableClmul>(&table, e), m.pow_x_slow(e as u128));
+                let bound = e.saturating_mul(1 + (a & 0xffff)).max(e);
+                prop_assert_eq!(m.xpow_bounded::<PortableClmul>(&table, e, bound), m.pow_x_slow(e as u128));
+                prop_assert_eq!(m.mul_xpow_bounded::<PortableClmul>(&table, a, e, bound), m.mul_slow(a, m.pow_x_slow(e as u128)));
+            }
+        }
+
+        #[test]
         fn div_x_plus_1_inverts_multiplication(q in 0u64..(1 << 63)) {
             let r = q ^ (q << 1);
-            prop_assert_eq!(div_x_plus_1(r), q);
+            prop_assert_eq!(div_x_plus_1_shifts(r), q);
+            prop_assert_eq!(PortableClmul::div_x_plus_1(r), q);
         }
     }
 }

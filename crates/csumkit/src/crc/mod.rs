@@ -2,6 +2,7 @@
 //! macro that gives `crc32c`, `crc64nvme` and `crc16t10dif` the same API.
 
 pub(crate) mod algebra;
+mod dynamic;
 pub mod gf2;
 pub mod spec;
 

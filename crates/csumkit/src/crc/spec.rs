@@ -37,6 +37,7 @@ pub struct FoldKeys {
 
 /// How `1 + x + ... + x^(m-1) = (x^m + 1) / (x + 1)` is reduced mod G.
 #[derive(Debug)]
+#[allow(clippy::large_enum_variant)] // lives in a `static`, never moved
 pub enum OnesRoute {
     /// `x + 1` is invertible mod G: multiply `x^m + 1` by its inverse.
     Inverse {
@@ -101,7 +102,7 @@ impl Spec {
     ) -> Self {
         assert!(width == 16 || width == 32 || width == 64);
         let modulus = Modulus::new(width, poly);
-        let ones = if (poly.count_ones() + 1) % 2 == 0 {
+        let ones = if (poly.count_ones() + 1).is_multiple_of(2) {
             // G(1) = 0, so (x + 1) | G.
             let low_times_x1 = poly ^ (poly << 1) ^ (1u64 << width);
             OnesRoute::Extended {
@@ -179,19 +180,17 @@ impl Spec {
         } else {
             first ^= (state << (64 - self.width)).swap_bytes();
         }
-        let first = first.to_le_bytes();
+        let mut bytes = *block;
+        bytes[..8].copy_from_slice(&first.to_le_bytes());
         let mut acc = 0u64;
-        for k in 0..8 {
-            acc ^= self.table[15 - k][first[k] as usize];
-        }
-        for k in 8..16 {
-            acc ^= self.table[15 - k][block[k] as usize];
+        for (k, &b) in bytes.iter().enumerate() {
+            acc ^= self.table[15 - k][b as usize];
         }
         acc
     }
 
     /// Portable raw update: slicing-by-16, then byte at a time.
-    #[inline]
+    #[inline(always)]
     pub fn update_portable(&self, mut state: u64, data: &[u8]) -> u64 {
         let mut blocks = data.chunks_exact(16);
         for block in &mut blocks {
@@ -256,10 +255,7 @@ const fn slicing_table(width: u32, poly: u64, reflected: bool) -> [[u64; 256]; S
 /// constants are bit-reversed.
 const fn fold_key(m: &Modulus, reflected: bool, distance: u128) -> FoldKey {
     if reflected {
-        [
-            m.pow_x_slow(64 + distance - 1).reverse_bits(),
-            m.pow_x_slow(distance - 1).reverse_bits(),
-        ]
+        [m.pow_x_slow(64 + distance - 1).reverse_bits(), m.pow_x_slow(distance - 1).reverse_bits()]
     } else {
         [m.pow_x_slow(distance), m.pow_x_slow(64 + distance)]
     }

@@ -14,7 +14,8 @@ pub struct Params {
     pub xorout: u64,
 }
 
-pub const CRC32C: Params = Params { width: 32, poly: 0x1EDC_6F41, reflected: true, init: 0xFFFF_FFFF, xorout: 0xFFFF_FFFF };
+pub const CRC32C: Params =
+    Params { width: 32, poly: 0x1EDC_6F41, reflected: true, init: 0xFFFF_FFFF, xorout: 0xFFFF_FFFF };
 pub const CRC64NVME: Params =
     Params { width: 64, poly: 0xAD93_D235_94C9_3659, reflected: true, init: u64::MAX, xorout: u64::MAX };
 pub const CRC16T10DIF: Params = Params { width: 16, poly: 0x8BB7, reflected: false, init: 0, xorout: 0 };
@@ -62,11 +63,7 @@ pub fn all_engines(data: &[u8]) -> Vec<(String, Params, u64)> {
     let mut out = Vec::new();
     for backend in Backend::available() {
         out.push((format!("crc32c/{backend}"), CRC32C, crc32c::Engine::new(backend).unwrap().checksum(data) as u64));
-        out.push((
-            format!("crc64nvme/{backend}"),
-            CRC64NVME,
-            crc64nvme::Engine::new(backend).unwrap().checksum(data),
-        ));
+        out.push((format!("crc64nvme/{backend}"), CRC64NVME, crc64nvme::Engine::new(backend).unwrap().checksum(data)));
         out.push((
             format!("crc16t10dif/{backend}"),
             CRC16T10DIF,

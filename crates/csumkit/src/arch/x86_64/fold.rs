@@ -58,11 +58,8 @@ unsafe fn reduce128<const REFLECTED: bool>(spec: &Spec, x: __m128i) -> u64 {
         let hi = _mm_extract_epi64(x, 1) as u64;
         return _mm_crc32_u64(_mm_crc32_u64(0, lo), hi);
     }
-    let in_memory_order = if REFLECTED {
-        x
-    } else {
-        _mm_shuffle_epi8(x, _mm_loadu_si128(BYTE_REVERSE.as_ptr().cast()))
-    };
+    let in_memory_order =
+        if REFLECTED { x } else { _mm_shuffle_epi8(x, _mm_loadu_si128(BYTE_REVERSE.as_ptr().cast())) };
     let mut bytes = [0u8; 16];
     _mm_storeu_si128(bytes.as_mut_ptr().cast(), in_memory_order);
     spec.update_block16(0, &bytes)
@@ -71,7 +68,7 @@ unsafe fn reduce128<const REFLECTED: bool>(spec: &Spec, x: __m128i) -> u64 {
 /// Folds `data` (a non-empty multiple of 16 bytes) with 128-bit vectors.
 #[inline(always)]
 pub(super) unsafe fn fold_128<const REFLECTED: bool>(spec: &Spec, state: u64, data: &[u8]) -> u64 {
-    debug_assert!(!data.is_empty() && data.len() % 16 == 0);
+    debug_assert!(!data.is_empty() && data.len().is_multiple_of(16));
     let keys = &spec.fold;
     let mut p = data.as_ptr();
     let mut left = data.len();
@@ -137,7 +134,7 @@ unsafe fn load256<const REFLECTED: bool>(p: *const u8) -> __m256i {
 /// each accumulator holds two consecutive 16-byte chunks.
 #[inline(always)]
 pub(super) unsafe fn fold_256<const REFLECTED: bool>(spec: &Spec, state: u64, data: &[u8]) -> u64 {
-    debug_assert!(data.len() >= 256 && data.len() % 16 == 0);
+    debug_assert!(data.len() >= 256 && data.len().is_multiple_of(16));
     let keys = &spec.fold;
     let mut p = data.as_ptr();
     let mut left = data.len();

@@ -20,9 +20,9 @@ use core::arch::x86_64::*;
 /// Below this many bytes CRC32C uses the `crc32` instruction alone: folding's
 /// fixed cost (loads, reduction) only pays off above it. Measured with
 /// `csumkit bench crc`.
-const CRC32C_FOLD_MIN_BYTES: usize = 64;
+pub(crate) const CRC32C_FOLD_MIN_BYTES: usize = 128;
 /// Below this many bytes the other CRCs use the slicing tables.
-const TABLE_FOLD_MIN_BYTES: usize = 32;
+pub(crate) const TABLE_FOLD_MIN_BYTES: usize = 32;
 /// The 256-bit kernel needs one full 128-byte step plus its reduction.
 const WIDE_FOLD_MIN_BYTES: usize = 256;
 
@@ -35,12 +35,61 @@ fn fold_min_bytes(spec: &Spec) -> usize {
     }
 }
 
+/// Calls `$body` with `$spec` bound to the `static` parameter set of
+/// `$algorithm`, so each arm is compiled with the CRC's constants folded in
+/// (width, bit order, the `crc32` instruction choice).
+macro_rules! with_static_spec {
+    ($algorithm:expr, |$spec:ident| $body:expr) => {
+        match $algorithm {
+            crate::crc::Algorithm::Crc32c => {
+                let $spec = &crate::crc32c::SPEC;
+                $body
+            }
+            crate::crc::Algorithm::Crc64Nvme => {
+                let $spec = &crate::crc64nvme::SPEC;
+                $body
+            }
+            crate::crc::Algorithm::Crc16T10Dif => {
+                let $spec = &crate::crc16t10dif::SPEC;
+                $body
+            }
+        }
+    };
+}
+pub(crate) use with_static_spec;
+
 /// Raw update with 128-bit PCLMULQDQ folding.
 ///
 /// # Safety
 /// The CPU must support SSE4.2, SSSE3, SSE4.1 and PCLMULQDQ.
 #[target_feature(enable = "sse2,ssse3,sse4.1,sse4.2,pclmulqdq")]
-pub(crate) unsafe fn update_pclmul(spec: &Spec, state: u64, data: &[u8]) -> u64 {
+pub(crate) unsafe fn update_pclmul(algorithm: Algorithm, state: u64, data: &[u8]) -> u64 {
+    with_static_spec!(algorithm, |spec| update_128(spec, state, data))
+}
+
+/// Raw update with 256-bit VPCLMULQDQ folding (128-bit below 256 bytes).
+///
+/// # Safety
+/// The CPU must support everything `update_pclmul` needs plus AVX2 and VPCLMULQDQ.
+#[target_feature(enable = "sse2,ssse3,sse4.1,sse4.2,pclmulqdq,avx2,vpclmulqdq")]
+pub(crate) unsafe fn update_vpclmul(algorithm: Algorithm, state: u64, data: &[u8]) -> u64 {
+    with_static_spec!(algorithm, |spec| {
+        if data.len() < WIDE_FOLD_MIN_BYTES {
+            update_128(spec, state, data)
+        } else {
+            let whole = data.len() & !15;
+            let state = if spec.reflected {
+                fold::fold_256::<true>(spec, state, &data[..whole])
+            } else {
+                fold::fold_256::<false>(spec, state, &data[..whole])
+            };
+            update_tail(spec, state, &data[whole..])
+        }
+    })
+}
+
+#[inline(always)]
+unsafe fn update_128(spec: &Spec, state: u64, data: &[u8]) -> u64 {
     if data.len() < fold_min_bytes(spec) {
         return update_tail(spec, state, data);
     }
@@ -53,22 +102,13 @@ pub(crate) unsafe fn update_pclmul(spec: &Spec, state: u64, data: &[u8]) -> u64 
     update_tail(spec, state, &data[whole..])
 }
 
-/// Raw update with 256-bit VPCLMULQDQ folding.
+/// CRC32C of a short input with the `crc32` instruction alone.
 ///
 /// # Safety
-/// The CPU must support everything `update_pclmul` needs plus AVX2 and VPCLMULQDQ.
-#[target_feature(enable = "sse2,ssse3,sse4.1,sse4.2,pclmulqdq,avx2,vpclmulqdq")]
-pub(crate) unsafe fn update_vpclmul(spec: &Spec, state: u64, data: &[u8]) -> u64 {
-    if data.len() < WIDE_FOLD_MIN_BYTES {
-        return update_pclmul(spec, state, data);
-    }
-    let whole = data.len() & !15;
-    let state = if spec.reflected {
-        fold::fold_256::<true>(spec, state, &data[..whole])
-    } else {
-        fold::fold_256::<false>(spec, state, &data[..whole])
-    };
-    update_tail(spec, state, &data[whole..])
+/// The CPU must support SSE4.2.
+#[target_feature(enable = "sse4.2")]
+pub(crate) unsafe fn crc32c_short(state: u64, data: &[u8]) -> u64 {
+    crc32c_sse42(state, data)
 }
 
 /// Short inputs and tails: the `crc32` instruction for CRC32C, tables otherwise.

@@ -1,0 +1,112 @@
+//! The `csumkit` binary as a user runs it.
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+fn csumkit(args: &[&str], stdin: Option<&[u8]>) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_csumkit"))
+        .args(args)
+        .env_remove("CSUMKIT_BACKEND")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn csumkit");
+    let input = stdin.unwrap_or_default().to_vec();
+    let mut pipe = child.stdin.take().unwrap();
+    std::thread::spawn(move || pipe.write_all(&input));
+    child.wait_with_output().unwrap()
+}
+
+fn temp_file(name: &str, contents: &[u8]) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("csumkit-cli-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, contents).unwrap();
+    path
+}
+
+#[test]
+fn sum_prints_check_values_in_every_format() {
+    let path = temp_file("check.txt", b"123456789");
+    let p = path.to_str().unwrap();
+    for (algo, format, want) in [
+        ("crc32c", "hex", "e3069283"),
+        ("crc32c", "base64", "4waSgw=="),
+        ("crc32c", "decimal", "3808858755"),
+        ("crc64nvme", "hex", "ae8b14860a799888"),
+        ("crc64nvme", "base64", "rosUhgp5mIg="),
+        ("crc16t10dif", "hex", "d0db"),
+    ] {
+        let out = csumkit(&["sum", "--algo", algo, "--format", format, p], None);
+        assert!(out.status.success(), "{algo} {format}: {}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(String::from_utf8(out.stdout).unwrap(), format!("{want}  {p}\n"));
+    }
+}
+
+#[test]
+fn sum_reads_stdin_and_matches_the_library() {
+    let data: Vec<u8> = (0..3_000_000u32).map(|i| (i % 253) as u8).collect();
+    let out = csumkit(&["sum", "-a", "crc64nvme", "-"], Some(&data));
+    assert!(out.status.success());
+    let want = format!("{:016x}  -\n", csumkit::crc64nvme::checksum(&data));
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), want);
+}
+
+#[test]
+fn missing_file_is_one_line_and_the_others_still_print() {
+    let good = temp_file("good.txt", b"hello");
+    let out = csumkit(&["sum", "/nonexistent/csumkit-missing", good.to_str().unwrap()], None);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.starts_with("csumkit: cannot open /nonexistent/csumkit-missing"), "{stderr}");
+    assert!(String::from_utf8(out.stdout).unwrap().ends_with(&format!("  {}\n", good.display())));
+}
+
+#[test]
+fn bad_arguments_are_clear_errors() {
+    let out = csumkit(&["sum", "--algo", "md5", "x"], None);
+    assert!(!out.status.success());
+    assert!(String::from_utf8(out.stderr).unwrap().contains("unknown algorithm \"md5\""));
+    let out = Command::new(env!("CARGO_BIN_EXE_csumkit"))
+        .args(["backend"])
+        .env("CSUMKIT_BACKEND", "avx9000")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stderr.contains("CSUMKIT_BACKEND") && stderr.contains("unknown backend"), "{stderr}");
+}
+
+#[test]
+fn backend_lists_the_portable_engine() {
+    let out = csumkit(&["backend"], None);
+    assert!(out.status.success());
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(stdout.starts_with("active: "));
+    assert!(stdout.contains("portable-slice16"));
+    let pinned = Command::new(env!("CARGO_BIN_EXE_csumkit"))
+        .args(["backend"])
+        .env("CSUMKIT_BACKEND", "portable")
+        .output()
+        .unwrap();
+    assert!(String::from_utf8(pinned.stdout).unwrap().starts_with("active: portable-slice16"));
+}
+
+#[test]
+fn bench_crc_quick_prints_all_four_tables() {
+    let out = csumkit(&["bench", "crc", "--quick"], None);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    for title in [
+        "flip_range vs full CRC32C",
+        "splice (CRC32C)",
+        "combine / zero_extend",
+        "bulk crc32c",
+        "bulk crc64nvme",
+        "bulk crc16t10dif",
+    ] {
+        assert!(stdout.contains(title), "missing table {title}:\n{stdout}");
+    }
+}
