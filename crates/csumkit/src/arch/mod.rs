@@ -59,6 +59,7 @@ impl Backend {
             Backend::X86Pclmul => {
                 is_x86_feature_detected!("sse4.2")
                     && is_x86_feature_detected!("sse4.1")
+                    && is_x86_feature_detected!("popcnt")
                     && is_x86_feature_detected!("ssse3")
                     && is_x86_feature_detected!("pclmulqdq")
             }

@@ -96,6 +96,12 @@ impl Modulus {
         result
     }
 
+    /// `a^-1 mod G` (extended Euclid; compile-time helper). Panics if `a`
+    /// and G share a factor.
+    pub const fn inverse(&self, a: u64) -> u64 {
+        inverse_mod(self, a)
+    }
+
     /// `x^-1 mod G`. Every CRC generator has a constant term, so `x` is
     /// invertible: `G = x*h + 1` gives `x*h = 1 (mod G)`.
     pub const fn inv_x(&self) -> u64 {
@@ -222,6 +228,59 @@ const fn barrett_mu(degree: u32, low: u64) -> u128 {
         i -= 1;
     }
     quotient
+}
+
+/// Inverse of `a` modulo G by the extended Euclidean algorithm. Panics (at
+/// compile time) if `a` and G share a factor.
+const fn inverse_mod(m: &Modulus, a: u64) -> u64 {
+    let mut r0: u128 = (1u128 << m.degree) | m.low as u128;
+    let mut r1: u128 = a as u128;
+    let (mut s0, mut s1): (u128, u128) = (0, 1);
+    while r1 != 0 {
+        // One long division r0 = q*r1 + r, folded into the Bezout update.
+        let mut q: u128 = 0;
+        let mut r = r0;
+        while r != 0 && deg(r) >= deg(r1) {
+            let shift = (deg(r) - deg(r1)) as u32;
+            q |= 1u128 << shift;
+            r ^= r1 << shift;
+        }
+        let qs1 = clmul_u128_small(q, s1);
+        r0 = r1;
+        r1 = r;
+        let next = s0 ^ qs1;
+        s0 = s1;
+        s1 = next;
+    }
+    assert!(r0 == 1, "polynomial not invertible modulo G");
+    // s0 has degree < degree(G); reduce defensively anyway.
+    let mut s = s0;
+    let g: u128 = (1u128 << m.degree) | m.low as u128;
+    while s != 0 && deg(s) >= m.degree as i32 {
+        s ^= g << (deg(s) - m.degree as i32);
+    }
+    s as u64
+}
+
+/// Degree of a nonzero polynomial.
+const fn deg(p: u128) -> i32 {
+    127 - p.leading_zeros() as i32
+}
+
+/// Carry-less product of two polynomials whose product fits in 128 bits.
+const fn clmul_u128_small(a: u128, b: u128) -> u128 {
+    if a >> 64 == 0 && b >> 64 == 0 {
+        return clmul_slow(a as u64, b as u64);
+    }
+    let mut acc = 0u128;
+    let mut i = 0;
+    while i < 128 {
+        if (b >> i) & 1 == 1 {
+            acc ^= a << i;
+        }
+        i += 1;
+    }
+    acc
 }
 
 /// Exact division of `r` by `(x + 1)`; the caller guarantees divisibility.

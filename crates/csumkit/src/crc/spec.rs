@@ -2,7 +2,7 @@
 //! slicing tables, fold keys for the carry-less-multiply kernels, and the
 //! `x^k` tables of the algebra. One `static Spec` per algorithm.
 
-use super::gf2::{clmul_slow, Modulus, XpowTable};
+use super::gf2::{Modulus, XpowTable};
 
 /// Which algorithm a [`Spec`] describes; backends use it to pick
 /// algorithm-specific instructions (the SSE4.2 `crc32` instruction is CRC32C only).
@@ -110,7 +110,7 @@ impl Spec {
                 xpow: Modulus::new(width + 1, low_times_x1).xpow_table(),
             }
         } else {
-            OnesRoute::Inverse { inv_x_plus_1: inverse_mod(&modulus, 0b11) }
+            OnesRoute::Inverse { inv_x_plus_1: modulus.inverse(0b11) }
         };
         Self {
             algorithm,
@@ -259,57 +259,4 @@ const fn fold_key(m: &Modulus, reflected: bool, distance: u128) -> FoldKey {
     } else {
         [m.pow_x_slow(distance), m.pow_x_slow(64 + distance)]
     }
-}
-
-/// Inverse of `a` modulo G by the extended Euclidean algorithm. Panics (at
-/// compile time) if `a` and G share a factor.
-const fn inverse_mod(m: &Modulus, a: u64) -> u64 {
-    let mut r0: u128 = (1u128 << m.degree) | m.low as u128;
-    let mut r1: u128 = a as u128;
-    let (mut s0, mut s1): (u128, u128) = (0, 1);
-    while r1 != 0 {
-        // One long division r0 = q*r1 + r, folded into the Bezout update.
-        let mut q: u128 = 0;
-        let mut r = r0;
-        while r != 0 && deg(r) >= deg(r1) {
-            let shift = (deg(r) - deg(r1)) as u32;
-            q |= 1u128 << shift;
-            r ^= r1 << shift;
-        }
-        let qs1 = clmul_u128_small(q, s1);
-        r0 = r1;
-        r1 = r;
-        let next = s0 ^ qs1;
-        s0 = s1;
-        s1 = next;
-    }
-    assert!(r0 == 1, "polynomial not invertible modulo G");
-    // s0 has degree < degree(G); reduce defensively anyway.
-    let mut s = s0;
-    let g: u128 = (1u128 << m.degree) | m.low as u128;
-    while s != 0 && deg(s) >= m.degree as i32 {
-        s ^= g << (deg(s) - m.degree as i32);
-    }
-    s as u64
-}
-
-/// Degree of a nonzero polynomial.
-const fn deg(p: u128) -> i32 {
-    127 - p.leading_zeros() as i32
-}
-
-/// Carry-less product of two polynomials whose product fits in 128 bits.
-const fn clmul_u128_small(a: u128, b: u128) -> u128 {
-    if a >> 64 == 0 && b >> 64 == 0 {
-        return clmul_slow(a as u64, b as u64);
-    }
-    let mut acc = 0u128;
-    let mut i = 0;
-    while i < 128 {
-        if (b >> i) & 1 == 1 {
-            acc ^= a << i;
-        }
-        i += 1;
-    }
-    acc
 }

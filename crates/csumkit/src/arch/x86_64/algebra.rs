@@ -5,9 +5,10 @@
 // safety contract (CPU support, in-bounds pointers) is stated once per function.
 #![allow(unsafe_op_in_unsafe_fn)]
 
+use super::crc32c_algebra;
 use crate::crc::algebra;
 use crate::crc::gf2::{Clmul, Modulus};
-use crate::crc::spec::Spec;
+use crate::crc::spec::{Algorithm, Spec};
 use core::arch::x86_64::*;
 
 /// PCLMULQDQ as a [`Clmul`]. Only instantiated inside the
@@ -72,20 +73,27 @@ unsafe fn shift_right_128(v: __m128i, d: u32) -> __m128i {
     _mm_or_si128(down, carried)
 }
 
+/// Each operation: CRC32C on its `crc32`-instruction algebra, the other CRCs
+/// on the generic algebra with PCLMULQDQ Barrett reduction.
 macro_rules! with_pclmul {
-    ($($name:ident($($arg:ident: $ty:ty),*);)*) => {$(
+    ($($name:ident($($arg:ident: $ty:ty),*) => $crc32c:expr;)*) => {$(
         /// # Safety
-        /// The CPU must support PCLMULQDQ and SSE4.1.
-        #[target_feature(enable = "sse2,sse4.1,pclmulqdq")]
+        /// The CPU must support PCLMULQDQ, SSE4.1, SSE4.2 and POPCNT.
+        #[target_feature(enable = "sse2,sse4.1,sse4.2,popcnt,pclmulqdq")]
         pub(crate) unsafe fn $name(spec: &Spec, $($arg: $ty),*) -> u64 {
+            if spec.algorithm == Algorithm::Crc32c {
+                return $crc32c as u64;
+            }
             super::with_static_spec!(spec.algorithm, |spec| algebra::$name::<HwClmul>(spec, $($arg),*))
         }
     )*};
 }
 
 with_pclmul! {
-    combine(crc_a: u64, crc_b: u64, len_b: u64);
-    zero_extend(crc: u64, zeros: u64);
-    flip_range(crc: u64, total_bits: u64, bit_offset: u64, bit_len: u64);
-    splice_shift(crc: u64, lin_delta_reg: u64, trailing_bytes: u64);
+    combine(crc_a: u64, crc_b: u64, len_b: u64) => crc32c_algebra::combine(crc_a as u32, crc_b as u32, len_b);
+    zero_extend(crc: u64, zeros: u64) => crc32c_algebra::zero_extend(crc as u32, zeros);
+    flip_range(crc: u64, total_bits: u64, bit_offset: u64, bit_len: u64) =>
+        crc32c_algebra::flip_range(crc as u32, total_bits, bit_offset, bit_len);
+    splice_shift(crc: u64, lin_delta_reg: u64, trailing_bytes: u64) =>
+        crc32c_algebra::splice_shift(crc as u32, lin_delta_reg as u32, trailing_bytes);
 }

@@ -12,6 +12,7 @@
 #![allow(unsafe_op_in_unsafe_fn)]
 
 pub(crate) mod algebra;
+mod crc32c_algebra;
 mod fold;
 
 use crate::crc::spec::{Algorithm, Spec};
