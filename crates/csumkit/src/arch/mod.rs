@@ -201,8 +201,9 @@ pub(crate) fn raw_update(backend: Backend, spec: &Spec, state: u64, data: &[u8])
 /// The algebra operations, instantiated per carry-less multiplier.
 macro_rules! dispatch_algebra {
     ($(#[$doc:meta])* $name:ident => $op:ident($($arg:ident: $ty:ty),*)) => {
+        // Not `#[inline]`: the generic algebra is inlined *here*, once per
+        // backend; call sites get a plain call instead of its whole body.
         $(#[$doc])*
-        #[inline]
         pub(crate) fn $name(backend: Backend, spec: &Spec, $($arg: $ty),*) -> u64 {
             match backend {
                 Backend::Portable => algebra::$op::<PortableClmul>(spec, $($arg),*),

@@ -23,7 +23,9 @@ pub const FLIP_TOTAL_BITS_MAX: u64 = 1 << 63;
 pub fn shift_bytes<C: Clmul>(spec: &Spec, poly: u64, len_bytes: u64) -> u64 {
     let m = &spec.modulus;
     if len_bytes < (1 << 61) {
-        return m.mul_xpow::<C>(&spec.xpow, poly, len_bytes * 8);
+        // x^e first, `poly` last: in a chain of combines (folding chunk
+        // checksums) only the final product waits for the previous result.
+        return m.mul::<C>(poly, m.xpow::<C>(&spec.xpow, len_bytes * 8));
     }
     // 8 * len_bytes overflows u64: split off multiples of 2^60 bytes (2^63 bits).
     let mut factor = m.xpow::<C>(&spec.xpow, (len_bytes % (1 << 60)) * 8);

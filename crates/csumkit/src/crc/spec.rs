@@ -190,7 +190,7 @@ impl Spec {
     }
 
     /// Portable raw update: slicing-by-16, then byte at a time.
-    #[inline(always)]
+    #[inline]
     pub fn update_portable(&self, mut state: u64, data: &[u8]) -> u64 {
         let mut blocks = data.chunks_exact(16);
         for block in &mut blocks {
