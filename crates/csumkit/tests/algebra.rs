@@ -149,7 +149,7 @@ fn engines_agree_on(f: impl Fn(Backend) -> [u64; 3]) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(300))]
+    #![proptest_config(common::proptest_config(300))]
 
     #[test]
     fn combine_matches_concatenation(len in 0usize..=70_000, seed: u64, split in 0.0f64..=1.0) {

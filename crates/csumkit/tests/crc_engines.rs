@@ -132,7 +132,7 @@ fn unknown_and_unavailable_backends_are_errors() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(256))]
+    #![proptest_config(common::proptest_config(256))]
 
     #[test]
     fn random_data_matches_bitwise(len in 0usize..=70_000, seed: u64, start in 0usize..32) {

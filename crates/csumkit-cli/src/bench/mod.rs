@@ -32,7 +32,7 @@ pub fn machine_line() -> String {
         })
         .unwrap_or_else(|| std::env::consts::ARCH.to_string());
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let mut features = Vec::new();
+    let mut features: Vec<&str> = Vec::new();
     #[cfg(target_arch = "x86_64")]
     for (name, present) in [
         ("sse4.2", is_x86_feature_detected!("sse4.2")),
@@ -40,6 +40,15 @@ pub fn machine_line() -> String {
         ("avx2", is_x86_feature_detected!("avx2")),
         ("vpclmulqdq", is_x86_feature_detected!("vpclmulqdq")),
         ("avx512f", is_x86_feature_detected!("avx512f")),
+    ] {
+        if present {
+            features.push(name);
+        }
+    }
+    #[cfg(target_arch = "aarch64")]
+    for (name, present) in [
+        ("crc", std::arch::is_aarch64_feature_detected!("crc")),
+        ("pmull", std::arch::is_aarch64_feature_detected!("pmull")),
     ] {
         if present {
             features.push(name);

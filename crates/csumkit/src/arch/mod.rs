@@ -2,6 +2,8 @@
 //! detected once, the best backend is cached, and `CSUMKIT_BACKEND` or
 //! [`Backend::force`] pins one so tests and users can exercise every path.
 
+#[cfg(target_arch = "aarch64")]
+pub(crate) mod aarch64;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86_64;
 
@@ -24,11 +26,14 @@ pub enum Backend {
     X86Pclmul,
     /// 256-bit VPCLMULQDQ folding on AVX2, falling back to `X86Pclmul` below 256 bytes.
     X86VpclmulAvx2,
+    /// ARMv8 CRC32 instructions (CRC32C) and PMULL folding.
+    Aarch64CrcPmull,
 }
 
 impl Backend {
     /// Every backend, slowest first.
-    pub const ALL: [Backend; 3] = [Backend::Portable, Backend::X86Pclmul, Backend::X86VpclmulAvx2];
+    pub const ALL: [Backend; 4] =
+        [Backend::Portable, Backend::X86Pclmul, Backend::X86VpclmulAvx2, Backend::Aarch64CrcPmull];
 
     /// Stable name, shown by `csumkit backend` and in benchmark output.
     pub const fn name(self) -> &'static str {
@@ -36,6 +41,7 @@ impl Backend {
             Backend::Portable => "portable-slice16",
             Backend::X86Pclmul => "x86_64-sse42-pclmul",
             Backend::X86VpclmulAvx2 => "x86_64-vpclmul-avx2",
+            Backend::Aarch64CrcPmull => "aarch64-crc-pmull",
         }
     }
 
@@ -69,7 +75,11 @@ impl Backend {
                     && is_x86_feature_detected!("avx2")
                     && is_x86_feature_detected!("vpclmulqdq")
             }
-            #[cfg(not(target_arch = "x86_64"))]
+            #[cfg(target_arch = "aarch64")]
+            Backend::Aarch64CrcPmull => {
+                std::arch::is_aarch64_feature_detected!("crc") && std::arch::is_aarch64_feature_detected!("pmull")
+            }
+            #[allow(unreachable_patterns)] // every arm above may be compiled in or out
             _ => false,
         }
     }
@@ -109,6 +119,7 @@ impl Backend {
             1 => Backend::Portable,
             2 => Backend::X86Pclmul,
             3 => Backend::X86VpclmulAvx2,
+            4 => Backend::Aarch64CrcPmull,
             _ => Self::init_active(),
         }
     }
@@ -142,6 +153,7 @@ impl Backend {
             Backend::Portable => 1,
             Backend::X86Pclmul => 2,
             Backend::X86VpclmulAvx2 => 3,
+            Backend::Aarch64CrcPmull => 4,
         }
     }
 
@@ -191,7 +203,23 @@ pub(crate) fn raw_update(backend: Backend, spec: &Spec, state: u64, data: &[u8])
             _ => unsafe { x86_64::update_vpclmul(spec.algorithm, state, data) },
         }
     }
-    #[cfg(not(target_arch = "x86_64"))]
+    #[cfg(target_arch = "aarch64")]
+    {
+        use crate::crc::Algorithm;
+        if backend == Backend::Portable {
+            return spec.update_portable(state, data);
+        }
+        if spec.algorithm == Algorithm::Crc32c && data.len() < aarch64::CRC32C_FOLD_MIN_BYTES {
+            // SAFETY: the aarch64 backend implies the CRC extension and was checked available.
+            return unsafe { aarch64::crc32c_short(state, data) };
+        }
+        if spec.algorithm != Algorithm::Crc32c && data.len() < aarch64::TABLE_FOLD_MIN_BYTES {
+            return spec.update_portable(state, data);
+        }
+        // SAFETY: as above, for PMULL.
+        unsafe { aarch64::update_pmull(spec, state, data) }
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     {
         let _ = backend;
         spec.update_portable(state, data)
@@ -210,7 +238,10 @@ macro_rules! dispatch_algebra {
                 // SAFETY: every x86 backend implies PCLMULQDQ and was checked available.
                 #[cfg(target_arch = "x86_64")]
                 _ => unsafe { x86_64::algebra::$op(spec, $($arg),*) },
-                #[cfg(not(target_arch = "x86_64"))]
+                // SAFETY: the aarch64 backend implies PMULL and was checked available.
+                #[cfg(target_arch = "aarch64")]
+                _ => unsafe { aarch64::$op(spec, $($arg),*) },
+                #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
                 _ => algebra::$op::<PortableClmul>(spec, $($arg),*),
             }
         }

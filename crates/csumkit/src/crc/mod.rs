@@ -3,6 +3,8 @@
 
 pub(crate) mod algebra;
 mod dynamic;
+#[cfg(any(target_arch = "aarch64", test))]
+pub(crate) mod fold;
 pub mod gf2;
 pub mod spec;
 

@@ -72,3 +72,10 @@ pub fn all_engines(data: &[u8]) -> Vec<(String, Params, u64)> {
     }
     out
 }
+
+/// `cases` proptest cases, or `PROPTEST_CASES` when set (CI lowers it for
+/// the emulated aarch64 run, where every instruction is slow).
+pub fn proptest_config(cases: u32) -> proptest::test_runner::Config {
+    let cases = std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(cases);
+    proptest::test_runner::Config::with_cases(cases)
+}

@@ -1,0 +1,104 @@
+//! aarch64 engine: the ARMv8 CRC32 instructions for CRC32C (short inputs,
+//! tails, final reduction) and PMULL folding for all three CRCs, using the
+//! generic folding kernel of `crc::fold` with PMULL as its multiplier; the
+//! algebra uses PMULL for its Barrett reductions.
+//!
+//! Every function here is `unsafe` with `#[target_feature]`: callers must
+//! have checked the CPU features (see `Backend::is_available`).
+
+// Intrinsics inside `#[target_feature]` functions whose safety contract (CPU
+// support) is stated once per function.
+#![allow(unsafe_op_in_unsafe_fn)]
+
+use crate::crc::algebra;
+use crate::crc::fold::{chunk_bytes, fold_to_128};
+use crate::crc::gf2::Clmul;
+use crate::crc::spec::{Algorithm, Spec};
+use core::arch::aarch64::*;
+
+/// Below this many bytes CRC32C uses the CRC32 instructions alone.
+pub(crate) const CRC32C_FOLD_MIN_BYTES: usize = 128;
+/// Below this many bytes the other CRCs use the slicing tables.
+pub(crate) const TABLE_FOLD_MIN_BYTES: usize = 32;
+
+/// PMULL as a [`Clmul`]; only instantiated inside the
+/// `#[target_feature(enable = "aes")]` functions below.
+pub(crate) struct PmullClmul;
+
+impl Clmul for PmullClmul {
+    // Inlined into the `aes`-enabled callers below, where the intrinsic
+    // inlines too; a trait method cannot carry `#[target_feature]` itself.
+    #[allow(inline_always_mismatching_target_features)]
+    #[inline(always)]
+    fn clmul(a: u64, b: u64) -> u128 {
+        // SAFETY: see the type's documentation.
+        unsafe { vmull_p64(a, b) }
+    }
+}
+
+/// CRC32C of a short input with the CRC32 instructions.
+///
+/// # Safety
+/// The CPU must support the CRC extension.
+#[target_feature(enable = "crc")]
+pub(crate) unsafe fn crc32c_short(state: u64, data: &[u8]) -> u64 {
+    crc32c_instr(state as u32, data) as u64
+}
+
+#[inline]
+#[target_feature(enable = "crc")]
+unsafe fn crc32c_instr(mut crc: u32, data: &[u8]) -> u32 {
+    let mut words = data.chunks_exact(8);
+    for word in &mut words {
+        crc = __crc32cd(crc, u64::from_le_bytes(word.try_into().unwrap()));
+    }
+    for &byte in words.remainder() {
+        crc = __crc32cb(crc, byte);
+    }
+    crc
+}
+
+/// Raw update with PMULL folding.
+///
+/// # Safety
+/// The CPU must support NEON, the CRC extension and PMULL (`aes`).
+#[target_feature(enable = "neon,aes,crc")]
+pub(crate) unsafe fn update_pmull(spec: &Spec, state: u64, data: &[u8]) -> u64 {
+    let whole = data.len() & !15;
+    let crc32c = spec.algorithm == Algorithm::Crc32c;
+    let state = if whole == 0 {
+        state
+    } else if spec.reflected {
+        let x = fold_to_128::<PmullClmul, true>(spec, state, &data[..whole]);
+        if crc32c {
+            crc32c_instr(0, &chunk_bytes::<true>(x)) as u64
+        } else {
+            spec.update_block16(0, &chunk_bytes::<true>(x))
+        }
+    } else {
+        spec.update_block16(0, &chunk_bytes::<false>(fold_to_128::<PmullClmul, false>(spec, state, &data[..whole])))
+    };
+    if crc32c {
+        crc32c_instr(state as u32, &data[whole..]) as u64
+    } else {
+        spec.update_portable(state, &data[whole..])
+    }
+}
+
+macro_rules! with_pmull {
+    ($($name:ident($($arg:ident: $ty:ty),*);)*) => {$(
+        /// # Safety
+        /// The CPU must support PMULL (`aes`).
+        #[target_feature(enable = "neon,aes")]
+        pub(crate) unsafe fn $name(spec: &Spec, $($arg: $ty),*) -> u64 {
+            algebra::$name::<PmullClmul>(spec, $($arg),*)
+        }
+    )*};
+}
+
+with_pmull! {
+    combine(crc_a: u64, crc_b: u64, len_b: u64);
+    zero_extend(crc: u64, zeros: u64);
+    flip_range(crc: u64, total_bits: u64, bit_offset: u64, bit_len: u64);
+    splice_shift(crc: u64, lin_delta_reg: u64, trailing_bytes: u64);
+}
