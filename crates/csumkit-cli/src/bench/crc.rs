@@ -83,7 +83,8 @@ impl Rng {
 }
 
 fn flip_table(budget: &Budget, quick: bool) {
-    let mut sizes: Vec<u64> = SEED_BITMAP_BYTES.to_vec();
+    // 256 and 512 bytes too: where incremental starts to beat a full pass.
+    let mut sizes: Vec<u64> = [256, 512].into_iter().chain(SEED_BITMAP_BYTES).collect();
     sizes.extend([1 << 20, 1 << 24]);
     if !quick {
         sizes.push(1 << 29); // 2^32 bits, the largest bitmap

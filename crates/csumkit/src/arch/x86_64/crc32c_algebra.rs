@@ -82,8 +82,23 @@ unsafe fn mul(a: u32, b: u32) -> u32 {
 /// `E(e) = x^(e - 33) mod G` for any `e`.
 #[inline(always)]
 unsafe fn epow(e: u64) -> u32 {
-    let e = e % X_ORDER;
+    epow_bounded(e, e)
+}
+
+/// [`epow`] for `e <= bound`: the product tree follows `bound`, so a caller
+/// with a fixed bound (a bitmap's size) gets predictable branches and, for
+/// small buffers, fewer products.
+#[inline(always)]
+unsafe fn epow_bounded(e: u64, bound: u64) -> u32 {
+    debug_assert!(e <= bound);
+    let e = if bound >= X_ORDER { e % X_ORDER } else { e };
     let f = |i: usize| TABLES.pow[i][((e >> (8 * i)) & 0xff) as usize];
+    if bound >> 16 == 0 {
+        return mul(f(0), f(1));
+    }
+    if bound >> 24 == 0 {
+        return mul(mul(f(0), f(1)), f(2));
+    }
     mul(mul(f(0), f(1)), mul(f(2), f(3)))
 }
 
@@ -126,8 +141,9 @@ pub(crate) unsafe fn flip_range(crc: u32, total_bits: u64, bit_offset: u64, bit_
     }
     // lin = ones(len) * x^s with s = shift + 32, i.e. (x^(len+s) + x^s) / (x + 1).
     let s = total_bits - bit_offset - bit_len + 32;
+    let bound = total_bits + 32;
     // Modulo P: multiply by (x + 1)^-1 instead of dividing.
-    let b = mul(epow(bit_len + s) ^ epow(s), TABLES.inv_x_plus_1_mod_p);
+    let b = mul(epow_bounded(bit_len + s, bound) ^ epow_bounded(s, bound), TABLES.inv_x_plus_1_mod_p);
     let a = if b & 1 == 1 { b ^ TABLES.p } else { b }; // reduce mod P (degree 31 -> < 31)
                                                        // Modulo x + 1, lin(1) = len mod 2; adding P (P(1) = 1) fixes the parity.
     let wrong_parity = (a.count_ones() as u64 ^ bit_len) & 1 == 1;
