@@ -176,48 +176,34 @@ impl std::fmt::Display for Backend {
 
 static ACTIVE: AtomicU8 = AtomicU8::new(0);
 
+/// This CPU architecture's engine module (same item names on each).
+#[cfg(target_arch = "aarch64")]
+use aarch64 as native;
+#[cfg(target_arch = "x86_64")]
+use x86_64 as native;
+
 /// Raw register update (no init, no final XOR) on `backend`, which the caller
 /// has checked is available. Inlined into the public functions, so short
 /// inputs reach their small kernel without passing through the big ones.
 #[inline(always)]
 pub(crate) fn raw_update(backend: Backend, spec: &Spec, state: u64, data: &[u8]) -> u64 {
-    #[cfg(target_arch = "x86_64")]
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
     {
         use crate::crc::Algorithm;
         if backend == Backend::Portable {
             return spec.update_portable(state, data);
         }
-        if spec.algorithm == Algorithm::Crc32c && data.len() < x86_64::CRC32C_FOLD_MIN_BYTES {
-            // SAFETY: every x86 backend implies SSE4.2 and was checked available
-            // (`Backend::active` only returns available backends; `*_with`
-            // entry points call `checked`).
-            return unsafe { x86_64::crc32c_short(state, data) };
+        if spec.algorithm == Algorithm::Crc32c && data.len() < native::CRC32C_FOLD_MIN_BYTES {
+            // SAFETY: every hardware backend implies the CRC32C instructions
+            // and was checked available (`Backend::active` only returns
+            // available backends; `*_with` entry points call `checked`).
+            return unsafe { native::crc32c_short(state, data) };
         }
-        if spec.algorithm != Algorithm::Crc32c && data.len() < x86_64::TABLE_FOLD_MIN_BYTES {
+        if spec.algorithm != Algorithm::Crc32c && data.len() < native::TABLE_FOLD_MIN_BYTES {
             return spec.update_portable(state, data);
         }
-        match backend {
-            // SAFETY: as above, for PCLMULQDQ.
-            Backend::X86Pclmul => unsafe { x86_64::update_pclmul(spec.algorithm, state, data) },
-            // SAFETY: as above, for AVX2 and VPCLMULQDQ.
-            _ => unsafe { x86_64::update_vpclmul(spec.algorithm, state, data) },
-        }
-    }
-    #[cfg(target_arch = "aarch64")]
-    {
-        use crate::crc::Algorithm;
-        if backend == Backend::Portable {
-            return spec.update_portable(state, data);
-        }
-        if spec.algorithm == Algorithm::Crc32c && data.len() < aarch64::CRC32C_FOLD_MIN_BYTES {
-            // SAFETY: the aarch64 backend implies the CRC extension and was checked available.
-            return unsafe { aarch64::crc32c_short(state, data) };
-        }
-        if spec.algorithm != Algorithm::Crc32c && data.len() < aarch64::TABLE_FOLD_MIN_BYTES {
-            return spec.update_portable(state, data);
-        }
-        // SAFETY: as above, for PMULL.
-        unsafe { aarch64::update_pmull(spec, state, data) }
+        // SAFETY: as above, for the backend's folding instructions.
+        unsafe { native::update(backend, spec.algorithm, state, data) }
     }
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     {
@@ -235,12 +221,10 @@ macro_rules! dispatch_algebra {
         pub(crate) fn $name(backend: Backend, spec: &Spec, $($arg: $ty),*) -> u64 {
             match backend {
                 Backend::Portable => algebra::$op::<PortableClmul>(spec, $($arg),*),
-                // SAFETY: every x86 backend implies PCLMULQDQ and was checked available.
-                #[cfg(target_arch = "x86_64")]
-                _ => unsafe { x86_64::algebra::$op(spec, $($arg),*) },
-                // SAFETY: the aarch64 backend implies PMULL and was checked available.
-                #[cfg(target_arch = "aarch64")]
-                _ => unsafe { aarch64::$op(spec, $($arg),*) },
+                // SAFETY: every hardware backend implies its carry-less
+                // multiply (PCLMULQDQ, PMULL) and was checked available.
+                #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+                _ => unsafe { native::algebra::$op(spec, $($arg),*) },
                 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
                 _ => algebra::$op::<PortableClmul>(spec, $($arg),*),
             }

@@ -10,10 +10,10 @@
 // support) is stated once per function.
 #![allow(unsafe_op_in_unsafe_fn)]
 
-use crate::crc::algebra;
 use crate::crc::fold::{chunk_bytes, fold_to_128};
 use crate::crc::gf2::Clmul;
 use crate::crc::spec::{Algorithm, Spec};
+use crate::Backend;
 use core::arch::aarch64::*;
 
 /// Below this many bytes CRC32C uses the CRC32 instructions alone.
@@ -58,12 +58,21 @@ unsafe fn crc32c_instr(mut crc: u32, data: &[u8]) -> u32 {
     crc
 }
 
-/// Raw update with PMULL folding.
+/// Raw update on the aarch64 backend (the only one here).
 ///
 /// # Safety
 /// The CPU must support NEON, the CRC extension and PMULL (`aes`).
 #[target_feature(enable = "neon,aes,crc")]
-pub(crate) unsafe fn update_pmull(spec: &Spec, state: u64, data: &[u8]) -> u64 {
+pub(crate) unsafe fn update(_backend: Backend, algorithm: Algorithm, state: u64, data: &[u8]) -> u64 {
+    match algorithm {
+        Algorithm::Crc32c => update_pmull(&crate::crc32c::SPEC, state, data),
+        Algorithm::Crc64Nvme => update_pmull(&crate::crc64nvme::SPEC, state, data),
+        Algorithm::Crc16T10Dif => update_pmull(&crate::crc16t10dif::SPEC, state, data),
+    }
+}
+
+#[inline(always)]
+unsafe fn update_pmull(spec: &Spec, state: u64, data: &[u8]) -> u64 {
     let whole = data.len() & !15;
     let crc32c = spec.algorithm == Algorithm::Crc32c;
     let state = if whole == 0 {
@@ -85,20 +94,27 @@ pub(crate) unsafe fn update_pmull(spec: &Spec, state: u64, data: &[u8]) -> u64 {
     }
 }
 
-macro_rules! with_pmull {
-    ($($name:ident($($arg:ident: $ty:ty),*);)*) => {$(
-        /// # Safety
-        /// The CPU must support PMULL (`aes`).
-        #[target_feature(enable = "neon,aes")]
-        pub(crate) unsafe fn $name(spec: &Spec, $($arg: $ty),*) -> u64 {
-            algebra::$name::<PmullClmul>(spec, $($arg),*)
-        }
-    )*};
-}
+/// The checksum algebra with PMULL Barrett reductions.
+pub(crate) mod algebra {
+    use super::PmullClmul;
+    use crate::crc::algebra;
+    use crate::crc::spec::Spec;
 
-with_pmull! {
-    combine(crc_a: u64, crc_b: u64, len_b: u64);
-    zero_extend(crc: u64, zeros: u64);
-    flip_range(crc: u64, total_bits: u64, bit_offset: u64, bit_len: u64);
-    splice_shift(crc: u64, lin_delta_reg: u64, trailing_bytes: u64);
+    macro_rules! with_pmull {
+        ($($name:ident($($arg:ident: $ty:ty),*);)*) => {$(
+            /// # Safety
+            /// The CPU must support PMULL (`aes`).
+            #[target_feature(enable = "neon,aes")]
+            pub(crate) unsafe fn $name(spec: &Spec, $($arg: $ty),*) -> u64 {
+                algebra::$name::<PmullClmul>(spec, $($arg),*)
+            }
+        )*};
+    }
+
+    with_pmull! {
+        combine(crc_a: u64, crc_b: u64, len_b: u64);
+        zero_extend(crc: u64, zeros: u64);
+        flip_range(crc: u64, total_bits: u64, bit_offset: u64, bit_len: u64);
+        splice_shift(crc: u64, lin_delta_reg: u64, trailing_bytes: u64);
+    }
 }

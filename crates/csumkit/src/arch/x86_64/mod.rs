@@ -16,6 +16,7 @@ mod crc32c_algebra;
 mod fold;
 
 use crate::crc::spec::{Algorithm, Spec};
+use crate::Backend;
 use core::arch::x86_64::*;
 
 /// Below this many bytes CRC32C uses the `crc32` instruction alone: folding's
@@ -59,12 +60,24 @@ macro_rules! with_static_spec {
 }
 pub(crate) use with_static_spec;
 
+/// Raw update on an x86 hardware `backend`.
+///
+/// # Safety
+/// The CPU must support `backend` (checked by `Backend::is_available`).
+#[inline(always)]
+pub(crate) unsafe fn update(backend: Backend, algorithm: Algorithm, state: u64, data: &[u8]) -> u64 {
+    match backend {
+        Backend::X86Pclmul => update_pclmul(algorithm, state, data),
+        _ => update_vpclmul(algorithm, state, data),
+    }
+}
+
 /// Raw update with 128-bit PCLMULQDQ folding.
 ///
 /// # Safety
 /// The CPU must support SSE4.2, SSSE3, SSE4.1 and PCLMULQDQ.
 #[target_feature(enable = "sse2,ssse3,sse4.1,sse4.2,pclmulqdq")]
-pub(crate) unsafe fn update_pclmul(algorithm: Algorithm, state: u64, data: &[u8]) -> u64 {
+unsafe fn update_pclmul(algorithm: Algorithm, state: u64, data: &[u8]) -> u64 {
     with_static_spec!(algorithm, |spec| update_128(spec, state, data))
 }
 
@@ -73,7 +86,7 @@ pub(crate) unsafe fn update_pclmul(algorithm: Algorithm, state: u64, data: &[u8]
 /// # Safety
 /// The CPU must support everything `update_pclmul` needs plus AVX2 and VPCLMULQDQ.
 #[target_feature(enable = "sse2,ssse3,sse4.1,sse4.2,pclmulqdq,avx2,vpclmulqdq")]
-pub(crate) unsafe fn update_vpclmul(algorithm: Algorithm, state: u64, data: &[u8]) -> u64 {
+unsafe fn update_vpclmul(algorithm: Algorithm, state: u64, data: &[u8]) -> u64 {
     with_static_spec!(algorithm, |spec| {
         if data.len() < WIDE_FOLD_MIN_BYTES {
             update_128(spec, state, data)
