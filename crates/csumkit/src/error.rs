@@ -42,6 +42,24 @@ pub enum Error {
     #[error("{path}: file changed size while being read (expected {expected} bytes, got {actual})")]
     FileChanged { path: String, expected: u64, actual: u64 },
 
+    /// A parameter outside what the component supports (an allocator
+    /// geometry ext4 would not build, an unknown strategy name, …).
+    #[error("invalid {what}: {detail}")]
+    Invalid { what: &'static str, detail: String },
+
+    /// Not enough free blocks for a request.
+    #[error("no space: {requested} blocks requested, {free} free")]
+    NoSpace { requested: u64, free: u64 },
+
+    /// A block range that is not (entirely) allocated where it must be, or not
+    /// inside the volume: freeing it would corrupt the free count.
+    #[error("blocks [{start}, {start} + {len}) {problem}")]
+    BadBlockRange { start: u64, len: u64, problem: &'static str },
+
+    /// On-media metadata that fails a checksum or consistency check.
+    #[error("corrupt {location}: {detail}")]
+    Corrupt { location: String, detail: String },
+
     /// An I/O error, with what was being done.
     #[error("{context}: {source}")]
     Io {
