@@ -110,3 +110,34 @@ fn bench_crc_quick_prints_all_four_tables() {
         assert!(stdout.contains(title), "missing table {title}:\n{stdout}");
     }
 }
+
+#[test]
+fn bench_fallocate_quick_prints_both_tables_and_the_breakdown() {
+    let out = csumkit(&["bench", "fallocate", "--quick"], None);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    for needle in [
+        "Blocks per group up to 65528",
+        "Blocks per group up to 524288",
+        "| +free_space_tree |",
+        "Where the time goes",
+        "+free_space_tree vs Before at 64k",
+        "First fit in a fragmented group",
+    ] {
+        assert!(stdout.contains(needle), "missing {needle:?}:\n{stdout}");
+    }
+    assert!(stdout.lines().any(|l| l.contains(" 64k ") && l.contains(" 524288 ")), "{stdout}");
+    // 7 block sizes x 2 tables, 4 breakdown rows, 2 fragmented-search rows.
+    let rows = stdout.lines().filter(|l| l.starts_with("|") && l.contains("k |") && !l.contains("Blksz"));
+    assert_eq!(rows.clone().count(), 14 + 4 + 2, "{stdout}");
+}
+
+#[test]
+fn bench_fallocate_rejects_impossible_sizes() {
+    for args in [["--block-sizes", "3K"], ["--chunk", "1000"], ["--block-sizes", "128K"]] {
+        let out = csumkit(&["bench", "fallocate", "--quick", args[0], args[1]], None);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    }
+}

@@ -363,7 +363,7 @@ fn checksums_match_e2fsprogs() {
         }
         let script = dir.join("cmds");
         std::fs::write(&script, commands).unwrap();
-        let out = std::process::Command::new("/usr/sbin/debugfs")
+        let out = std::process::Command::new(std::path::Path::new(mkfs).with_file_name("debugfs"))
             .args(["-w", "-f"])
             .arg(&script)
             .arg(&image)

@@ -3,6 +3,8 @@
 //! noisy; each figure is the median of repeated samples.
 
 mod crc;
+mod fallocate;
+mod phase_clock;
 mod table;
 mod timing;
 
@@ -13,11 +15,14 @@ use std::process::ExitCode;
 pub enum BenchCommand {
     /// CRC engines and algebra: seed-000 flip table, splice, combine, bulk GB/s vs peers.
     Crc(crc::CrcArgs),
+    /// Seed-000 fallocate tables on the checksummed block-group allocator.
+    Fallocate(fallocate::FallocateArgs),
 }
 
 pub fn run(command: BenchCommand) -> ExitCode {
     match command {
         BenchCommand::Crc(args) => crc::run(&args),
+        BenchCommand::Fallocate(args) => fallocate::run(&args),
     }
 }
 
@@ -59,4 +64,18 @@ pub fn machine_line() -> String {
         features.join(" "),
         csumkit::Backend::active()
     )
+}
+
+/// A byte count with an optional binary suffix: `4096`, `64K`, `16M`, `2G`.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let (digits, shift) = match text.char_indices().last() {
+        Some((i, 'k' | 'K')) => (&text[..i], 10),
+        Some((i, 'm' | 'M')) => (&text[..i], 20),
+        Some((i, 'g' | 'G')) => (&text[..i], 30),
+        Some((i, 't' | 'T')) => (&text[..i], 40),
+        _ => (text, 0),
+    };
+    let value: u64 = digits.parse().map_err(|_| format!("{text:?} is not a size like 4096, 64K, 16M or 2G"))?;
+    value.checked_mul(1 << shift).ok_or_else(|| format!("{text:?} is too large"))
 }

@@ -122,11 +122,12 @@ impl Descriptor {
     /// `bg_checksum` as it should be for group `group` of a volume with
     /// checksum seed `csum_seed`.
     pub fn compute_checksum(&self, csum_seed: u32, group: u32) -> u16 {
-        let crc = crc32c::raw_update(csum_seed, &group.to_le_bytes());
-        let crc = crc32c::raw_update(crc, &self.bytes[..CHECKSUM]);
-        let crc = crc32c::raw_update(crc, &[0, 0]);
-        let crc = crc32c::raw_update(crc, &self.bytes[CHECKSUM + 2..]);
-        crc as u16
+        // One CRC over a copy instead of four calls over the pieces.
+        let mut covered = [0u8; 4 + DESC_SIZE];
+        covered[..4].copy_from_slice(&group.to_le_bytes());
+        covered[4..].copy_from_slice(&self.bytes);
+        covered[4 + CHECKSUM..4 + CHECKSUM + 2].fill(0);
+        crc32c::raw_update(csum_seed, &covered) as u16
     }
 
     /// Recomputes and stores `bg_checksum`.

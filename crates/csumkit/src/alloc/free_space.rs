@@ -42,6 +42,7 @@ impl FreeSpace {
     }
 
     /// Length of the longest free extent (0 when full).
+    #[cfg(test)]
     pub fn max_len(&self) -> u32 {
         self.by_len.last().map_or(0, |&(len, _)| len)
     }
@@ -58,11 +59,31 @@ impl FreeSpace {
     }
 
     /// The first free extent starting in `[from, to)` at least `want` long.
+    ///
+    /// Walks two indexes in lockstep: extents in start order from `from`
+    /// (done at the first long enough) and extents at least `want` long
+    /// (done when exhausted: the answer is the least start among them). The
+    /// cost is twice the shorter walk, so many small holes before the first
+    /// fit cost no more than the few extents that could fit.
     pub fn first_fit_in(&self, from: u32, to: u32, want: u32) -> Option<(u32, u32)> {
-        if self.max_len() < want {
-            return None;
+        let mut in_order = self.by_start.range(from..to).map(|(&s, &l)| (s, l));
+        let mut long_enough = self.by_len.range((want, 0)..).map(|&(l, s)| (s, l));
+        let mut best: Option<(u32, u32)> = None;
+        loop {
+            match in_order.next() {
+                Some((s, l)) if l >= want => return Some((s, l)),
+                Some(_) => {}
+                None => return None,
+            }
+            match long_enough.next() {
+                Some((s, l)) => {
+                    if (from..to).contains(&s) && best.is_none_or(|(b, _)| s < b) {
+                        best = Some((s, l));
+                    }
+                }
+                None => return best,
+            }
         }
-        self.by_start.range(from..to).map(|(&s, &l)| (s, l)).find(|&(_, len)| len >= want)
     }
 
     /// Marks `[start, start + len)` used; it lies inside one free extent.

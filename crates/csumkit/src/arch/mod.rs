@@ -235,4 +235,4 @@ macro_rules! dispatch_algebra {
 dispatch_algebra!(combine => combine(crc_a: u64, crc_b: u64, len_b: u64));
 dispatch_algebra!(zero_extend => zero_extend(crc: u64, zeros: u64));
 dispatch_algebra!(flip_range => flip_range(crc: u64, total_bits: u64, bit_offset: u64, bit_len: u64));
-dispatch_algebra!(splice_shift => splice_shift(crc: u64, lin_delta_reg: u64, trailing_bytes: u64));
+dispatch_algebra!(splice_shift => splice_shift(crc: u64, lin_delta_reg: u64, trailing_bytes: u64, total_len: u64));

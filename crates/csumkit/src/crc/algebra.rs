@@ -159,7 +159,7 @@ pub fn check_splice(total_len: u64, offset: u64, old_len: usize, new_len: usize)
 /// `total_len`-byte buffer; `lin_old ^ lin_new` is the raw CRC (zero register)
 /// of `old ^ new`, which the caller computes with the fast engine.
 #[inline(always)]
-pub fn splice_shift<C: Clmul>(spec: &Spec, crc: u64, lin_delta_reg: u64, trailing_bytes: u64) -> u64 {
+pub fn splice_shift<C: Clmul>(spec: &Spec, crc: u64, lin_delta_reg: u64, trailing_bytes: u64, _total_len: u64) -> u64 {
     let shifted = shift_bytes::<C>(spec, spec.reg_to_poly(lin_delta_reg), trailing_bytes);
     crc ^ spec.poly_to_reg(shifted)
 }

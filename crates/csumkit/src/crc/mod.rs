@@ -166,11 +166,20 @@ macro_rules! crc_api {
             #[inline]
             pub fn splice(self, crc: $T, total_len: u64, offset: u64, old: &[u8], new: &[u8]) -> Result<$T, Error> {
                 algebra::check_splice(total_len, offset, old.len(), new.len())?;
-                // lin(old ^ new) = lin(old) ^ lin(new): two fast CRCs, no scratch buffer.
+                // lin(old ^ new) = lin(old) ^ lin(new): one CRC of the XOR for
+                // the usual small region, else two CRCs and no scratch buffer.
                 let s = &$spec;
-                let lin = arch::raw_update(self.backend, s, 0, old) ^ arch::raw_update(self.backend, s, 0, new);
+                let lin = if old.len() <= 64 {
+                    let mut delta = [0u8; 64];
+                    for (d, (a, b)) in delta.iter_mut().zip(old.iter().zip(new)) {
+                        *d = a ^ b;
+                    }
+                    arch::raw_update(self.backend, s, 0, &delta[..old.len()])
+                } else {
+                    arch::raw_update(self.backend, s, 0, old) ^ arch::raw_update(self.backend, s, 0, new)
+                };
                 let trailing = total_len - offset - old.len() as u64;
-                Ok(arch::splice_shift(self.backend, s, crc as u64, lin, trailing) as $T)
+                Ok(arch::splice_shift(self.backend, s, crc as u64, lin, trailing, total_len) as $T)
             }
 
             /// A streaming digest on this engine.

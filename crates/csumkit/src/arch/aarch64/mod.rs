@@ -115,6 +115,6 @@ pub(crate) mod algebra {
         combine(crc_a: u64, crc_b: u64, len_b: u64);
         zero_extend(crc: u64, zeros: u64);
         flip_range(crc: u64, total_bits: u64, bit_offset: u64, bit_len: u64);
-        splice_shift(crc: u64, lin_delta_reg: u64, trailing_bytes: u64);
+        splice_shift(crc: u64, lin_delta_reg: u64, trailing_bytes: u64, total_len: u64);
     }
 }

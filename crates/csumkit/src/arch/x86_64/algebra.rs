@@ -94,6 +94,6 @@ with_pclmul! {
     zero_extend(crc: u64, zeros: u64) => crc32c_algebra::zero_extend(crc as u32, zeros);
     flip_range(crc: u64, total_bits: u64, bit_offset: u64, bit_len: u64) =>
         crc32c_algebra::flip_range(crc as u32, total_bits, bit_offset, bit_len);
-    splice_shift(crc: u64, lin_delta_reg: u64, trailing_bytes: u64) =>
-        crc32c_algebra::splice_shift(crc as u32, lin_delta_reg as u32, trailing_bytes);
+    splice_shift(crc: u64, lin_delta_reg: u64, trailing_bytes: u64, total_len: u64) =>
+        crc32c_algebra::splice_shift(crc as u32, lin_delta_reg as u32, trailing_bytes, total_len);
 }

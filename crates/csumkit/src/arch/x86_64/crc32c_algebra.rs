@@ -125,8 +125,13 @@ pub(crate) unsafe fn zero_extend(crc: u32, zeros: u64) -> u32 {
 /// # Safety
 /// As [`combine`].
 #[target_feature(enable = "sse4.2,pclmulqdq")]
-pub(crate) unsafe fn splice_shift(crc: u32, lin_delta: u32, trailing_bytes: u64) -> u32 {
-    crc ^ mul(lin_delta, epow_bytes(trailing_bytes))
+pub(crate) unsafe fn splice_shift(crc: u32, lin_delta: u32, trailing_bytes: u64, total_len: u64) -> u32 {
+    // A block-sized buffer bounds the exponent: fewer table products.
+    let shift = match total_len.checked_mul(8) {
+        Some(bound) if bound < X_ORDER => epow_bounded(trailing_bytes * 8, bound),
+        _ => epow_bytes(trailing_bytes),
+    };
+    crc ^ mul(lin_delta, shift)
 }
 
 /// Bits `[total_bits - shift - len, total_bits - shift)` flipped; the range
