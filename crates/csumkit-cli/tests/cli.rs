@@ -141,3 +141,20 @@ fn bench_fallocate_rejects_impossible_sizes() {
         assert_eq!(stderr.lines().count(), 1, "{stderr}");
     }
 }
+
+#[test]
+fn bench_pipeline_quick_prints_rates_model_and_both_modes() {
+    let dir = std::env::temp_dir().join(format!("csumkit-cli-pipeline-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = csumkit(&["bench", "pipeline", "--quick", "--size", "8M", "--dir", dir.to_str().unwrap()], None);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    for needle in ["Rates measured on this machine", "S file |", "model before", "seed 002 example", "5.980", "6.897"] {
+        assert!(stdout.contains(needle), "missing {needle:?}:\n{stdout}");
+    }
+    // The bench cleans up after itself.
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+    std::fs::remove_dir(&dir).unwrap();
+    let out = csumkit(&["bench", "pipeline", "--quick", "--write-size", "1000"], None);
+    assert_eq!(out.status.code(), Some(2));
+}

@@ -28,6 +28,8 @@ pub mod crc32c;
 pub mod crc64nvme;
 mod error;
 pub mod file;
+#[cfg(unix)]
+pub mod pipeline;
 
 pub use arch::{Backend, BACKEND_ENV_VAR};
 pub use crc::Algorithm;

@@ -5,6 +5,7 @@
 mod crc;
 mod fallocate;
 mod phase_clock;
+mod pipeline;
 mod table;
 mod timing;
 
@@ -17,12 +18,15 @@ pub enum BenchCommand {
     Crc(crc::CrcArgs),
     /// Seed-000 fallocate tables on the checksummed block-group allocator.
     Fallocate(fallocate::FallocateArgs),
+    /// Seed-002 model vs measured sync/async checksummed writes.
+    Pipeline(pipeline::PipelineArgs),
 }
 
 pub fn run(command: BenchCommand) -> ExitCode {
     match command {
         BenchCommand::Crc(args) => crc::run(&args),
         BenchCommand::Fallocate(args) => fallocate::run(&args),
+        BenchCommand::Pipeline(args) => pipeline::run(&args),
     }
 }
 
