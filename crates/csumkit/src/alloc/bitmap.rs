@@ -53,15 +53,8 @@ impl Bitmap {
     /// Inverts bits `[start, start + len)`.
     pub fn flip(&mut self, start: u64, len: u64) {
         debug_assert!(start + len <= self.bits);
-        let end = start + len;
-        let mut i = start;
-        while i < end {
-            let w = (i / 64) as usize;
-            let lo = i % 64;
-            let n = (end - i).min(64 - lo);
-            let mask = if n == 64 { u64::MAX } else { ((1u64 << n) - 1) << lo };
+        for (w, mask) in word_masks(start, start + len) {
             self.set_word(w, self.word(w) ^ mask);
-            i += n;
         }
     }
 
@@ -99,17 +92,7 @@ impl Bitmap {
 
     /// Number of clear bits in `[start, end)`.
     pub fn count_zeros(&self, start: u64, end: u64) -> u64 {
-        let mut zeros = 0;
-        let mut i = start;
-        while i < end {
-            let w = (i / 64) as usize;
-            let lo = i % 64;
-            let n = (end - i).min(64 - lo);
-            let mask = if n == 64 { u64::MAX } else { ((1u64 << n) - 1) << lo };
-            zeros += u64::from((!self.word(w) & mask).count_ones());
-            i += n;
-        }
-        zeros
+        word_masks(start, end).map(|(w, mask)| u64::from((!self.word(w) & mask).count_ones())).sum()
     }
 
     /// The maximal runs of clear bits, as `(start, len)`, in order.
@@ -125,6 +108,23 @@ impl Bitmap {
             Some((start, end - start))
         })
     }
+}
+
+/// The words covering bits `[start, end)`, each with the mask of its bits
+/// in the range.
+fn word_masks(start: u64, end: u64) -> impl Iterator<Item = (usize, u64)> {
+    let mut i = start;
+    std::iter::from_fn(move || {
+        if i >= end {
+            return None;
+        }
+        let lo = i % 64;
+        let n = (end - i).min(64 - lo);
+        let mask = if n == 64 { u64::MAX } else { ((1u64 << n) - 1) << lo };
+        let word = (i / 64) as usize;
+        i += n;
+        Some((word, mask))
+    })
 }
 
 #[cfg(test)]
