@@ -415,3 +415,23 @@ fn checksums_match_e2fsprogs() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Truncating a file against the wrong volume is refused before anything
+/// is freed: neither volume nor file changes.
+#[test]
+fn truncate_of_a_foreign_file_changes_nothing() {
+    let geometry = Geometry::ext4(1024, 1024, 4).unwrap();
+    let mut home = Volume::new(geometry, [1; 16], AllocStrategy::CRC_SPLICE).unwrap();
+    let mut other = Volume::new(geometry, [1; 16], AllocStrategy::CRC_SPLICE).unwrap();
+    let mut file = File::new(home.csum_seed(), 12, 0);
+    home.fallocate(&mut file, 0, 500).unwrap();
+    // The other volume has only some of those blocks allocated.
+    other.allocate(file.extents().next().unwrap().physical, 10).unwrap();
+    let (image, before) = (other.to_image(), file.clone());
+    let err = other.truncate(&mut file, 100).unwrap_err();
+    assert!(matches!(err, Error::BadBlockRange { .. }), "{err}");
+    assert_eq!(other.to_image(), image);
+    assert_eq!(file, before);
+    home.truncate(&mut file, 100).unwrap();
+    home.verify_with_files(&[&file], &[]).unwrap();
+}

@@ -200,32 +200,56 @@ impl<P: Probe> Volume<P> {
     }
 
     /// Frees every block of `file` at logical `new_end` and beyond, and the
-    /// leaves that empty.
+    /// leaves that empty. Nothing changes unless every block to free is
+    /// allocated and owned once.
     ///
     /// # Errors
     /// [`Error::BadBlockRange`] if the file maps blocks the volume does not
-    /// have allocated (a file of another volume).
+    /// have allocated, or maps a block twice (a file of another volume, or a
+    /// corrupt one).
     pub fn truncate(&mut self, file: &mut File, new_end: u32) -> Result<(), Error> {
-        let mode = self.strategy.leaf_csum;
-        while let Some(leaf) = file.leaves.last() {
-            let keep = leaf.upper_bound(new_end.saturating_sub(1));
-            let keep = if new_end == 0 { 0 } else { keep };
-            for i in (keep..leaf.len()).rev() {
-                let e = leaf.get(i);
-                self.free(e.physical, u64::from(e.len))?;
+        let mut doomed = Vec::new();
+        for leaf in file.leaves.iter().rev() {
+            let mut emptied = true;
+            for e in (0..leaf.len()).rev().map(|i| leaf.get(i)) {
+                if e.logical >= new_end {
+                    doomed.push((e.physical, u64::from(e.len)));
+                } else {
+                    if e.logical_end() > new_end {
+                        let cut = e.logical_end() - new_end;
+                        doomed.push((e.physical + u64::from(e.len - cut), u64::from(cut)));
+                    }
+                    emptied = false;
+                    break;
+                }
             }
-            let last = file.leaves.len() - 1;
-            file.leaves[last].truncate(keep, mode, file.seed, &mut self.probe);
-            if let Some(e) = file.leaves[last].last().filter(|e| e.logical_end() > new_end) {
-                let cut = e.logical_end() - new_end;
-                self.free(e.physical + u64::from(e.len - cut), u64::from(cut))?;
-                file.leaves[last].set(keep - 1, Extent { len: e.len - cut, ..e }, mode, file.seed, &mut self.probe);
-            }
-            if !file.leaves[last].is_empty() {
+            if !emptied {
                 break;
             }
-            let block = file.leaves[last].block;
-            self.free(block, 1)?;
+            doomed.push((leaf.block, 1));
+        }
+        doomed.sort_unstable();
+        for (i, &(start, len)) in doomed.iter().enumerate() {
+            self.freeable_pieces(start, len)?;
+            if doomed.get(i + 1).is_some_and(|&(next, _)| next < start + len) {
+                return Err(Error::BadBlockRange { start, len, problem: "is mapped twice by the file" });
+            }
+        }
+        let mode = self.strategy.leaf_csum;
+        for (start, len) in doomed {
+            self.free(start, len).expect("checked above");
+        }
+        while let Some(last) = file.leaves.len().checked_sub(1) {
+            let leaf = &mut file.leaves[last];
+            let keep = if new_end == 0 { 0 } else { leaf.upper_bound(new_end - 1) };
+            leaf.truncate(keep, mode, file.seed, &mut self.probe);
+            if let Some(e) = leaf.last().filter(|e| e.logical_end() > new_end) {
+                let len = e.len - (e.logical_end() - new_end);
+                leaf.set(keep - 1, Extent { len, ..e }, mode, file.seed, &mut self.probe);
+            }
+            if !leaf.is_empty() {
+                break;
+            }
             file.leaves.pop();
         }
         self.probe.enter(Phase::Other);

@@ -177,6 +177,19 @@ impl<P: Probe> Volume<P> {
     /// # Errors
     /// [`Error::BadBlockRange`] saying what is wrong with the range.
     pub fn free(&mut self, start: u64, len: u64) -> Result<(), Error> {
+        for (g, s, l) in self.freeable_pieces(start, len)? {
+            self.mark(g, s, l, false);
+        }
+        self.probe.enter(Phase::Other);
+        Ok(())
+    }
+
+    /// `[start, start + len)` by group if all of it may be freed: inside the
+    /// volume, clear of fixed metadata, and allocated.
+    ///
+    /// # Errors
+    /// [`Error::BadBlockRange`] saying what is wrong with the range.
+    pub(super) fn freeable_pieces(&self, start: u64, len: u64) -> Result<Vec<(u64, u32, u32)>, Error> {
         let bad = |problem| Err(Error::BadBlockRange { start, len, problem });
         if len == 0 {
             return bad("is empty");
@@ -193,11 +206,7 @@ impl<P: Probe> Volume<P> {
                 return bad("is not entirely allocated (double free?)");
             }
         }
-        for (g, s, l) in pieces {
-            self.mark(g, s, l, false);
-        }
-        self.probe.enter(Phase::Other);
-        Ok(())
+        Ok(pieces)
     }
 
     /// `[start, start + len)` cut at group boundaries, as (group, start, len).
