@@ -121,7 +121,7 @@ fn check_all(volumes: &[Volume], files: &[Vec<File>], runs: &[Run]) {
     }
     let v = &volumes[0];
     for g in 0..v.geometry().groups() {
-        assert_eq!(v.descriptor(g).bitmap_csum(), raw_crc32c_reference(v.csum_seed(), v.bitmap(g)));
+        assert_eq!(v.descriptor(g).unwrap().bitmap_csum(), raw_crc32c_reference(v.csum_seed(), v.bitmap(g).unwrap()));
     }
 }
 

@@ -183,8 +183,11 @@ impl Leaf {
     }
 
     /// Entry `i`.
+    ///
+    /// # Panics
+    /// If `i >= self.len()`, like slice indexing.
     pub fn get(&self, i: usize) -> Extent {
-        debug_assert!(i < self.len());
+        assert!(i < self.len(), "extent {i} of a leaf holding {}", self.len());
         Extent::decode(&self.bytes[HEADER + ENTRY * i..HEADER + ENTRY * (i + 1)])
     }
 
@@ -271,14 +274,14 @@ impl Leaf {
     }
 
     /// Overwrites entry `i` (an extent grew or shrank).
-    pub fn set<P: Probe>(&mut self, i: usize, extent: Extent, mode: LeafCsum, seed: u32, probe: &mut P) {
+    pub(super) fn set<P: Probe>(&mut self, i: usize, extent: Extent, mode: LeafCsum, seed: u32, probe: &mut P) {
         debug_assert!(i < self.len());
         self.modify(HEADER + ENTRY * i, ENTRY, mode, seed, probe, |b| b.copy_from_slice(&extent.encode()));
     }
 
     /// Inserts `extent` at index `i`, shifting the later entries up: a
     /// 12-byte change when appending, up to the whole entry area otherwise.
-    pub fn insert<P: Probe>(&mut self, i: usize, extent: Extent, mode: LeafCsum, seed: u32, probe: &mut P) {
+    pub(super) fn insert<P: Probe>(&mut self, i: usize, extent: Extent, mode: LeafCsum, seed: u32, probe: &mut P) {
         let n = self.len();
         assert!(n < self.capacity() && i <= n, "insert into a full leaf or past its end");
         self.modify(HEADER + ENTRY * i, ENTRY * (n + 1 - i), mode, seed, probe, |b| {
@@ -289,7 +292,7 @@ impl Leaf {
     }
 
     /// Drops entries `[keep, len)`, zeroing their slots.
-    pub fn truncate<P: Probe>(&mut self, keep: usize, mode: LeafCsum, seed: u32, probe: &mut P) {
+    pub(super) fn truncate<P: Probe>(&mut self, keep: usize, mode: LeafCsum, seed: u32, probe: &mut P) {
         let n = self.len();
         if keep >= n {
             return;

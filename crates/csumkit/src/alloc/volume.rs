@@ -123,18 +123,22 @@ impl<P: Probe> Volume<P> {
         self.free
     }
 
-    /// Group `group`'s descriptor.
-    pub fn descriptor(&self, group: u64) -> &Descriptor {
-        &self.groups[group as usize].desc
+    /// Group `group`'s descriptor (`None` past the last group).
+    pub fn descriptor(&self, group: u64) -> Option<&Descriptor> {
+        self.groups.get(usize::try_from(group).ok()?).map(|g| &g.desc)
     }
 
-    /// Group `group`'s block bitmap, as on media.
-    pub fn bitmap(&self, group: u64) -> &[u8] {
-        self.groups[group as usize].bitmap.as_media()
+    /// Group `group`'s block bitmap, as on media (`None` past the last group).
+    pub fn bitmap(&self, group: u64) -> Option<&[u8]> {
+        self.groups.get(usize::try_from(group).ok()?).map(|g| g.bitmap.as_media())
     }
 
     /// Whether `block` is in use.
+    ///
+    /// # Panics
+    /// If `block` is past the end of the volume, like slice indexing.
     pub fn is_allocated(&self, block: u64) -> bool {
+        assert!(block < self.geometry.blocks_count, "block {block} of a {}-block volume", self.geometry.blocks_count);
         let bpg = u64::from(self.geometry.blocks_per_group);
         self.groups[(block / bpg) as usize].bitmap.test(block % bpg)
     }
