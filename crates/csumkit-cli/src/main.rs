@@ -3,6 +3,8 @@
 
 mod bench;
 mod encode;
+#[cfg(unix)]
+mod pi;
 mod sum;
 
 use clap::{Parser, Subcommand};
@@ -21,6 +23,10 @@ enum Command {
     Sum(sum::SumArgs),
     /// Show the CRC backend in use and the ones this CPU supports.
     Backend,
+    /// Generate or verify T10/NVMe protection information in a device dump.
+    #[cfg(unix)]
+    #[command(subcommand)]
+    Pi(pi::PiCommand),
     /// Run a benchmark and print its tables.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -54,6 +60,8 @@ fn main() -> ExitCode {
             }
             ExitCode::SUCCESS
         }
+        #[cfg(unix)]
+        Command::Pi(command) => pi::run(command),
         Command::Bench(command) => bench::run(command),
     }
 }

@@ -158,3 +158,80 @@ fn bench_pipeline_quick_prints_rates_model_and_both_modes() {
     let out = csumkit(&["bench", "pipeline", "--quick", "--write-size", "1000"], None);
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn bench_offload_quick_prints_the_three_configs_and_pi_speed() {
+    let dir = std::env::temp_dir().join(format!("csumkit-cli-offload-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = csumkit(&["bench", "offload", "--quick", "--dir", dir.to_str().unwrap()], None);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    for needle in
+        ["1: 4K, csum tree", "2: 4K+8 host PI", "3: 4K+8 PRACT", "186 / 66", "129 / 9", "16b", "32b", "64b", "x plain"]
+    {
+        assert!(stdout.contains(needle), "missing {needle:?}:\n{stdout}");
+    }
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "device files removed");
+    std::fs::remove_dir(&dir).unwrap();
+}
+
+#[test]
+fn pi_generate_then_verify_reports_each_failing_block() {
+    let mut dump = vec![0u8; 8 * 4104];
+    for (i, b) in dump.iter_mut().enumerate() {
+        *b = (i * 7 % 251) as u8;
+    }
+    let path = temp_file("pi-dump.bin", &dump);
+    let p = path.to_str().unwrap();
+    let out = csumkit(&["pi", "generate", "--format", "16", "--type", "1", "--lba-format", "4096+8", p], None);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = csumkit(&["pi", "verify", p], None);
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8(out.stdout).unwrap().trim_end(), format!("{p}: 8 blocks, 0 failed"));
+    // Flip a data bit of block 2 and a reference-tag bit of block 6.
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[2 * 4104 + 100] ^= 4;
+    bytes[6 * 4104 + 4103] ^= 1;
+    std::fs::write(&path, &bytes).unwrap();
+    let out = csumkit(&["pi", "verify", p], None);
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{stdout}");
+    assert!(lines[0].starts_with(&format!("{p}: block 2: guard check failed")), "{stdout}");
+    assert_eq!(
+        lines[1],
+        format!("{p}: block 6: reference tag check failed: expected 0x6, found 0x7 (byte offset 24624)")
+    );
+    assert_eq!(lines[2], format!("{p}: 8 blocks, 2 failed"));
+    // DIX: data and metadata in two files.
+    let data = temp_file("pi-data.bin", &dump[..4 * 4096]);
+    let md = data.with_extension("md");
+    let (d, m) = (data.to_str().unwrap(), md.to_str().unwrap());
+    let out = csumkit(&["pi", "generate", "--format", "64", "--lba-format", "4096+16", "--metadata", m, d], None);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(std::fs::metadata(&md).unwrap().len(), 64);
+    let out = csumkit(&["pi", "verify", "--format", "64", "--lba-format", "4096+16", "--metadata", m, d], None);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+}
+
+#[test]
+fn pi_bad_parameters_are_one_line_errors() {
+    let path = temp_file("pi-odd.bin", &[0u8; 5000]);
+    let p = path.to_str().unwrap();
+    for (args, message) in [
+        (vec!["pi", "verify", p], "5000 bytes is not a whole number of 4104-byte blocks (4096+8)"),
+        (vec!["pi", "verify", "--format", "64", p], "64-bit guard PI needs 16"),
+        (vec!["pi", "verify", "--format", "24", p], "24 bits (expected 16, 32 or 64)"),
+        (vec!["pi", "verify", "--type", "4", p], "4 (expected 1, 2 or 3)"),
+        (vec!["pi", "verify", "--lba-format", "4096-8", p], "expected DATA+META"),
+        (vec!["pi", "verify", "--app-tag", "70000", p], "--app-tag = 70000 exceeds the limit of 65535"),
+        (vec!["pi", "verify", "--format", "32", "--lba-format", "4096+16", "--sts", "8", p], "allows 16..=64"),
+    ] {
+        let out = csumkit(&args, None);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(stderr.contains(message), "{args:?}: {stderr}");
+    }
+}

@@ -60,6 +60,10 @@ pub enum Error {
     #[error("corrupt {location}: {detail}")]
     Corrupt { location: String, detail: String },
 
+    /// A block whose protection information does not match it.
+    #[error("PI check failed: {0}")]
+    PiCheck(crate::pi::Failure),
+
     /// An I/O error, with what was being done.
     #[error("{context}: {source}")]
     Io {

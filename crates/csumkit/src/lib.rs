@@ -26,8 +26,10 @@ pub mod crc;
 pub mod crc16t10dif;
 pub mod crc32c;
 pub mod crc64nvme;
+pub mod csum_tree;
 mod error;
 pub mod file;
+pub mod pi;
 #[cfg(unix)]
 pub mod pipeline;
 

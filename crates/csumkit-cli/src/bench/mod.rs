@@ -4,6 +4,7 @@
 
 mod crc;
 mod fallocate;
+mod offload;
 mod phase_clock;
 mod pipeline;
 mod table;
@@ -20,6 +21,8 @@ pub enum BenchCommand {
     Fallocate(fallocate::FallocateArgs),
     /// Seed-002 model vs measured sync/async checksummed writes.
     Pipeline(pipeline::PipelineArgs),
+    /// Seed-004 write amplification: checksum tree vs checksums inline in PI; PI speed.
+    Offload(offload::OffloadArgs),
 }
 
 pub fn run(command: BenchCommand) -> ExitCode {
@@ -27,6 +30,7 @@ pub fn run(command: BenchCommand) -> ExitCode {
         BenchCommand::Crc(args) => crc::run(&args),
         BenchCommand::Fallocate(args) => fallocate::run(&args),
         BenchCommand::Pipeline(args) => pipeline::run(&args),
+        BenchCommand::Offload(args) => offload::run(&args),
     }
 }
 

@@ -1,0 +1,303 @@
+//! `csumkit pi generate|verify`: protection information of a dump of a
+//! PI-formatted device — an extended-LBA file (data + metadata per block)
+//! or a data file with a separate metadata file.
+
+use clap::{Args, Subcommand};
+use csumkit::pi::{self, Checks, GuardSize, LbaFormat, PiFormat, PiLocation, PiType, Protection, Tags};
+use csumkit::Error;
+use indicatif::{ProgressBar, ProgressStyle};
+use std::fs::{File, OpenOptions};
+use std::io::IsTerminal;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// Blocks read, checked and written per step.
+const CHUNK_BLOCKS: u64 = 1024;
+/// Files at least this large get a progress bar when stderr is a terminal.
+const PROGRESS_MIN_BYTES: u64 = 1 << 30;
+
+#[derive(Subcommand)]
+pub enum PiCommand {
+    /// Write PI for every block (in place, or into --metadata).
+    Generate(PiArgs),
+    /// Check every block's PI and report each failing block.
+    Verify(VerifyArgs),
+}
+
+#[derive(Args)]
+pub struct PiArgs {
+    /// Guard size in bits: 16 (CRC16 T10-DIF), 32 (CRC32C) or 64 (CRC64-NVMe).
+    #[arg(long, default_value_t = 16)]
+    format: u32,
+    /// Protection type: 1, 2 or 3.
+    #[arg(long = "type", default_value_t = 1)]
+    pi_type: u32,
+    /// Data and metadata bytes per block, e.g. 512+8, 4096+8, 4096+16, 4096+64.
+    #[arg(long, default_value = "4096+8")]
+    lba_format: String,
+    /// Where the PI sits in the metadata.
+    #[arg(long, value_enum, default_value_t = Location::Last)]
+    pi_location: Location,
+    /// Storage-tag size in bits (default: the smallest the guard size allows).
+    #[arg(long)]
+    sts: Option<u32>,
+    /// Reference tag of the first block (its LBA for type 1).
+    #[arg(long, default_value = "0", value_parser = parse_number)]
+    ref_tag: u64,
+    /// Application tag.
+    #[arg(long, default_value = "0", value_parser = parse_number)]
+    app_tag: u64,
+    /// Application-tag bits that verify compares.
+    #[arg(long, default_value = "0xffff", value_parser = parse_number)]
+    app_tag_mask: u64,
+    /// Storage tag.
+    #[arg(long, default_value = "0", value_parser = parse_number)]
+    storage_tag: u64,
+    /// Separate metadata file (DIX): FILE then holds data only.
+    #[arg(long)]
+    metadata: Option<PathBuf>,
+    /// The dump.
+    file: PathBuf,
+}
+
+#[derive(Args)]
+pub struct VerifyArgs {
+    #[command(flatten)]
+    common: PiArgs,
+    /// Do not check the guard.
+    #[arg(long)]
+    no_guard: bool,
+    /// Do not check the application tag.
+    #[arg(long)]
+    no_app_tag: bool,
+    /// Do not check the reference tag.
+    #[arg(long)]
+    no_ref_tag: bool,
+    /// Also check the storage tag.
+    #[arg(long)]
+    check_storage_tag: bool,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Location {
+    First,
+    Last,
+}
+
+fn parse_number(text: &str) -> Result<u64, String> {
+    let parsed = match text.strip_prefix("0x").or_else(|| text.strip_prefix("0X")) {
+        Some(hex) => u64::from_str_radix(hex, 16),
+        None => text.parse(),
+    };
+    parsed.map_err(|_| format!("{text:?} is not a number (decimal or 0x hex)"))
+}
+
+pub fn run(command: PiCommand) -> ExitCode {
+    let result = match &command {
+        PiCommand::Generate(args) => generate(args).map(|()| ExitCode::SUCCESS),
+        PiCommand::Verify(args) => verify(args),
+    };
+    result.unwrap_or_else(|e| {
+        eprintln!("csumkit pi: {e}");
+        ExitCode::from(2)
+    })
+}
+
+/// The protection and tags the arguments describe.
+fn setup(args: &PiArgs) -> Result<(Protection, Tags), Error> {
+    let guard = GuardSize::from_bits(args.format)?;
+    let sts = args.sts.unwrap_or(guard.storage_tag_bits_range().0);
+    let format = PiFormat::new(guard, PiType::from_number(args.pi_type)?, sts)?;
+    let lba: LbaFormat = args.lba_format.parse()?;
+    let location = match args.pi_location {
+        Location::First => PiLocation::First,
+        Location::Last => PiLocation::Last,
+    };
+    let p = Protection::new(format, lba, location)?;
+    let narrow = |what: &'static str, value: u64, max: u64| {
+        if value > max {
+            Err(Error::TooLarge { what, value, max })
+        } else {
+            Ok(value)
+        }
+    };
+    let tags = Tags {
+        ref_tag: narrow("--ref-tag", args.ref_tag, format.ref_tag_mask())?,
+        app_tag: narrow("--app-tag", args.app_tag, 0xFFFF)? as u16,
+        app_tag_mask: narrow("--app-tag-mask", args.app_tag_mask, 0xFFFF)? as u16,
+        storage_tag: narrow("--storage-tag", args.storage_tag, format.storage_tag_mask())?,
+    };
+    Ok((p, tags))
+}
+
+/// The opened dump: its block count, checked against the sizes.
+struct Dump {
+    data: File,
+    metadata: Option<File>,
+    blocks: u64,
+}
+
+fn io_err(path: &Path, context: &str) -> impl FnOnce(std::io::Error) -> Error {
+    let context = format!("{}: {context}", path.display());
+    move |source| Error::Io { context, source }
+}
+
+fn open(args: &PiArgs, p: &Protection, write: bool) -> Result<Dump, Error> {
+    let lba = p.lba();
+    let data = OpenOptions::new()
+        .read(true)
+        .write(write && args.metadata.is_none())
+        .open(&args.file)
+        .map_err(io_err(&args.file, "open"))?;
+    let len = data.metadata().map_err(io_err(&args.file, "stat"))?.len();
+    let block = if args.metadata.is_some() { lba.data_bytes() } else { lba.extended_bytes() } as u64;
+    if !len.is_multiple_of(block) {
+        return Err(Error::Invalid {
+            what: "dump size",
+            detail: format!(
+                "{}: {len} bytes is not a whole number of {block}-byte blocks ({lba})",
+                args.file.display()
+            ),
+        });
+    }
+    let blocks = len / block;
+    let metadata = match &args.metadata {
+        None => None,
+        Some(path) => {
+            let file = if write {
+                let f = OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .open(path)
+                    .map_err(io_err(path, "create"))?;
+                f.set_len(blocks * lba.metadata_bytes() as u64).map_err(io_err(path, "size"))?;
+                f
+            } else {
+                let f = File::open(path).map_err(io_err(path, "open"))?;
+                let md_len = f.metadata().map_err(io_err(path, "stat"))?.len();
+                if md_len != blocks * lba.metadata_bytes() as u64 {
+                    return Err(Error::Invalid {
+                        what: "metadata size",
+                        detail: format!(
+                            "{}: {md_len} bytes; {blocks} blocks of {lba} need {}",
+                            path.display(),
+                            blocks * lba.metadata_bytes() as u64
+                        ),
+                    });
+                }
+                f
+            };
+            Some(file)
+        }
+    };
+    Ok(Dump { data, metadata, blocks })
+}
+
+/// Calls `step(first_block, blocks, data, metadata)` for each chunk of
+/// the dump, with a progress bar on large files.
+fn for_each_chunk(
+    args: &PiArgs,
+    p: &Protection,
+    dump: &Dump,
+    mut step: impl FnMut(u64, &mut [u8], Option<&mut [u8]>) -> Result<bool, Error>,
+) -> Result<(), Error> {
+    let lba = p.lba();
+    let unit = if dump.metadata.is_some() { lba.data_bytes() } else { lba.extended_bytes() } as u64;
+    let bar = (dump.blocks * unit >= PROGRESS_MIN_BYTES && std::io::stderr().is_terminal()).then(|| {
+        let bar = ProgressBar::new(dump.blocks * unit);
+        if let Ok(style) =
+            ProgressStyle::with_template("{msg} [{bar:40}] {binary_bytes}/{binary_total_bytes} eta {eta}")
+        {
+            bar.set_style(style.progress_chars("=> "));
+        }
+        bar.set_message(args.file.display().to_string());
+        bar
+    });
+    let mut data = vec![0u8; (CHUNK_BLOCKS * unit) as usize];
+    let mut metadata = vec![0u8; CHUNK_BLOCKS as usize * lba.metadata_bytes()];
+    let md_path = args.metadata.as_deref().unwrap_or(&args.file);
+    for first in (0..dump.blocks).step_by(CHUNK_BLOCKS as usize) {
+        let n = CHUNK_BLOCKS.min(dump.blocks - first);
+        let data = &mut data[..(n * unit) as usize];
+        dump.data.read_exact_at(data, first * unit).map_err(io_err(&args.file, "read"))?;
+        let metadata = &mut metadata[..n as usize * lba.metadata_bytes()];
+        let md_offset = first * lba.metadata_bytes() as u64;
+        if let Some(file) = &dump.metadata {
+            file.read_exact_at(metadata, md_offset).map_err(io_err(md_path, "read"))?;
+        }
+        let changed = step(first, data, dump.metadata.as_ref().map(|_| &mut *metadata))?;
+        if changed {
+            match &dump.metadata {
+                Some(file) => file.write_all_at(metadata, md_offset).map_err(io_err(md_path, "write"))?,
+                None => dump.data.write_all_at(data, first * unit).map_err(io_err(&args.file, "write"))?,
+            }
+        }
+        if let Some(bar) = &bar {
+            bar.inc(n * unit);
+        }
+    }
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    Ok(())
+}
+
+fn generate(args: &PiArgs) -> Result<(), Error> {
+    let (p, tags) = setup(args)?;
+    let dump = open(args, &p, true)?;
+    for_each_chunk(args, &p, &dump, |first, data, metadata| {
+        let tags = tags.advanced(p.format(), first);
+        match metadata {
+            Some(md) => pi::generate_separate(&p, data, md, &tags)?,
+            None => pi::generate(&p, data, &tags)?,
+        }
+        Ok(true)
+    })?;
+    let target = args.metadata.as_deref().unwrap_or(&args.file);
+    target_sync(target)?;
+    println!(
+        "{}: PI written for {} blocks ({}, {}-bit guard, type {})",
+        args.file.display(),
+        dump.blocks,
+        p.lba(),
+        p.format().guard().bits(),
+        p.format().pi_type().number()
+    );
+    Ok(())
+}
+
+fn target_sync(path: &Path) -> Result<(), Error> {
+    OpenOptions::new().write(true).open(path).and_then(|f| f.sync_data()).map_err(io_err(path, "sync"))
+}
+
+fn verify(args: &VerifyArgs) -> Result<ExitCode, Error> {
+    let common = &args.common;
+    let (p, tags) = setup(common)?;
+    let checks = Checks {
+        guard: !args.no_guard,
+        app_tag: !args.no_app_tag,
+        ref_tag: !args.no_ref_tag,
+        storage_tag: args.check_storage_tag,
+    };
+    let dump = open(common, &p, false)?;
+    let mut failed = 0u64;
+    let unit = if dump.metadata.is_some() { p.lba().data_bytes() } else { p.lba().extended_bytes() } as u64;
+    for_each_chunk(common, &p, &dump, |first, data, metadata| {
+        let tags = tags.advanced(p.format(), first);
+        let failures: Vec<_> = match metadata {
+            Some(md) => pi::verify_separate_each(&p, data, md, &tags, checks).collect::<Result<_, _>>()?,
+            None => pi::verify_each(&p, data, &tags, checks).collect::<Result<_, _>>()?,
+        };
+        for mut f in failures {
+            f.block += first;
+            println!("{}: {f} (byte offset {})", common.file.display(), f.block * unit);
+            failed += 1;
+        }
+        Ok(false)
+    })?;
+    println!("{}: {} blocks, {failed} failed", common.file.display(), dump.blocks);
+    Ok(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}

@@ -1,0 +1,291 @@
+//! A copy-on-write tree of data checksums, committed the way btrfs commits
+//! its checksum tree: every data write updates the CRC32C item of its block
+//! in memory and dirties that leaf; a commit writes every dirty leaf and
+//! every ancestor to a fresh location (never over a live node), then the
+//! superblock pointing at the new root. This is what seed 004 removes by
+//! keeping the checksum in the drive's PI instead.
+//!
+//! Node layout (4096 bytes, little-endian):
+//!
+//! | bytes | field |
+//! |-------|-------|
+//! | 0..4 | magic: `CSKL` leaf, `CSKN` internal node, `CSKS` superblock |
+//! | 4..8 | CRC32C of bytes 8..4096 |
+//! | 8..16 | generation (commit number) |
+//! | 16..24 | first data block covered |
+//! | 24..28 | level (0 = leaf) |
+//! | 28..32 | item count |
+//! | leaf 32..152 | presence bitmap, one bit per block of the leaf |
+//! | leaf 152..3992 | 960 CRC32C values |
+//! | internal 32.. | up to 169 children: first block u64, location u64, generation u64 |
+//! | super 32..48 | root location u64, root level u32, tree height u32 |
+
+use crate::Error;
+use std::collections::BTreeSet;
+
+/// Bytes of one node.
+pub const NODE_BYTES: usize = 4096;
+/// Checksums per leaf.
+pub const LEAF_ENTRIES: u64 = 960;
+/// Children per internal node.
+pub const FANOUT: u64 = 169;
+/// Largest data-block count a tree covers.
+pub const BLOCKS_MAX: u64 = 1 << 40;
+
+const HEADER_BYTES: usize = 32;
+const BITMAP_BYTES: usize = LEAF_ENTRIES as usize / 8;
+const CHILD_BYTES: usize = 24;
+const MAGIC_LEAF: &[u8; 4] = b"CSKL";
+const MAGIC_NODE: &[u8; 4] = b"CSKN";
+const MAGIC_SUPER: &[u8; 4] = b"CSKS";
+
+/// Where nodes go: `write` stores a node at a location, `read` fetches it.
+pub trait NodeStore {
+    /// Stores `node` at `location`.
+    fn write(&mut self, location: u64, node: &[u8; NODE_BYTES]) -> Result<(), Error>;
+    /// Reads the node at `location`.
+    fn read(&mut self, location: u64, node: &mut [u8; NODE_BYTES]) -> Result<(), Error>;
+}
+
+/// What one commit wrote.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CommitStats {
+    /// Leaves and internal nodes written.
+    pub nodes: u64,
+    /// Bytes written, superblock included.
+    pub bytes: u64,
+}
+
+/// The tree: in-memory contents plus where each node lives on the medium.
+#[derive(Debug)]
+pub struct ChecksumTree {
+    blocks: u64,
+    csums: Vec<u32>,
+    present: Vec<u64>,
+    /// Node count per level, leaves first; the last level has one node.
+    level_nodes: Vec<u64>,
+    /// Current location of every node, per level (u64::MAX: never written).
+    locations: Vec<Vec<u64>>,
+    dirty_leaves: BTreeSet<u64>,
+    free_locations: Vec<u64>,
+    superblock_location: u64,
+    generation: u64,
+}
+
+impl ChecksumTree {
+    /// A tree for `blocks` data blocks whose nodes live in the `area_blocks`
+    /// locations starting at `area_start` (the first is the superblock).
+    /// The area must hold two full copies of the tree plus the superblock.
+    pub fn new(blocks: u64, area_start: u64, area_blocks: u64) -> Result<Self, Error> {
+        if blocks == 0 || blocks > BLOCKS_MAX {
+            return Err(Error::Invalid {
+                what: "checksum tree",
+                detail: format!("{blocks} blocks (1..={BLOCKS_MAX})"),
+            });
+        }
+        let mut level_nodes = vec![blocks.div_ceil(LEAF_ENTRIES)];
+        while *level_nodes.last().expect("non-empty") > 1 {
+            level_nodes.push(level_nodes.last().expect("non-empty").div_ceil(FANOUT));
+        }
+        let needed = Self::area_blocks_for(blocks);
+        if area_blocks < needed {
+            return Err(Error::Invalid {
+                what: "checksum tree",
+                detail: format!("{area_blocks} metadata blocks; {blocks} data blocks need {needed}"),
+            });
+        }
+        Ok(ChecksumTree {
+            blocks,
+            csums: vec![0; blocks as usize],
+            present: vec![0; blocks.div_ceil(64) as usize],
+            locations: level_nodes.iter().map(|&n| vec![u64::MAX; n as usize]).collect(),
+            level_nodes,
+            dirty_leaves: BTreeSet::new(),
+            free_locations: (area_start + 1..area_start + area_blocks).rev().collect(),
+            superblock_location: area_start,
+            generation: 0,
+        })
+    }
+
+    /// Metadata blocks a tree over `blocks` data blocks needs: two copies of
+    /// every node (the live tree and the one being committed) and the superblock.
+    pub fn area_blocks_for(blocks: u64) -> u64 {
+        let mut nodes = 0;
+        let mut level = blocks.div_ceil(LEAF_ENTRIES);
+        loop {
+            nodes += level;
+            if level <= 1 {
+                break;
+            }
+            level = level.div_ceil(FANOUT);
+        }
+        2 * nodes + 1
+    }
+
+    /// Records the checksum of data block `block`.
+    pub fn update(&mut self, block: u64, csum: u32) {
+        assert!(block < self.blocks, "block {block} outside a tree of {} blocks", self.blocks);
+        self.csums[block as usize] = csum;
+        self.present[(block / 64) as usize] |= 1 << (block % 64);
+        self.dirty_leaves.insert(block / LEAF_ENTRIES);
+    }
+
+    /// The checksum of `block`, if one was recorded.
+    pub fn get(&self, block: u64) -> Option<u32> {
+        (block < self.blocks && self.present[(block / 64) as usize] & (1 << (block % 64)) != 0)
+            .then(|| self.csums[block as usize])
+    }
+
+    /// Leaves changed since the last commit.
+    pub fn dirty_leaves(&self) -> u64 {
+        self.dirty_leaves.len() as u64
+    }
+
+    /// Commits: writes every dirty leaf and its ancestors to new locations,
+    /// then the superblock; frees the old locations afterwards.
+    pub fn commit(&mut self, store: &mut dyn NodeStore) -> Result<CommitStats, Error> {
+        self.generation += 1;
+        let mut stats = CommitStats::default();
+        let mut retired = Vec::new();
+        let mut dirty: BTreeSet<u64> = std::mem::take(&mut self.dirty_leaves);
+        let mut node = [0u8; NODE_BYTES];
+        for level in 0..self.level_nodes.len() {
+            for &index in &dirty {
+                if level == 0 {
+                    self.fill_leaf(index, &mut node);
+                } else {
+                    self.fill_internal(level, index, &mut node);
+                }
+                let location = self.free_locations.pop().expect("area sized for two copies of the tree");
+                store.write(location, &node)?;
+                let old = std::mem::replace(&mut self.locations[level][index as usize], location);
+                if old != u64::MAX {
+                    retired.push(old);
+                }
+                stats.nodes += 1;
+            }
+            dirty = dirty.iter().map(|i| i / FANOUT).collect();
+        }
+        if stats.nodes > 0 || self.generation == 1 {
+            self.fill_superblock(&mut node);
+            store.write(self.superblock_location, &node)?;
+            stats.bytes = (stats.nodes + 1) * NODE_BYTES as u64;
+        } else {
+            self.generation -= 1;
+        }
+        self.free_locations.extend(retired);
+        Ok(stats)
+    }
+
+    fn header(&self, node: &mut [u8; NODE_BYTES], magic: &[u8; 4], first_block: u64, level: u32, items: u32) {
+        node.fill(0);
+        node[0..4].copy_from_slice(magic);
+        node[8..16].copy_from_slice(&self.generation.to_le_bytes());
+        node[16..24].copy_from_slice(&first_block.to_le_bytes());
+        node[24..28].copy_from_slice(&level.to_le_bytes());
+        node[28..32].copy_from_slice(&items.to_le_bytes());
+    }
+
+    fn seal(node: &mut [u8; NODE_BYTES]) {
+        let crc = crate::crc32c::checksum(&node[8..]);
+        node[4..8].copy_from_slice(&crc.to_le_bytes());
+    }
+
+    fn fill_leaf(&self, leaf: u64, node: &mut [u8; NODE_BYTES]) {
+        let first = leaf * LEAF_ENTRIES;
+        let end = (first + LEAF_ENTRIES).min(self.blocks);
+        self.header(node, MAGIC_LEAF, first, 0, (end - first) as u32);
+        for (i, block) in (first..end).enumerate() {
+            if let Some(csum) = self.get(block) {
+                node[HEADER_BYTES + i / 8] |= 1 << (i % 8);
+                let at = HEADER_BYTES + BITMAP_BYTES + 4 * i;
+                node[at..at + 4].copy_from_slice(&csum.to_le_bytes());
+            }
+        }
+        Self::seal(node);
+    }
+
+    fn fill_internal(&self, level: usize, index: u64, node: &mut [u8; NODE_BYTES]) {
+        let children = (index * FANOUT)..((index + 1) * FANOUT).min(self.level_nodes[level - 1]);
+        let span = LEAF_ENTRIES * FANOUT.pow(level as u32 - 1);
+        self.header(node, MAGIC_NODE, index * FANOUT * span, level as u32, children.clone().count() as u32);
+        for (i, child) in children.enumerate() {
+            let at = HEADER_BYTES + CHILD_BYTES * i;
+            node[at..at + 8].copy_from_slice(&(child * span).to_le_bytes());
+            node[at + 8..at + 16].copy_from_slice(&self.locations[level - 1][child as usize].to_le_bytes());
+            node[at + 16..at + 24].copy_from_slice(&self.generation.to_le_bytes());
+        }
+        Self::seal(node);
+    }
+
+    fn fill_superblock(&self, node: &mut [u8; NODE_BYTES]) {
+        let top = self.level_nodes.len() - 1;
+        self.header(node, MAGIC_SUPER, 0, top as u32, 1);
+        node[32..40].copy_from_slice(&self.locations[top][0].to_le_bytes());
+        node[40..44].copy_from_slice(&(top as u32).to_le_bytes());
+        node[44..48].copy_from_slice(&(self.level_nodes.len() as u32).to_le_bytes());
+        Self::seal(node);
+    }
+
+    /// Looks `block` up in the tree as committed on the medium: superblock,
+    /// then one node per level, each checked (magic, CRC, level) on the way.
+    pub fn lookup_persisted(&self, store: &mut dyn NodeStore, block: u64) -> Result<Option<u32>, Error> {
+        if block >= self.blocks {
+            return Err(Error::BadBlockRange { start: block, len: 1, problem: "is outside the checksum tree" });
+        }
+        let mut node = [0u8; NODE_BYTES];
+        store.read(self.superblock_location, &mut node)?;
+        check_node(&node, MAGIC_SUPER, self.superblock_location)?;
+        let mut location = u64::from_le_bytes(node[32..40].try_into().expect("8 bytes"));
+        let mut level = u32::from_le_bytes(node[40..44].try_into().expect("4 bytes"));
+        if level as usize >= self.level_nodes.len() {
+            return Err(corrupt(self.superblock_location, "root level above the tree's height"));
+        }
+        loop {
+            if location == u64::MAX {
+                return Ok(None);
+            }
+            store.read(location, &mut node)?;
+            check_node(&node, if level == 0 { MAGIC_LEAF } else { MAGIC_NODE }, location)?;
+            if u32::from_le_bytes(node[24..28].try_into().expect("4 bytes")) != level {
+                return Err(corrupt(location, "node level is not its depth in the tree"));
+            }
+            let items = u32::from_le_bytes(node[28..32].try_into().expect("4 bytes")) as u64;
+            let first = u64::from_le_bytes(node[16..24].try_into().expect("8 bytes"));
+            if level == 0 {
+                let i = block
+                    .checked_sub(first)
+                    .filter(|&i| i < items.min(LEAF_ENTRIES))
+                    .ok_or_else(|| corrupt(location, "leaf does not cover the block"))?
+                    as usize;
+                if node[HEADER_BYTES + i / 8] & (1 << (i % 8)) == 0 {
+                    return Ok(None);
+                }
+                let at = HEADER_BYTES + BITMAP_BYTES + 4 * i;
+                return Ok(Some(u32::from_le_bytes(node[at..at + 4].try_into().expect("4 bytes"))));
+            }
+            let span = LEAF_ENTRIES * FANOUT.pow(level - 1);
+            let i = (block.checked_sub(first).ok_or_else(|| corrupt(location, "node does not cover the block"))? / span)
+                .min(items.min(FANOUT).saturating_sub(1)) as usize;
+            let at = HEADER_BYTES + CHILD_BYTES * i;
+            location = u64::from_le_bytes(node[at + 8..at + 16].try_into().expect("8 bytes"));
+            level -= 1;
+        }
+    }
+}
+
+fn corrupt(location: u64, detail: &str) -> Error {
+    Error::Corrupt { location: format!("checksum-tree node at {location}"), detail: detail.to_string() }
+}
+
+fn check_node(node: &[u8; NODE_BYTES], magic: &[u8; 4], location: u64) -> Result<(), Error> {
+    if &node[0..4] != magic {
+        return Err(corrupt(location, "wrong magic"));
+    }
+    let stored = u32::from_le_bytes(node[4..8].try_into().expect("4 bytes"));
+    let actual = crate::crc32c::checksum(&node[8..]);
+    if stored != actual {
+        return Err(corrupt(location, &format!("node CRC32C {stored:#010x}, computed {actual:#010x}")));
+    }
+    Ok(())
+}
