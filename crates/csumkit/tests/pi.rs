@@ -512,3 +512,17 @@ fn checksum_tree_rejects_corrupt_nodes_and_small_areas() {
     assert!(ChecksumTree::new(5000, 0, 3).unwrap_err().to_string().contains("need"));
     assert!(matches!(tree.lookup_persisted(&mut store, 5000), Err(Error::BadBlockRange { .. })));
 }
+
+#[test]
+fn device_compares_the_whole_app_tag_by_default() {
+    let (dev, path) = device("apptag", PiType::Type1, "512+8", 4);
+    let p = *dev.protection().unwrap();
+    let data = bytes(2, 512);
+    let mut md = [0u8; 8];
+    pi::generate_separate(&p, &data, &mut md, &Tags { app_tag: 0x0100, ..Tags::for_lba(1) }).unwrap();
+    let err = dev.write(1, &data, Some(&md), &Io::default()).unwrap_err();
+    assert!(matches!(err, Error::PiCheck(f) if f.field == PiField::AppTag && f.actual == 0x100), "{err}");
+    let io = Io { tags: Tags { app_tag: 0x0100, ..Tags::default() }, ..Io::default() };
+    dev.write(1, &data, Some(&md), &io).unwrap();
+    std::fs::remove_file(path).unwrap();
+}

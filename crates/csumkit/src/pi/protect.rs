@@ -35,7 +35,8 @@ impl Default for Checks {
 }
 
 /// The tag values of a command: what generate writes and verify expects.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+/// The default is all zeros with the whole application tag compared.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Tags {
     /// Reference tag of the first block: its LBA for type 1, the command's
     /// initial reference tag for type 2 (both + 1 per block, wrapping at the
@@ -47,6 +48,12 @@ pub struct Tags {
     pub app_tag_mask: u16,
     /// Storage tag (0 when the format has none).
     pub storage_tag: u64,
+}
+
+impl Default for Tags {
+    fn default() -> Self {
+        Tags::for_lba(0)
+    }
 }
 
 impl Tags {
