@@ -10,9 +10,9 @@
 
 use csumkit_core::{crc16t10dif, crc32c, crc64nvme, Algorithm, Error};
 use pyo3::exceptions::{PyOSError, PyValueError};
+use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
-use pyo3::ffi;
 
 /// Buffers at least this long are hashed with the GIL released: below it,
 /// releasing and re-taking the GIL costs more than the CRC (~100 ns).
