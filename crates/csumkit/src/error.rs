@@ -60,6 +60,10 @@ pub enum Error {
     #[error("corrupt {location}: {detail}")]
     Corrupt { location: String, detail: String },
 
+    /// A log with no room for a record until it is truncated.
+    #[error("log full: {needed} bytes needed, {free} free (checkpoint or truncate first)")]
+    LogFull { needed: u64, free: u64 },
+
     /// A block whose protection information does not match it.
     #[error("PI check failed: {0}")]
     PiCheck(crate::pi::Failure),

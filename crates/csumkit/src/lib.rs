@@ -22,6 +22,7 @@
 
 pub mod alloc;
 mod arch;
+pub mod bytelog;
 pub mod crc;
 pub mod crc16t10dif;
 pub mod crc32c;

@@ -2,6 +2,7 @@
 //! measured side by side in one run (ratios), because shared machines are
 //! noisy; each figure is the median of repeated samples.
 
+mod bytelog;
 mod crc;
 mod fallocate;
 mod offload;
@@ -21,6 +22,8 @@ pub enum BenchCommand {
     Fallocate(fallocate::FallocateArgs),
     /// Seed-002 model vs measured sync/async checksummed writes.
     Pipeline(pipeline::PipelineArgs),
+    /// Seed-001 ByteLog vs a block-granular commit log; replay speed; crash harness.
+    Bytelog(bytelog::BytelogArgs),
     /// Seed-004 write amplification: checksum tree vs checksums inline in PI; PI speed.
     Offload(offload::OffloadArgs),
 }
@@ -31,6 +34,7 @@ pub fn run(command: BenchCommand) -> ExitCode {
         BenchCommand::Fallocate(args) => fallocate::run(&args),
         BenchCommand::Pipeline(args) => pipeline::run(&args),
         BenchCommand::Offload(args) => offload::run(&args),
+        BenchCommand::Bytelog(args) => bytelog::run(&args),
     }
 }
 

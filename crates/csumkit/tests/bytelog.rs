@@ -1,0 +1,253 @@
+//! ByteLog: round trips, wrap-around, truncation, errors, media faults, and
+//! the crash harness (every store/flush/fence, every subset of dirty lines,
+//! torn lines) over at least 10^5 crash states.
+
+mod common;
+
+use common::proptest_config;
+use csumkit::bytelog::{
+    crash, decode_tlvs, ByteLog, GroupCommit, Medium, MmapMedium, Persist, SimMedium, Tlv, FLAG_BATCH, LINE_BYTES,
+    RING_OFFSET,
+};
+use csumkit::Error;
+use proptest::prelude::*;
+
+fn small_log() -> ByteLog<SimMedium> {
+    ByteLog::format(SimMedium::new((RING_OFFSET + 8192) as usize), 1).unwrap()
+}
+
+#[test]
+fn round_trip_single_and_batched_tlvs() {
+    let mut log = small_log();
+    let a = log.append_tlvs(&[Tlv { tag: 9, value: b"inode 12: size 4096, mtime 1700000000" }]).unwrap();
+    let b = log.append_tlvs(&[Tlv { tag: 1, value: b"add range" }, Tlv { tag: 2, value: b"dentry x" }]).unwrap();
+    assert_eq!((a, b), (1, 2));
+    let (log, records) = ByteLog::open(log.into_medium()).unwrap();
+    assert_eq!(records.len(), 2);
+    assert_eq!((records[0].tag, records[0].flags), (9, 0));
+    assert_eq!(
+        decode_tlvs(&records[0].payload).unwrap(),
+        [Tlv { tag: 9, value: b"inode 12: size 4096, mtime 1700000000".as_slice() }]
+    );
+    assert_eq!((records[1].tag, records[1].flags), (0, FLAG_BATCH));
+    assert_eq!(decode_tlvs(&records[1].payload).unwrap().len(), 2);
+    assert_eq!(log.next_seq(), 3);
+}
+
+#[test]
+fn a_single_small_tlv_persists_at_most_128_bytes() {
+    for len in [24usize, 40, 64] {
+        let mut log = small_log();
+        let before = log.stats();
+        log.append_tlvs(&[Tlv { tag: 3, value: &vec![7u8; len] }]).unwrap();
+        let after = log.stats();
+        assert!(after.bytes_persisted - before.bytes_persisted <= 128, "{len}-byte TLV");
+        assert_eq!(after.fences - before.fences, 1, "one fence per commit");
+    }
+}
+
+#[test]
+fn wraps_many_laps_with_truncation_and_reopens_anywhere() {
+    let mut log = small_log();
+    let (mut live, mut appended) = (Vec::new(), 0);
+    for i in 0..2000u32 {
+        let value = vec![(i % 251) as u8; 24 + (i as usize * 7) % 300];
+        match log.append_tlvs(&[Tlv { tag: 5, value: &value }]) {
+            Ok(seq) => {
+                live.push((seq, value));
+                appended += 1;
+            }
+            Err(Error::LogFull { .. }) => {
+                let keep = live.len() / 2;
+                let through = live[live.len() - keep - 1].0;
+                log.truncate(through).unwrap();
+                live.drain(..live.len() - keep);
+                continue;
+            }
+            Err(e) => panic!("{e}"),
+        }
+        if i % 97 == 0 {
+            let (reopened, records) = ByteLog::open(log.into_medium()).unwrap();
+            assert_eq!(records.iter().map(|r| r.seq).collect::<Vec<_>>(), live.iter().map(|l| l.0).collect::<Vec<_>>());
+            for (r, (_, v)) in records.iter().zip(&live) {
+                assert_eq!(decode_tlvs(&r.payload).unwrap()[0].value, &v[..]);
+            }
+            log = reopened;
+        }
+    }
+    assert!(log.next_seq() - 1 > appended + 10, "wrap markers took sequence numbers: the ring wrapped");
+}
+
+#[test]
+fn errors_are_typed() {
+    let mut log = small_log();
+    let big = vec![0u8; 5000];
+    assert!(matches!(log.append(1, 0, &big), Err(Error::TooLarge { .. })));
+    assert!(matches!(log.append(0xFFFF, 0, b"x"), Err(Error::Invalid { .. })));
+    assert!(matches!(log.truncate(5), Err(Error::Invalid { .. })));
+    let mut filled = 0;
+    let err = loop {
+        match log.append(1, 0, &[1u8; 1000]) {
+            Ok(_) => filled += 1,
+            Err(e) => break e,
+        }
+    };
+    assert!(matches!(err, Error::LogFull { .. }) && filled >= 7, "{err} after {filled}");
+    assert!(err.to_string().contains("checkpoint or truncate first"));
+    log.checkpoint().unwrap();
+    log.append(1, 0, &[1u8; 1000]).unwrap();
+    assert!(matches!(ByteLog::open(SimMedium::new(16384)), Err(Error::Corrupt { .. })), "blank medium");
+    assert!(matches!(ByteLog::format(SimMedium::new(4096), 1), Err(Error::Invalid { .. })), "too small");
+}
+
+#[test]
+fn records_of_an_earlier_format_are_stale() {
+    let mut log = small_log();
+    for _ in 0..20 {
+        log.append(1, 0, &[9u8; 100]).unwrap();
+    }
+    let medium = log.into_medium();
+    let generation = ByteLog::next_generation(&medium);
+    assert_eq!(generation, 2);
+    let mut log = ByteLog::format(medium, generation).unwrap();
+    log.append(1, 0, b"new").unwrap();
+    let (_, records) = ByteLog::open(log.into_medium()).unwrap();
+    assert_eq!(records.len(), 1, "the old generation's records are not replayed");
+}
+
+/// Damage in a committed record with later records after it is reported;
+/// damage is never replayed as data.
+#[test]
+fn media_faults_are_reported_never_replayed() {
+    let mut rng = 0x1234_5678_9abc_def1u64;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let (mut reported, mut trials) = (0, 0);
+    for trial in 0..400 {
+        let mut log = small_log();
+        let mut written = Vec::new();
+        for i in 0..(10 + trial % 20) {
+            let v = vec![(i * 3 + trial) as u8; 24 + (i * 13) % 60];
+            written.push((log.append_tlvs(&[Tlv { tag: 2, value: &v }]).unwrap(), v));
+        }
+        if trial % 3 == 0 {
+            log.truncate(written[written.len() / 2].0).unwrap(); // an anchored window
+        }
+        let mut image = log.into_medium().durable().to_vec();
+        let line = (RING_OFFSET / LINE_BYTES) as usize + (next() % 40) as usize;
+        if trial % 2 == 0 {
+            image[line * 64..line * 64 + 64].fill(0);
+        } else {
+            let bit = (next() % 512) as usize;
+            image[line * 64 + bit / 8] ^= 1 << (bit % 8);
+        }
+        trials += 1;
+        match ByteLog::open(SimMedium::from_image(image)) {
+            Err(Error::Corrupt { .. }) => reported += 1,
+            Err(e) => panic!("unexpected error {e}"),
+            Ok((_, records)) => {
+                for r in &records {
+                    let (_, v) = written.iter().find(|(s, _)| *s == r.seq).expect("only written records");
+                    assert_eq!(&decode_tlvs(&r.payload).unwrap()[0].value, &&v[..], "record {} altered", r.seq);
+                }
+                // Anything lost must be the newest record (indistinguishable from a torn last write)
+                // or a line the log does not use.
+                let lost: Vec<u64> =
+                    written.iter().map(|w| w.0).filter(|s| !records.iter().any(|r| r.seq == *s)).collect();
+                let truncated = if trial % 3 == 0 { written[written.len() / 2].0 } else { 0 };
+                let lost: Vec<u64> = lost.into_iter().filter(|&s| s > truncated).collect();
+                assert!(lost.is_empty() || lost == [written.last().unwrap().0], "lost {lost:?} silently");
+            }
+        }
+    }
+    assert!(reported * 3 > trials, "most faults land in records and are reported ({reported}/{trials})");
+}
+
+#[test]
+fn crash_harness_checks_at_least_100k_states() {
+    let mut total = crash::CrashReport::default();
+    for seed in 1..=4u64 {
+        let r = crash::run(4000, seed, 30_000).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        total.points += r.points;
+        total.states += r.states;
+        total.records += r.records;
+        total.wraps += r.wraps;
+    }
+    println!("{total:?}");
+    assert!(total.states >= 100_000, "{total:?}");
+    assert!(total.wraps >= 4, "the workload wraps the ring: {total:?}");
+}
+
+#[test]
+fn group_commit_batches_writers_and_replays_everything() {
+    let group = GroupCommit::new(ByteLog::format(SimMedium::new(1 << 20), 1).unwrap());
+    std::thread::scope(|s| {
+        for w in 0..8u8 {
+            let group = &group;
+            s.spawn(move || {
+                for i in 0..200u8 {
+                    group
+                        .commit(&[Tlv {
+                            tag: w as u16 + 1,
+                            value: &[w, i, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+                        }])
+                        .unwrap();
+                }
+            });
+        }
+    });
+    let log = group.into_inner();
+    let records_written = log.stats().records;
+    let (_, records) = ByteLog::open(log.into_medium()).unwrap();
+    let mut seen: Vec<(u8, u8)> = Vec::new();
+    for r in &records {
+        for t in decode_tlvs(&r.payload).unwrap() {
+            seen.push((t.value[0], t.value[1]));
+        }
+    }
+    assert_eq!(seen.len(), 1600);
+    for w in 0..8u8 {
+        let mine: Vec<u8> = seen.iter().filter(|x| x.0 == w).map(|x| x.1).collect();
+        assert_eq!(mine, (0..200).collect::<Vec<u8>>(), "writer {w}'s commits in order");
+    }
+    assert!(records_written <= 1600);
+}
+
+#[test]
+fn memory_mapped_file_round_trip() {
+    let path = std::env::temp_dir().join(format!("csumkit-bytelog-{}", std::process::id()));
+    for persist in [Persist::Msync, Persist::CacheLines] {
+        let medium = MmapMedium::open(&path, 1 << 20, persist).unwrap();
+        let mut log = ByteLog::format(medium, 7).unwrap();
+        for i in 0..100u8 {
+            log.append_tlvs(&[Tlv { tag: 1, value: &[i; 40] }]).unwrap();
+        }
+        drop(log);
+        let (_, records) = ByteLog::open(MmapMedium::open(&path, 1 << 20, persist).unwrap()).unwrap();
+        assert_eq!(records.len(), 100);
+        assert_eq!(decode_tlvs(&records[99].payload).unwrap()[0].value, &[99u8; 40]);
+        std::fs::remove_file(&path).unwrap();
+    }
+    let auto = MmapMedium::open_auto(&path, 1 << 20).unwrap();
+    assert_eq!(auto.len(), 1 << 20);
+    std::fs::remove_file(&path).unwrap();
+}
+
+proptest! {
+    #![proptest_config(proptest_config(32))]
+
+    #[test]
+    fn any_bytes_open_to_records_or_a_typed_error(image in prop::collection::vec(any::<u8>(), 0..20_000), keep_super in any::<bool>()) {
+        let mut image = image;
+        image.resize((RING_OFFSET + 8192) as usize, 0);
+        if keep_super {
+            let formatted = small_log().into_medium().durable().to_vec();
+            image[..RING_OFFSET as usize].copy_from_slice(&formatted[..RING_OFFSET as usize]);
+        }
+        let _ = ByteLog::open(SimMedium::from_image(image));
+    }
+}
