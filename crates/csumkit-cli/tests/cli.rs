@@ -241,7 +241,9 @@ fn bench_bytelog_quick_prints_both_media_replay_and_crash_count() {
     let out = csumkit(&["bench", "bytelog", "--quick", "--crash", "20000"], None);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let stdout = String::from_utf8(out.stdout).unwrap();
-    for needle in ["DAX stand-in", "regular file", "ByteLog B/commit", "single-TLV commit persists", "replay:", "crash harness:"] {
+    for needle in
+        ["DAX stand-in", "regular file", "ByteLog B/commit", "single-TLV commit persists", "replay:", "crash harness:"]
+    {
         assert!(stdout.contains(needle), "missing {needle:?}:\n{stdout}");
     }
     assert!(stdout.contains("no acknowledged record lost"));

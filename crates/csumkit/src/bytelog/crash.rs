@@ -9,7 +9,7 @@
 //! except, possibly, the one record whose commit was in flight, intact.
 
 use super::format::PAYLOAD_BYTES_MAX;
-use super::log::{decode_tlvs, encode_tlv, ByteLog, Tlv};
+use super::log::{decode_tlvs, encode_tlvs, ByteLog, Tlv};
 use super::medium::{Medium, SimMedium};
 use crate::Error;
 use std::cell::RefCell;
@@ -208,8 +208,7 @@ pub fn run(ops: u64, seed: u64, states_max: u64) -> Result<CrashReport, Error> {
         let values: Vec<Vec<u8>> =
             (0..count).map(|_| (0..24 + rng.below(41)).map(|_| rng.next() as u8).collect()).collect();
         let tlvs: Vec<Tlv> = values.iter().enumerate().map(|(i, v)| Tlv { tag: 1 + i as u16, value: v }).collect();
-        let mut payload = Vec::new();
-        tlvs.iter().for_each(|t| encode_tlv(t, &mut payload));
+        let payload = encode_tlvs(&tlvs)?;
         debug_assert!(payload.len() <= PAYLOAD_BYTES_MAX);
         model.borrow_mut().in_flight = Some(payload.clone());
         let seq = match log.append_tlvs(&tlvs) {

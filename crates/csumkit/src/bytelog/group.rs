@@ -4,7 +4,7 @@
 //! the writers it carried; writers arriving meanwhile queue for the next one.
 
 use super::format::{FLAG_BATCH, PAYLOAD_BYTES_MAX};
-use super::log::{encode_tlv, Tlv};
+use super::log::{encode_tlvs, Tlv};
 use crate::Error;
 use std::collections::VecDeque;
 use std::sync::{Condvar, Mutex};
@@ -49,17 +49,7 @@ impl<L: AppendRecord> GroupCommit<L> {
     /// Commits `tlvs` (together, in one record, possibly with other
     /// writers'); returns that record's sequence number once it is durable.
     pub fn commit(&self, tlvs: &[Tlv]) -> Result<u64, Error> {
-        let mut bytes = Vec::new();
-        for tlv in tlvs {
-            if tlv.value.len() > u16::MAX as usize {
-                return Err(Error::TooLarge {
-                    what: "TLV value bytes",
-                    value: tlv.value.len() as u64,
-                    max: u16::MAX as u64,
-                });
-            }
-            encode_tlv(tlv, &mut bytes);
-        }
+        let bytes = encode_tlvs(tlvs)?;
         if bytes.len() > PAYLOAD_BYTES_MAX || tlvs.is_empty() {
             return Err(Error::Invalid {
                 what: "commit",

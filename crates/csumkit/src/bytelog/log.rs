@@ -51,11 +51,20 @@ pub struct Tlv<'a> {
     pub value: &'a [u8],
 }
 
-/// Appends the encoding of `tlv` to `out`.
-pub fn encode_tlv(tlv: &Tlv, out: &mut Vec<u8>) {
-    out.extend_from_slice(&tlv.tag.to_le_bytes());
-    out.extend_from_slice(&(tlv.value.len() as u16).to_le_bytes());
-    out.extend_from_slice(tlv.value);
+/// The payload encoding of `tlvs`: each as tag, length, value.
+pub fn encode_tlvs(tlvs: &[Tlv]) -> Result<Vec<u8>, Error> {
+    let mut out = Vec::with_capacity(tlvs.iter().map(|t| 4 + t.value.len()).sum());
+    for tlv in tlvs {
+        let len = u16::try_from(tlv.value.len()).map_err(|_| Error::TooLarge {
+            what: "TLV value bytes",
+            value: tlv.value.len() as u64,
+            max: u16::MAX as u64,
+        })?;
+        out.extend_from_slice(&tlv.tag.to_le_bytes());
+        out.extend_from_slice(&len.to_le_bytes());
+        out.extend_from_slice(tlv.value);
+    }
+    Ok(out)
 }
 
 /// The TLVs of a batch payload, or a typed error for a malformed one.
@@ -320,17 +329,7 @@ impl<M: Medium> ByteLog<M> {
 
     /// Appends TLVs as one record: a single TLV keeps its tag, several are a batch.
     pub fn append_tlvs(&mut self, tlvs: &[Tlv]) -> Result<u64, Error> {
-        let mut payload = Vec::with_capacity(tlvs.iter().map(|t| 4 + t.value.len()).sum());
-        for tlv in tlvs {
-            if tlv.value.len() > u16::MAX as usize {
-                return Err(Error::TooLarge {
-                    what: "TLV value bytes",
-                    value: tlv.value.len() as u64,
-                    max: u16::MAX as u64,
-                });
-            }
-            encode_tlv(tlv, &mut payload);
-        }
+        let payload = encode_tlvs(tlvs)?;
         match tlvs {
             [one] => self.append(one.tag, 0, &payload),
             _ => self.append(0, FLAG_BATCH, &payload),

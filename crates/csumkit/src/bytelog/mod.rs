@@ -71,7 +71,9 @@ pub use format::{
     RECORD_BYTES_MAX, RING_OFFSET, TAG_WRAP, VERSION,
 };
 pub use group::{AppendRecord, GroupCommit};
-pub use log::{decode_tlvs, encode_tlv, ByteLog, LogStats, Record, RecordRef, Tlv, ANCHOR_EVERY_BYTES, RING_BYTES_MIN};
+pub use log::{
+    decode_tlvs, encode_tlvs, ByteLog, LogStats, Record, RecordRef, Tlv, ANCHOR_EVERY_BYTES, RING_BYTES_MIN,
+};
 #[cfg(unix)]
 pub use medium::MmapMedium;
 pub use medium::{Medium, Persist, SimMedium};
