@@ -4,6 +4,10 @@
 mod bench;
 mod encode;
 #[cfg(unix)]
+mod erofs;
+#[cfg(unix)]
+mod ext4;
+#[cfg(unix)]
 mod pi;
 mod sum;
 
@@ -27,6 +31,14 @@ enum Command {
     #[cfg(unix)]
     #[command(subcommand)]
     Pi(pi::PiCommand),
+    /// Read erofs images; check or retrofit their xattr name filters.
+    #[cfg(unix)]
+    #[command(subcommand)]
+    Erofs(erofs::ErofsCommand),
+    /// Verify (and repair) every metadata_csum checksum of an ext4 image.
+    #[cfg(unix)]
+    #[command(subcommand)]
+    Ext4(ext4::Ext4Command),
     /// Run a benchmark and print its tables.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -62,6 +74,10 @@ fn main() -> ExitCode {
         }
         #[cfg(unix)]
         Command::Pi(command) => pi::run(command),
+        #[cfg(unix)]
+        Command::Erofs(command) => erofs::run(command),
+        #[cfg(unix)]
+        Command::Ext4(command) => ext4::run(command),
         Command::Bench(command) => bench::run(command),
     }
 }

@@ -248,3 +248,108 @@ fn bench_bytelog_quick_prints_both_media_replay_and_crash_count() {
     }
     assert!(stdout.contains("no acknowledged record lost"));
 }
+
+fn shared_erofs(name: &str) -> Option<std::path::PathBuf> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/testdata/erofs").join(name);
+    if path.exists() {
+        return Some(path);
+    }
+    assert!(std::env::var_os("CI").is_none(), "{} is required in CI", path.display());
+    None
+}
+
+#[test]
+fn erofs_ls_getxattr_check_and_add_filter() {
+    let Some(image) = shared_erofs("mixed.erofs") else { return };
+    let image = image.to_str().unwrap();
+    let out = csumkit(&["erofs", "ls", image, "/"], None);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("a.txt"));
+    let out = csumkit(&["erofs", "getxattr", image, "/a.txt", "user.x"], None);
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "user.x=\"y\"");
+    let out = csumkit(&["erofs", "getxattr", image, "/a.txt", "security.capability"], None);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("ruled out by the name filter"));
+    let out = csumkit(&["erofs", "check", image], None);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("every name filter matches"));
+    // Errors are one line and exit 2.
+    for args in [
+        vec!["erofs", "getxattr", image, "/a.txt", "bogus.name"],
+        vec!["erofs", "ls", image, "/no/such/path"],
+        vec!["erofs", "check", "/nonexistent.erofs"],
+    ] {
+        let out = csumkit(&args, None);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert_eq!(String::from_utf8_lossy(&out.stderr).lines().count(), 1, "{args:?}");
+    }
+    // A wrong filter (superblock checksum re-sealed) fails check; add-filter fixes it.
+    let mut bytes = std::fs::read(image).unwrap();
+    let bad = csumkit::erofs::Image::open(&bytes).unwrap();
+    let inode = bad.lookup("/a.txt").unwrap();
+    let at = csumkit::erofs::Image::filter_offset(&inode).unwrap() as usize;
+    bytes[at] ^= 0x01;
+    let crc = csumkit::erofs::Superblock::compute_checksum(&bytes, 4096).unwrap();
+    bytes[1028..1032].copy_from_slice(&crc.to_le_bytes());
+    let copy = temp_file("wrong-filter.erofs", &bytes);
+    let copy = copy.to_str().unwrap();
+    let out = csumkit(&["erofs", "check", copy], None);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("mismatch nid"));
+    assert!(csumkit(&["erofs", "add-filter", copy], None).status.success());
+    assert!(csumkit(&["erofs", "check", copy], None).status.success());
+}
+
+#[test]
+fn ext4_check_reports_then_repairs_with_yes() {
+    let Some(mkfs) = ["/usr/sbin/mke2fs", "/sbin/mke2fs"].into_iter().find(|p| std::path::Path::new(p).exists()) else {
+        assert!(std::env::var_os("CI").is_none(), "mke2fs is required in CI");
+        return;
+    };
+    let image = temp_file("ext4.img", b"");
+    let status = Command::new(mkfs)
+        .args(["-q", "-F", "-t", "ext4", "-O", "metadata_csum,64bit", "-b", "4096"])
+        .arg(&image)
+        .arg("16M")
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let path = image.to_str().unwrap();
+    let out = csumkit(&["ext4", "check", path], None);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("all checksums valid"));
+    // Damage the inode bitmap's covered bytes: reported, exit 1, nothing written.
+    let mut bytes = std::fs::read(&image).unwrap();
+    let layout = csumkit::ext4::Layout::parse(&bytes).unwrap();
+    let group = layout.group(&bytes, 0).unwrap();
+    bytes[(group.inode_bitmap * layout.block_size) as usize + 1] ^= 0x80;
+    std::fs::write(&image, &bytes).unwrap();
+    let out = csumkit(&["ext4", "check", path], None);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("BAD inode bitmap group 0"));
+    // --repair without a terminal and without --yes refuses.
+    let out = csumkit(&["ext4", "check", path, "--repair"], None);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(std::fs::read(&image).unwrap(), bytes);
+    let out = csumkit(&["ext4", "check", path, "--repair", "--yes"], None);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("rewrote"));
+    assert!(csumkit(&["ext4", "check", path], None).status.success());
+    let out = csumkit(&["ext4", "check", "/etc/hostname"], None);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn bench_xattr_quick_prints_cold_and_warm_with_the_seed() {
+    if !std::path::Path::new("/usr/bin/mkfs.erofs").exists() {
+        assert!(std::env::var_os("CI").is_none(), "mkfs.erofs is required in CI");
+        return;
+    }
+    let out = csumkit(&["bench", "xattr", "--quick", "--files", "2000", "--runs", "1"], None);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    for needle in ["cold", "warm", "468 → 370", "answered by the filter alone", "2000 with xattrs"] {
+        assert!(stdout.contains(needle), "missing {needle:?}:\n{stdout}");
+    }
+}

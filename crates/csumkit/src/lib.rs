@@ -28,11 +28,14 @@ pub mod crc16t10dif;
 pub mod crc32c;
 pub mod crc64nvme;
 pub mod csum_tree;
+pub mod erofs;
 mod error;
+pub mod ext4;
 pub mod file;
 pub mod pi;
 #[cfg(unix)]
 pub mod pipeline;
+pub mod xattr_filter;
 
 pub use arch::{Backend, BACKEND_ENV_VAR};
 pub use crc::Algorithm;

@@ -10,6 +10,8 @@ mod phase_clock;
 mod pipeline;
 mod table;
 mod timing;
+#[cfg(unix)]
+mod xattr;
 
 use clap::Subcommand;
 use std::process::ExitCode;
@@ -26,6 +28,9 @@ pub enum BenchCommand {
     Bytelog(bytelog::BytelogArgs),
     /// Seed-004 write amplification: checksum tree vs checksums inline in PI; PI speed.
     Offload(offload::OffloadArgs),
+    /// Seed-003 negative xattr lookups with and without the erofs name filter, cold and warm.
+    #[cfg(unix)]
+    Xattr(xattr::XattrArgs),
 }
 
 pub fn run(command: BenchCommand) -> ExitCode {
@@ -35,6 +40,8 @@ pub fn run(command: BenchCommand) -> ExitCode {
         BenchCommand::Pipeline(args) => pipeline::run(&args),
         BenchCommand::Offload(args) => offload::run(&args),
         BenchCommand::Bytelog(args) => bytelog::run(&args),
+        #[cfg(unix)]
+        BenchCommand::Xattr(args) => xattr::run(&args),
     }
 }
 

@@ -1,0 +1,193 @@
+//! `csumkit erofs ls|getxattr|check|add-filter`: erofs images and their
+//! xattr name filters (seed 003).
+
+use clap::{Args, Subcommand};
+use csumkit::erofs::{Image, Inode, Lookup};
+use csumkit::Error;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+#[derive(Subcommand)]
+pub enum ErofsCommand {
+    /// List a directory (or one inode): mode, nid, size, xattr count, name.
+    Ls(LsArgs),
+    /// Print one xattr's value; "absent" (exit 1) says whether the name filter answered.
+    Getxattr(GetxattrArgs),
+    /// Check every inode's name filter against its xattrs; exit 1 on a mismatch.
+    Check(ImageArg),
+    /// Write correct name filters and the feature bit in place (keeps the superblock checksum valid).
+    AddFilter(ImageArg),
+}
+
+#[derive(Args)]
+pub struct ImageArg {
+    /// The erofs image.
+    image: PathBuf,
+}
+
+#[derive(Args)]
+pub struct LsArgs {
+    /// The erofs image.
+    image: PathBuf,
+    /// Path inside the image.
+    #[arg(default_value = "/")]
+    path: String,
+}
+
+#[derive(Args)]
+pub struct GetxattrArgs {
+    /// The erofs image.
+    image: PathBuf,
+    /// Path inside the image.
+    path: String,
+    /// Full xattr name, e.g. user.mime_type or system.posix_acl_access.
+    name: String,
+    /// Read the xattrs even when the filter rules the name out.
+    #[arg(long)]
+    no_filter: bool,
+}
+
+pub fn run(command: ErofsCommand) -> ExitCode {
+    let result = match &command {
+        ErofsCommand::Ls(args) => ls(args),
+        ErofsCommand::Getxattr(args) => getxattr(args),
+        ErofsCommand::Check(args) => check(&args.image),
+        ErofsCommand::AddFilter(args) => add_filter(&args.image),
+    };
+    result.unwrap_or_else(|e| {
+        eprintln!("csumkit erofs: {e}");
+        ExitCode::from(2)
+    })
+}
+
+/// The image mapped read-only.
+fn map(path: &Path) -> Result<memmap2::Mmap, Error> {
+    let io = |source| Error::Io { context: path.display().to_string(), source };
+    let file = File::open(path).map_err(io)?;
+    // SAFETY: read-only mapping; the image is not expected to change while
+    // this short-lived command reads it (a concurrent writer could only make
+    // the parser see inconsistent bytes, which it rejects without UB).
+    unsafe { memmap2::Mmap::map(&file) }.map_err(io)
+}
+
+fn mode_string(inode: &Inode) -> String {
+    let kind = match inode.mode & 0o170_000 {
+        0o040_000 => 'd',
+        0o120_000 => 'l',
+        0o020_000 => 'c',
+        0o060_000 => 'b',
+        0o010_000 => 'p',
+        0o140_000 => 's',
+        _ => '-',
+    };
+    let rwx = (0..9).rev().map(|bit| if inode.mode >> bit & 1 == 1 { b"rwx"[(8 - bit) % 3] as char } else { '-' });
+    std::iter::once(kind).chain(rwx).collect()
+}
+
+fn ls(args: &LsArgs) -> Result<ExitCode, Error> {
+    let bytes = map(&args.image)?;
+    let image = Image::open(&bytes)?;
+    let inode = image.lookup(&args.path)?;
+    let entries: Vec<(String, Inode)> = if inode.is_dir() {
+        let mut v = Vec::new();
+        for e in image.read_dir(&inode)? {
+            v.push((String::from_utf8_lossy(e.name).into_owned(), image.inode(e.nid)?));
+        }
+        v
+    } else {
+        vec![(args.path.clone(), inode)]
+    };
+    for (name, inode) in entries {
+        let xattrs = image.xattrs(&inode)?.len();
+        println!(
+            "{} {:>4} {:>5} {:>5} {:>10} nid={:<8} xattrs={:<3} {name}",
+            mode_string(&inode),
+            inode.nlink,
+            inode.uid,
+            inode.gid,
+            inode.size,
+            inode.nid,
+            xattrs
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn getxattr(args: &GetxattrArgs) -> Result<ExitCode, Error> {
+    let bytes = map(&args.image)?;
+    let image = Image::open(&bytes)?;
+    let inode = image.lookup(&args.path)?;
+    match image.getxattr(&inode, &args.name, !args.no_filter)? {
+        Lookup::Found(value) => {
+            match std::str::from_utf8(value) {
+                Ok(text) if !text.chars().any(char::is_control) => println!("{}={text:?}", args.name),
+                _ => println!("{}=0x{}", args.name, value.iter().map(|b| format!("{b:02x}")).collect::<String>()),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Lookup::Absent { filtered } => {
+            let how = if filtered { "ruled out by the name filter, no xattr read" } else { "searched every xattr" };
+            println!("{}: absent ({how})", args.name);
+            Ok(ExitCode::from(1))
+        }
+    }
+}
+
+fn check(path: &Path) -> Result<ExitCode, Error> {
+    let bytes = map(path)?;
+    let image = Image::open(&bytes)?;
+    let report = image.check_filters()?;
+    let sb = image.superblock();
+    let checksum = if sb.has_checksum() { "valid" } else { "none" };
+    println!(
+        "{}: {} inodes, {} with xattrs; superblock checksum {checksum}",
+        path.display(),
+        report.inodes,
+        report.with_ibody
+    );
+    if !report.enabled {
+        println!("no xattr name filter (compat bit 0x4 clear or reserved byte set): run `csumkit erofs add-filter`");
+        return Ok(ExitCode::SUCCESS);
+    }
+    for m in &report.mismatches {
+        println!("mismatch nid {} {}: stored {:#010x}, computed {:#010x}", m.nid, m.path, m.stored.0, m.computed.0);
+    }
+    if report.mismatches.is_empty() {
+        println!("every name filter matches its xattrs");
+        Ok(ExitCode::SUCCESS)
+    } else {
+        println!("{} of {} name filters are wrong", report.mismatches.len(), report.with_ibody);
+        Ok(ExitCode::from(1))
+    }
+}
+
+fn add_filter(path: &Path) -> Result<ExitCode, Error> {
+    let plan = {
+        let bytes = map(path)?;
+        Image::open(&bytes)?.plan_filters()?
+    };
+    if plan.is_empty() {
+        println!("{}: already has correct name filters; nothing written", path.display());
+        return Ok(ExitCode::SUCCESS);
+    }
+    let io = |source| Error::Io { context: path.display().to_string(), source };
+    let file = std::fs::OpenOptions::new().read(true).write(true).open(path).map_err(io)?;
+    plan.write_to(&file)?;
+    // Re-read what was written: the result must check clean.
+    let bytes = map(path)?;
+    let report = Image::open(&bytes)?.check_filters()?;
+    if !report.enabled || !report.mismatches.is_empty() {
+        return Err(Error::Corrupt {
+            location: path.display().to_string(),
+            detail: "filters did not check after writing".into(),
+        });
+    }
+    println!(
+        "{}: name filters written for {} inodes with xattrs; feature bit set; superblock checksum {}",
+        path.display(),
+        report.with_ibody,
+        if Image::open(&bytes)?.superblock().has_checksum() { "re-sealed" } else { "not used by this image" }
+    );
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,127 @@
+//! `csumkit ext4 check IMAGE [--repair [--yes]]`: every metadata_csum
+//! checksum of an ext4 image; wrong ones printed and optionally rewritten.
+
+use clap::{Args, Subcommand};
+use csumkit::ext4::{self, Report};
+use csumkit::Error;
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, IsTerminal, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// Repairs that still leave findings after this many passes give up (a
+/// bitmap fix changes its descriptor's checksum, so two passes suffice).
+const REPAIR_PASSES_MAX: usize = 4;
+
+#[derive(Subcommand)]
+pub enum Ext4Command {
+    /// Verify every metadata checksum; exit 1 when one is wrong.
+    Check(CheckArgs),
+}
+
+#[derive(Args)]
+pub struct CheckArgs {
+    /// The ext4 image (or device).
+    image: PathBuf,
+    /// Rewrite wrong checksums in place (asks first).
+    #[arg(long)]
+    repair: bool,
+    /// Do not ask before repairing.
+    #[arg(long, requires = "repair")]
+    yes: bool,
+}
+
+pub fn run(command: Ext4Command) -> ExitCode {
+    let Ext4Command::Check(args) = command;
+    check(&args).unwrap_or_else(|e| {
+        eprintln!("csumkit ext4: {e}");
+        ExitCode::from(2)
+    })
+}
+
+fn scan(path: &Path) -> Result<Report, Error> {
+    let io = |source| Error::Io { context: path.display().to_string(), source };
+    let file = File::open(path).map_err(io)?;
+    // SAFETY: read-only mapping; a concurrent writer can only make the
+    // checker see inconsistent bytes, which it reports.
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
+    ext4::check(&map)
+}
+
+fn print(path: &Path, report: &Report) {
+    let c = &report.checked;
+    println!(
+        "{}: checked superblock, {} descriptors, {} block bitmaps, {} inode bitmaps, {} inodes, {} extent blocks, {} directory blocks, {} htree blocks",
+        path.display(),
+        c.descriptors,
+        c.block_bitmaps,
+        c.inode_bitmaps,
+        c.inodes,
+        c.extent_blocks,
+        c.dir_blocks,
+        c.htree_blocks
+    );
+    for f in &report.findings {
+        println!("BAD {} {}: stored {:#010x}, computed {:#010x}", f.what, f.location, f.stored, f.computed);
+    }
+    for (inode, block) in &report.missing_tails {
+        println!("BAD directory block {block} of inode {inode}: no checksum tail");
+    }
+}
+
+fn confirm(count: usize) -> bool {
+    eprint!("rewrite {count} checksums in place? [y/N] ");
+    let _ = std::io::stderr().flush();
+    let mut answer = String::new();
+    std::io::stdin().lock().read_line(&mut answer).is_ok() && matches!(answer.trim(), "y" | "Y" | "yes")
+}
+
+fn check(args: &CheckArgs) -> Result<ExitCode, Error> {
+    let mut report = scan(&args.image)?;
+    print(&args.image, &report);
+    if report.findings.is_empty() && report.missing_tails.is_empty() {
+        println!("all checksums valid");
+        return Ok(ExitCode::SUCCESS);
+    }
+    if !args.repair {
+        println!("{} wrong checksums", report.findings.len() + report.missing_tails.len());
+        return Ok(ExitCode::from(1));
+    }
+    if !args.yes {
+        if !std::io::stdin().is_terminal() {
+            return Err(Error::Invalid {
+                what: "--repair",
+                detail: "stdin is not a terminal to confirm on: pass --yes".into(),
+            });
+        }
+        if !confirm(report.findings.len()) {
+            println!("nothing written");
+            return Ok(ExitCode::from(1));
+        }
+    }
+    let io = |source| Error::Io { context: args.image.display().to_string(), source };
+    let file = OpenOptions::new().read(true).write(true).open(&args.image).map_err(io)?;
+    let mut written = 0;
+    for _ in 0..REPAIR_PASSES_MAX {
+        if report.findings.is_empty() {
+            break;
+        }
+        for finding in &report.findings {
+            for (at, bytes) in &finding.fix {
+                file.write_all_at(bytes, *at).map_err(io)?;
+            }
+            written += 1;
+        }
+        file.sync_data().map_err(io)?;
+        report = scan(&args.image)?;
+    }
+    println!("rewrote {written} checksums");
+    print(&args.image, &report);
+    if report.findings.is_empty() && report.missing_tails.is_empty() {
+        println!("all checksums valid");
+        Ok(ExitCode::SUCCESS)
+    } else {
+        Ok(ExitCode::from(1))
+    }
+}

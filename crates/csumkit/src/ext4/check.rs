@@ -1,0 +1,355 @@
+//! The checks: every checksummed structure found from the superblock and
+//! descriptors, its checksum recomputed and compared.
+
+use super::layout::{superblock_checksum, Group, Layout, SUPER_OFFSET};
+use super::{bytes, corrupt, le16, le32};
+use crate::{crc32c, Error};
+
+const INODE_FLAG_INDEX: u32 = 0x1000;
+const INODE_FLAG_EXTENTS: u32 = 0x8_0000;
+const INODE_FLAG_INLINE_DATA: u32 = 0x1000_0000;
+const EXTENT_MAGIC: u16 = 0xF30A;
+/// Deeper extent trees than this are corrupt (ext4 allows 5 levels).
+const EXTENT_DEPTH_MAX: u16 = 5;
+/// `i_checksum_lo` and `i_checksum_hi`.
+const INODE_CSUM_LO: usize = 0x7C;
+const INODE_CSUM_HI: usize = 0x82;
+
+/// One wrong checksum.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Finding {
+    /// The structure: `superblock`, `group descriptor`, `block bitmap`,
+    /// `inode bitmap`, `inode`, `extent block`, `directory block`,
+    /// `htree block`.
+    pub what: &'static str,
+    /// Which one: group, inode, block.
+    pub location: String,
+    /// Checksum on media (16-bit ones zero-extended).
+    pub stored: u32,
+    /// Checksum recomputed from the bytes.
+    pub computed: u32,
+    /// Writes that store the computed checksum: (byte offset, bytes).
+    pub fix: Vec<(u64, Vec<u8>)>,
+}
+
+/// Structures whose checksum was checked, by kind.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Checked {
+    /// Group descriptors.
+    pub descriptors: u64,
+    /// Block bitmaps (initialised groups).
+    pub block_bitmaps: u64,
+    /// Inode bitmaps (initialised groups).
+    pub inode_bitmaps: u64,
+    /// In-use inodes.
+    pub inodes: u64,
+    /// Extent tree blocks.
+    pub extent_blocks: u64,
+    /// Directory leaf blocks.
+    pub dir_blocks: u64,
+    /// Directory htree index blocks.
+    pub htree_blocks: u64,
+}
+
+/// What [`check`] found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Report {
+    /// Counts of checked structures.
+    pub checked: Checked,
+    /// Wrong checksums, in the order found.
+    pub findings: Vec<Finding>,
+    /// Directory blocks without a checksum tail or htree tail (kernel
+    /// would refuse them): (inode, block).
+    pub missing_tails: Vec<(u64, u64)>,
+}
+
+struct Checker<'a> {
+    image: &'a [u8],
+    layout: Layout,
+    report: Report,
+}
+
+/// Checks every metadata checksum of an ext4 image.
+///
+/// # Errors
+/// [`Error::Invalid`] without `metadata_csum`; [`Error::Corrupt`] when the
+/// metadata is too damaged to follow (not for wrong checksums: those are
+/// [`Report::findings`]).
+pub fn check(image: &[u8]) -> Result<Report, Error> {
+    let layout = Layout::parse(image)?;
+    let mut checker = Checker { image, layout, report: Report::default() };
+    checker.superblock();
+    for g in 0..checker.layout.groups {
+        let group = checker.layout.group(image, g)?;
+        checker.group(&group)?;
+    }
+    Ok(checker.report)
+}
+
+fn lo16(v: u32) -> Vec<u8> {
+    (v as u16).to_le_bytes().to_vec()
+}
+
+impl<'a> Checker<'a> {
+    fn finding(&mut self, what: &'static str, location: String, stored: u32, computed: u32, fix: Vec<(u64, Vec<u8>)>) {
+        if stored != computed {
+            self.report.findings.push(Finding { what, location, stored, computed, fix });
+        }
+    }
+
+    fn superblock(&mut self) {
+        let sb = &self.image[SUPER_OFFSET as usize..SUPER_OFFSET as usize + 1024];
+        let computed = superblock_checksum(sb);
+        self.finding(
+            "superblock",
+            "block 0".into(),
+            le32(sb, 0x3FC),
+            computed,
+            vec![(SUPER_OFFSET + 0x3FC, computed.to_le_bytes().to_vec())],
+        );
+    }
+
+    fn block(&self, block: u64, what: &dyn Fn() -> String) -> Result<&'a [u8], Error> {
+        let bs = self.layout.block_size;
+        let at = block.checked_mul(bs).ok_or_else(|| corrupt(&what(), format!("block {block} overflows")))?;
+        bytes(self.image, at, bs as usize, what)
+    }
+
+    /// A bitmap checksum split into lo (descriptor offset `lo`) and, with
+    /// wide descriptors, hi (`hi`) halves.
+    fn bitmap(
+        &mut self,
+        group: &Group,
+        what: &'static str,
+        block: u64,
+        bits: u64,
+        (lo, hi): (usize, usize),
+    ) -> Result<(), Error> {
+        let g = group.number;
+        let data = self.block(block, &|| format!("group {g} {what} at block {block}"))?;
+        let computed = crc32c::raw_update(self.layout.csum_seed, &data[..(bits / 8) as usize]);
+        let d = bytes(self.image, group.desc_offset, self.layout.desc_size as usize, &|| "descriptor".into())?;
+        let wide = self.layout.desc_size >= 0x3C;
+        let stored = u32::from(le16(d, lo)) | if wide { u32::from(le16(d, hi)) << 16 } else { 0 };
+        let computed = if wide { computed } else { computed & 0xFFFF };
+        let mut fix = vec![(group.desc_offset + lo as u64, lo16(computed))];
+        if wide {
+            fix.push((group.desc_offset + hi as u64, lo16(computed >> 16)));
+        }
+        self.finding(what, format!("group {g} (block {block})"), stored, computed, fix);
+        Ok(())
+    }
+
+    fn group(&mut self, group: &Group) -> Result<(), Error> {
+        let (g, size) = (group.number, self.layout.desc_size as usize);
+        let d = bytes(self.image, group.desc_offset, size, &|| format!("group {g} descriptor"))?;
+        let crc = crc32c::raw_update(self.layout.csum_seed, &(g as u32).to_le_bytes());
+        let crc = crc32c::raw_update(crc, &d[..0x1E]);
+        let crc = crc32c::raw_update(crc, &[0, 0]);
+        let computed = crc32c::raw_update(crc, &d[0x20..]) & 0xFFFF;
+        let stored = u32::from(le16(d, 0x1E));
+        self.report.checked.descriptors += 1;
+        // Bitmaps first: their checksums live in the descriptor, so a repair
+        // of them changes the descriptor checksum (found on the next pass).
+        if !group.block_uninit() {
+            let bits = self.layout.clusters_per_group;
+            self.bitmap(group, "block bitmap", group.block_bitmap, bits, (0x18, 0x38))?;
+            self.report.checked.block_bitmaps += 1;
+        }
+        if !group.inode_uninit() {
+            let bits = self.layout.inodes_per_group;
+            self.bitmap(group, "inode bitmap", group.inode_bitmap, bits, (0x1A, 0x3A))?;
+            self.report.checked.inode_bitmaps += 1;
+        }
+        self.finding(
+            "group descriptor",
+            format!("group {g}"),
+            stored,
+            computed,
+            vec![(group.desc_offset + 0x1E, lo16(computed))],
+        );
+        if !group.inode_uninit() {
+            self.inodes(group)?;
+        }
+        Ok(())
+    }
+
+    fn inodes(&mut self, group: &Group) -> Result<(), Error> {
+        let g = group.number;
+        let bitmap = self.block(group.inode_bitmap, &|| format!("group {g} inode bitmap"))?;
+        let ipg = self.layout.inodes_per_group;
+        let used: Vec<u64> = (0..ipg).filter(|&i| bitmap[(i / 8) as usize] >> (i % 8) & 1 == 1).collect();
+        let size = self.layout.inode_size;
+        for i in used {
+            let inum = g * ipg + i + 1;
+            let at = group.inode_table * self.layout.block_size + i * size;
+            let raw = bytes(self.image, at, size as usize, &|| format!("inode {inum}"))?;
+            self.inode(inum, at, raw)?;
+        }
+        Ok(())
+    }
+
+    fn inode(&mut self, inum: u64, at: u64, raw: &[u8]) -> Result<(), Error> {
+        let seed = crc32c::raw_update(self.layout.csum_seed, &(inum as u32).to_le_bytes());
+        let seed = crc32c::raw_update(seed, &raw[0x64..0x68]);
+        let size = raw.len();
+        let fits_hi = size > 128 && 128 + usize::from(le16(raw, 0x80)) >= INODE_CSUM_HI + 2;
+        let mut crc = crc32c::raw_update(seed, &raw[..INODE_CSUM_LO]);
+        crc = crc32c::raw_update(crc, &[0, 0]);
+        crc = crc32c::raw_update(crc, &raw[INODE_CSUM_LO + 2..128]);
+        if size > 128 {
+            crc = crc32c::raw_update(crc, &raw[128..INODE_CSUM_HI]);
+            let rest = if fits_hi {
+                crc = crc32c::raw_update(crc, &[0, 0]);
+                INODE_CSUM_HI + 2
+            } else {
+                INODE_CSUM_HI
+            };
+            crc = crc32c::raw_update(crc, &raw[rest..]);
+        }
+        let mut stored = u32::from(le16(raw, INODE_CSUM_LO));
+        let mut fix = vec![(at + INODE_CSUM_LO as u64, lo16(crc))];
+        if fits_hi {
+            stored |= u32::from(le16(raw, INODE_CSUM_HI)) << 16;
+            fix.push((at + INODE_CSUM_HI as u64, lo16(crc >> 16)));
+        } else {
+            crc &= 0xFFFF;
+        }
+        self.report.checked.inodes += 1;
+        self.finding("inode", format!("inode {inum}"), stored, crc, fix);
+
+        let flags = le32(raw, 0x20);
+        if flags & INODE_FLAG_EXTENTS == 0 || flags & INODE_FLAG_INLINE_DATA != 0 {
+            return Ok(());
+        }
+        let is_dir = le16(raw, 0) & 0xF000 == 0x4000;
+        let mut leaves = Vec::new();
+        self.extent_node(inum, seed, &raw[0x28..0x28 + 60], None, EXTENT_DEPTH_MAX, &mut leaves)?;
+        if is_dir {
+            let indexed = flags & INODE_FLAG_INDEX != 0;
+            for (logical, physical, len) in leaves {
+                for k in 0..u64::from(len) {
+                    self.dir_block(inum, seed, indexed, u64::from(logical) + k, physical + k)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// An extent tree node (the 60-byte root in the inode when `block` is
+    /// `None`); collects leaf extents (logical, physical, length).
+    fn extent_node(
+        &mut self,
+        inum: u64,
+        seed: u32,
+        node: &[u8],
+        block: Option<u64>,
+        depth_left: u16,
+        leaves: &mut Vec<(u32, u64, u16)>,
+    ) -> Result<(), Error> {
+        let where_ = || match block {
+            Some(b) => format!("inode {inum} extent block {b}"),
+            None => format!("inode {inum} extent root"),
+        };
+        let (magic, entries, max, depth) = (le16(node, 0), le16(node, 2), le16(node, 4), le16(node, 6));
+        if magic != EXTENT_MAGIC || entries > max || 12 + 12 * usize::from(max) > node.len() || depth > depth_left {
+            return Err(corrupt(
+                &where_(),
+                format!("bad extent header (magic {magic:#06x}, {entries}/{max} entries, depth {depth})"),
+            ));
+        }
+        if let Some(b) = block {
+            let tail = 12 + 12 * usize::from(max);
+            let t = bytes(node, tail as u64, 4, &where_)?;
+            let computed = crc32c::raw_update(seed, &node[..tail]);
+            let at = b * self.layout.block_size + tail as u64;
+            self.report.checked.extent_blocks += 1;
+            self.finding(
+                "extent block",
+                format!("inode {inum} block {b}"),
+                le32(t, 0),
+                computed,
+                vec![(at, computed.to_le_bytes().to_vec())],
+            );
+        }
+        for e in 0..usize::from(entries) {
+            let entry = &node[12 + 12 * e..24 + 12 * e];
+            let first = le32(entry, 0);
+            if depth == 0 {
+                let len = le16(entry, 4);
+                let len = if len > 32768 { len - 32768 } else { len };
+                let start = u64::from(le32(entry, 8)) | u64::from(le16(entry, 6)) << 32;
+                leaves.push((first, start, len));
+            } else {
+                let child = u64::from(le32(entry, 4)) | u64::from(le16(entry, 8)) << 32;
+                let data = self.block(child, &where_)?;
+                self.extent_node(inum, seed, data, Some(child), depth - 1, leaves)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn rec_len(&self, raw: u16) -> u64 {
+        match raw {
+            0 | 65535 if self.layout.block_size == 65536 => 65536,
+            n => u64::from(n),
+        }
+    }
+
+    fn dir_block(&mut self, inum: u64, seed: u32, indexed: bool, logical: u64, block: u64) -> Result<(), Error> {
+        let bs = self.layout.block_size as usize;
+        let data = self.block(block, &|| format!("inode {inum} directory block {block}"))?;
+        let location = format!("inode {inum} block {block} (logical {logical})");
+        let tail = &data[bs - 12..];
+        let has_tail = le32(tail, 0) == 0 && le16(tail, 4) == 12 && tail[6] == 0 && tail[7] == 0xDE;
+        if has_tail {
+            let computed = crc32c::raw_update(seed, &data[..bs - 12]);
+            let at = block * bs as u64 + bs as u64 - 4;
+            self.report.checked.dir_blocks += 1;
+            self.finding(
+                "directory block",
+                location,
+                le32(tail, 8),
+                computed,
+                vec![(at, computed.to_le_bytes().to_vec())],
+            );
+            return Ok(());
+        }
+        // An htree root or interior node (the kernel's get_dx_countlimit).
+        let first_rec = self.rec_len(le16(data, 4));
+        let count_offset = if first_rec == bs as u64 {
+            Some(8)
+        } else if first_rec == 12
+            && self.rec_len(le16(data, 12 + 4)) == bs as u64 - 12
+            && le32(data, 24) == 0
+            && data[24 + 5] == 8
+        {
+            Some(32)
+        } else {
+            None
+        };
+        let Some(count_offset) = count_offset.filter(|_| indexed) else {
+            self.report.missing_tails.push((inum, block));
+            return Ok(());
+        };
+        let (limit, count) = (usize::from(le16(data, count_offset)), usize::from(le16(data, count_offset + 2)));
+        let tail_at = count_offset + 8 * limit;
+        if count > limit || tail_at + 8 > bs {
+            return Err(corrupt(&location, format!("htree count {count} / limit {limit} do not fit the block")));
+        }
+        // Entries in use, `dt_reserved`, then `dt_checksum` read as zero.
+        let crc = crc32c::raw_update(seed, &data[..count_offset + 8 * count]);
+        let crc = crc32c::raw_update(crc, &data[tail_at..tail_at + 4]);
+        let computed = crc32c::raw_update(crc, &[0; 4]);
+        let at = block * bs as u64 + tail_at as u64 + 4;
+        self.report.checked.htree_blocks += 1;
+        self.finding(
+            "htree block",
+            location,
+            le32(data, tail_at + 4),
+            computed,
+            vec![(at, computed.to_le_bytes().to_vec())],
+        );
+        Ok(())
+    }
+}

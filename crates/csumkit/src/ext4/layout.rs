@@ -1,0 +1,246 @@
+//! Where ext4 keeps its metadata: the superblock fields that fix the
+//! geometry, and the group descriptor table (plain or `meta_bg`).
+//!
+//! | superblock offset | field |
+//! |---:|---|
+//! | 0x00 | `s_inodes_count` |
+//! | 0x04 / 0x150 | `s_blocks_count_lo` / `_hi` |
+//! | 0x14 | `s_first_data_block` |
+//! | 0x18 / 0x1C | `s_log_block_size` / `s_log_cluster_size` |
+//! | 0x20 / 0x24 / 0x28 | blocks / clusters / inodes per group |
+//! | 0x38 | `s_magic` 0xEF53 |
+//! | 0x58 | `s_inode_size` |
+//! | 0x5C / 0x60 / 0x64 | compat / incompat / ro_compat features |
+//! | 0x68 | `s_uuid` |
+//! | 0xFE | `s_desc_size` |
+//! | 0x104 | `s_first_meta_bg` |
+//! | 0x175 | `s_checksum_type` (1 = CRC32C) |
+//! | 0x270 | `s_checksum_seed` |
+//! | 0x3FC | `s_checksum` = CRC32C(!0, bytes 0..0x3FC) |
+
+use super::{bytes, corrupt, le16, le32};
+use crate::{crc32c, Error};
+
+/// Byte offset of the superblock.
+pub const SUPER_OFFSET: u64 = 1024;
+const MAGIC: u16 = 0xEF53;
+const RO_COMPAT_SPARSE_SUPER: u32 = 0x1;
+const RO_COMPAT_BIGALLOC: u32 = 0x200;
+const RO_COMPAT_METADATA_CSUM: u32 = 0x400;
+const INCOMPAT_META_BG: u32 = 0x10;
+const INCOMPAT_64BIT: u32 = 0x80;
+const INCOMPAT_CSUM_SEED: u32 = 0x2000;
+const COMPAT_SPARSE_SUPER2: u32 = 0x200;
+
+/// The geometry of an ext4 image with `metadata_csum`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Layout {
+    /// Block size in bytes.
+    pub block_size: u64,
+    /// Blocks in the volume.
+    pub blocks_count: u64,
+    /// First data block (1 with 1 KiB blocks, else 0).
+    pub first_data_block: u64,
+    /// Blocks per group.
+    pub blocks_per_group: u64,
+    /// Clusters per group (bits in a block bitmap).
+    pub clusters_per_group: u64,
+    /// Inodes per group (bits in an inode bitmap).
+    pub inodes_per_group: u64,
+    /// Inodes in the volume.
+    pub inodes_count: u64,
+    /// Bytes per inode record.
+    pub inode_size: u64,
+    /// Bytes per group descriptor (32, or `s_desc_size` with 64bit).
+    pub desc_size: u64,
+    /// Number of groups.
+    pub groups: u64,
+    /// The seed of every metadata checksum but the superblock's.
+    pub csum_seed: u32,
+    /// Byte offset of each group's descriptor.
+    pub desc_offsets: Vec<u64>,
+}
+
+/// One group's metadata locations and state, from its descriptor.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Group {
+    /// Group number.
+    pub number: u64,
+    /// Byte offset of the descriptor.
+    pub desc_offset: u64,
+    /// Block bitmap block.
+    pub block_bitmap: u64,
+    /// Inode bitmap block.
+    pub inode_bitmap: u64,
+    /// First inode table block.
+    pub inode_table: u64,
+    /// `bg_flags`: 1 inode bitmap/table uninitialised, 2 block bitmap uninitialised.
+    pub flags: u16,
+}
+
+impl Group {
+    /// The inode bitmap and table are not initialised on media.
+    pub fn inode_uninit(&self) -> bool {
+        self.flags & 0x1 != 0
+    }
+
+    /// The block bitmap is not initialised on media.
+    pub fn block_uninit(&self) -> bool {
+        self.flags & 0x2 != 0
+    }
+}
+
+/// `s_checksum` as it should be.
+pub fn superblock_checksum(sb: &[u8]) -> u32 {
+    crc32c::raw_update(!0, &sb[..0x3FC])
+}
+
+impl Layout {
+    /// Reads the geometry from the superblock and locates the descriptors.
+    ///
+    /// # Errors
+    /// [`Error::Corrupt`] for a short image, bad magic or impossible
+    /// geometry; [`Error::Invalid`] for an image without `metadata_csum`.
+    pub fn parse(image: &[u8]) -> Result<Layout, Error> {
+        let sb = bytes(image, SUPER_OFFSET, 1024, &|| "superblock".into())?;
+        if le16(sb, 0x38) != MAGIC {
+            return Err(corrupt("superblock", format!("magic {:#06x} is not ext2/3/4 ({MAGIC:#06x})", le16(sb, 0x38))));
+        }
+        let (incompat, ro_compat, compat) = (le32(sb, 0x60), le32(sb, 0x64), le32(sb, 0x5C));
+        if ro_compat & RO_COMPAT_METADATA_CSUM == 0 {
+            return Err(Error::Invalid {
+                what: "ext4 image",
+                detail: "no metadata_csum feature: nothing to check".into(),
+            });
+        }
+        if sb[0x175] != 1 {
+            return Err(Error::Invalid {
+                what: "ext4 image",
+                detail: format!("checksum type {} is not CRC32C", sb[0x175]),
+            });
+        }
+        let (log_block, log_cluster) = (le32(sb, 0x18), le32(sb, 0x1C));
+        if log_block > 6 || log_cluster < log_block || log_cluster > log_block + 16 {
+            return Err(corrupt(
+                "superblock",
+                format!("block size 2^{} / cluster 2^{}", 10 + log_block, 10 + log_cluster),
+            ));
+        }
+        let block_size = 1024u64 << log_block;
+        let blocks_count = u64::from(le32(sb, 0x04))
+            | if incompat & INCOMPAT_64BIT != 0 { u64::from(le32(sb, 0x150)) << 32 } else { 0 };
+        let first_data_block = u64::from(le32(sb, 0x14));
+        let blocks_per_group = u64::from(le32(sb, 0x20));
+        let clusters_per_group = u64::from(le32(sb, 0x24));
+        let inodes_per_group = u64::from(le32(sb, 0x28));
+        let inode_size = u64::from(le16(sb, 0x58));
+        let bigalloc = ro_compat & RO_COMPAT_BIGALLOC != 0;
+        let ratio = 1u64 << (log_cluster - log_block);
+        let bits = block_size * 8;
+        let geometry_ok = blocks_per_group > 0
+            && clusters_per_group > 0
+            && clusters_per_group <= bits
+            && clusters_per_group % 8 == 0
+            && (if bigalloc {
+                blocks_per_group == clusters_per_group * ratio
+            } else {
+                blocks_per_group == clusters_per_group
+            })
+            && inodes_per_group > 0
+            && inodes_per_group <= bits
+            && inodes_per_group % 8 == 0
+            && (128..=block_size).contains(&inode_size)
+            && inode_size.is_power_of_two()
+            && first_data_block < blocks_count;
+        if !geometry_ok {
+            return Err(corrupt(
+                "superblock",
+                format!(
+                    "impossible geometry: {blocks_count} blocks of {block_size}, {blocks_per_group}/{clusters_per_group}/{inodes_per_group} blocks/clusters/inodes per group, {inode_size}-byte inodes"
+                ),
+            ));
+        }
+        let desc_size = if incompat & INCOMPAT_64BIT != 0 { u64::from(le16(sb, 0xFE)) } else { 32 };
+        if !(32..=block_size).contains(&desc_size) || !desc_size.is_power_of_two() {
+            return Err(corrupt("superblock", format!("descriptor size {desc_size}")));
+        }
+        let groups = (blocks_count - first_data_block).div_ceil(blocks_per_group);
+        let inodes_count = u64::from(le32(sb, 0x00));
+        if groups * inodes_per_group != inodes_count {
+            return Err(corrupt(
+                "superblock",
+                format!("{inodes_count} inodes but {groups} groups of {inodes_per_group}"),
+            ));
+        }
+        let csum_seed =
+            if incompat & INCOMPAT_CSUM_SEED != 0 { le32(sb, 0x270) } else { crc32c::raw_update(!0, &sb[0x68..0x78]) };
+        let mut layout = Layout {
+            block_size,
+            blocks_count,
+            first_data_block,
+            blocks_per_group,
+            clusters_per_group,
+            inodes_per_group,
+            inodes_count,
+            inode_size,
+            desc_size,
+            groups,
+            csum_seed,
+            desc_offsets: Vec::new(),
+        };
+        let meta_bg = (incompat & INCOMPAT_META_BG != 0).then(|| u64::from(le32(sb, 0x104)));
+        let sparse = ro_compat & RO_COMPAT_SPARSE_SUPER != 0 && compat & COMPAT_SPARSE_SUPER2 == 0;
+        layout.desc_offsets = layout.descriptor_offsets(meta_bg, sparse);
+        let last = layout.desc_offsets.last().copied().unwrap_or(0);
+        bytes(image, last, desc_size as usize, &|| "group descriptors".into())?;
+        Ok(layout)
+    }
+
+    /// Whether group `g` holds a superblock backup (and so, with
+    /// `meta_bg`, pushes its descriptor block one block on).
+    fn has_super(g: u64, sparse: bool) -> bool {
+        let power_of = |mut n: u64, base: u64| {
+            while n > 1 && n.is_multiple_of(base) {
+                n /= base;
+            }
+            n == 1
+        };
+        !sparse || g <= 1 || power_of(g, 3) || power_of(g, 5) || power_of(g, 7)
+    }
+
+    fn descriptor_offsets(&self, first_meta_bg: Option<u64>, sparse: bool) -> Vec<u64> {
+        let per_block = self.block_size / self.desc_size;
+        (0..self.groups)
+            .map(|g| {
+                let (table_block, index) = (g / per_block, g % per_block);
+                let block = match first_meta_bg {
+                    Some(first) if table_block >= first => {
+                        let lead = table_block * per_block;
+                        self.first_data_block + lead * self.blocks_per_group + u64::from(Self::has_super(lead, sparse))
+                    }
+                    _ => self.first_data_block + 1 + table_block,
+                };
+                block * self.block_size + index * self.desc_size
+            })
+            .collect()
+    }
+
+    /// Group `g`'s descriptor, read from `image`.
+    ///
+    /// # Errors
+    /// [`Error::Corrupt`] when it lies outside the image.
+    pub fn group(&self, image: &[u8], g: u64) -> Result<Group, Error> {
+        let at = self.desc_offsets[g as usize];
+        let d = bytes(image, at, self.desc_size as usize, &|| format!("group {g} descriptor"))?;
+        let wide = self.desc_size >= 64;
+        let addr = |lo: usize, hi: usize| u64::from(le32(d, lo)) | if wide { u64::from(le32(d, hi)) << 32 } else { 0 };
+        Ok(Group {
+            number: g,
+            desc_offset: at,
+            block_bitmap: addr(0x00, 0x20),
+            inode_bitmap: addr(0x04, 0x24),
+            inode_table: addr(0x08, 0x28),
+            flags: le16(d, 0x12),
+        })
+    }
+}

@@ -1,0 +1,310 @@
+//! erofs reader and xattr name filter against images made by the upstream
+//! tools: mkfs.erofs 1.9.3 images with filters (`../shared/testdata/erofs`,
+//! with a JSON of every inode's xattr names and stored filter), and trees
+//! built here with Debian's mkfs.erofs 1.5 (no filters) retrofitted with
+//! `plan_filters` and checked by fsck.erofs.
+
+use csumkit::erofs::{Image, Lookup};
+use csumkit::xattr_filter::Filter;
+use csumkit::Error;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn testdata() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/testdata/erofs")
+}
+
+/// Names that are on no inode of the test images.
+const ABSENT: [&str; 6] = [
+    "system.posix_acl_access",
+    "security.capability",
+    "user.does.not.exist",
+    "trusted.overlay.opaque",
+    "security.ima",
+    "system.posix_acl_default",
+];
+
+fn check_against_json(name: &str) {
+    let dir = testdata();
+    let json_path = dir.join(format!("{name}.json"));
+    let Ok(json) = std::fs::read_to_string(&json_path) else {
+        assert!(std::env::var_os("CI").is_none(), "{} is required in CI", json_path.display());
+        eprintln!("SKIPPED: {} not found", json_path.display());
+        return;
+    };
+    let listing: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let bytes = std::fs::read(dir.join(format!("{name}.erofs"))).unwrap();
+    let image = Image::open(&bytes).unwrap();
+    let sb = image.superblock();
+    assert_eq!(sb.block_size, listing["block_size"].as_u64().unwrap() as u32);
+    assert_eq!(format!("{:#x}", sb.feature_compat), listing["feature_compat"].as_str().unwrap());
+    assert_eq!(format!("{:#010x}", sb.checksum), listing["sb_checksum"].as_str().unwrap());
+    assert!(sb.uses_xattr_filter());
+
+    let inodes = listing["inodes"].as_array().unwrap();
+    let walked = image.walk().unwrap();
+    assert_eq!(walked.len(), inodes.len(), "{name}: reachable inodes");
+    let (mut filters, mut shared, mut acls) = (0, 0, 0);
+    for entry in inodes {
+        let nid = entry["nid"].as_u64().unwrap();
+        for path in entry["paths"].as_array().unwrap() {
+            assert_eq!(image.lookup(path.as_str().unwrap()).unwrap().nid, nid, "{name}: {path}");
+        }
+        let inode = image.inode(nid).unwrap();
+        assert_eq!(inode.extended, entry["extended_inode"].as_bool().unwrap());
+        let names: BTreeSet<String> =
+            entry["xattr_names"].as_array().unwrap().iter().map(|n| n.as_str().unwrap().to_string()).collect();
+        let xattrs = image.xattrs(&inode).unwrap();
+        let read: BTreeSet<String> = xattrs.iter().map(|x| x.full_name()).collect();
+        assert_eq!(read, names, "{name}: nid {nid} xattr names");
+        assert_eq!(xattrs.iter().filter(|x| x.shared).count() as u64, entry["shared_xattr_count"].as_u64().unwrap());
+        shared += xattrs.iter().filter(|x| x.shared).count();
+        acls += names.iter().filter(|n| n.starts_with("system.posix_acl")).count();
+
+        let stored = image.stored_filter(&inode).unwrap();
+        let computed = image.computed_filter(&inode).unwrap();
+        match entry["h_name_filter"].as_u64() {
+            None => assert_eq!((stored, computed), (None, None), "{name}: nid {nid}"),
+            Some(expected) => {
+                let expected = Some(Filter(expected as u32));
+                assert_eq!(stored, expected, "{name}: nid {nid} stored");
+                assert_eq!(computed, expected, "{name}: nid {nid} recomputed");
+                assert_eq!(Some(Filter::from_names(names.iter().map(String::as_str)).unwrap()), expected);
+                filters += 1;
+            }
+        }
+        // Every present name is found with and without the filter; absent
+        // names are absent both ways, and the filter answers most of them.
+        for n in &names {
+            for use_filter in [false, true] {
+                assert!(matches!(image.getxattr(&inode, n, use_filter).unwrap(), Lookup::Found(_)), "{n}");
+            }
+        }
+        for n in ABSENT.iter().filter(|n| !names.contains(**n)) {
+            assert_eq!(image.getxattr(&inode, n, false).unwrap(), Lookup::Absent { filtered: false });
+            assert!(matches!(image.getxattr(&inode, n, true).unwrap(), Lookup::Absent { .. }));
+        }
+    }
+    assert!(filters > 0);
+    if name == "shared" {
+        assert!(shared > 0, "the shared image has shared xattrs");
+    }
+    if name == "mixed" {
+        assert!(acls > 0, "the mixed image has ACLs");
+    }
+    let report = image.check_filters().unwrap();
+    assert!(report.enabled);
+    assert_eq!(report.with_ibody, filters);
+    assert!(report.mismatches.is_empty(), "{:?}", report.mismatches);
+    assert!(image.plan_filters().unwrap().is_empty());
+}
+
+#[test]
+fn mkfs_erofs_1_9_mixed_image_filters_match_bit_for_bit() {
+    check_against_json("mixed");
+}
+
+#[test]
+fn mkfs_erofs_1_9_shared_xattr_image_filters_match_bit_for_bit() {
+    check_against_json("shared");
+}
+
+#[test]
+fn a_wrong_filter_is_reported_and_repaired() {
+    let Ok(mut bytes) = std::fs::read(testdata().join("mixed.erofs")) else { return };
+    let image = Image::open(&bytes).unwrap();
+    let (path, inode) = image.walk().unwrap().into_iter().find(|(_, i)| i.xattr_icount > 0).unwrap();
+    let at = Image::filter_offset(&inode).unwrap() as usize;
+    drop(image);
+    bytes[at] ^= 0x10;
+    // The superblock checksum covers block 0, where this small image keeps
+    // its inodes: the damaged filter is found only once that is re-sealed.
+    assert!(matches!(Image::open(&bytes), Err(Error::Corrupt { .. })));
+    let crc = csumkit::erofs::Superblock::compute_checksum(&bytes, 4096).unwrap();
+    bytes[1028..1032].copy_from_slice(&crc.to_le_bytes());
+    let image = Image::open(&bytes).unwrap();
+    let report = image.check_filters().unwrap();
+    assert_eq!(report.mismatches.len(), 1);
+    assert_eq!(report.mismatches[0].path, path);
+    let plan = image.plan_filters().unwrap();
+    assert!(plan.filters.is_empty() && plan.block0_tail.is_some(), "the filter is in block 0");
+    plan.apply(&mut bytes);
+    assert!(Image::open(&bytes).unwrap().check_filters().unwrap().mismatches.is_empty());
+}
+
+#[test]
+fn damaged_images_are_errors_not_panics() {
+    let Ok(bytes) = std::fs::read(testdata().join("shared.erofs")) else { return };
+    let exercise = |data: &[u8]| -> Result<usize, Error> {
+        let image = Image::open(data)?;
+        let mut n = 0;
+        for (_, inode) in image.walk()? {
+            n += image.xattrs(&inode)?.len();
+            image.getxattr(&inode, "security.capability", true)?;
+        }
+        image.check_filters()?;
+        Ok(n)
+    };
+    assert!(exercise(&bytes).unwrap() > 0);
+    // Every truncation.
+    for len in (0..bytes.len()).step_by(7) {
+        assert!(exercise(&bytes[..len]).is_err() || len > 4096, "truncated to {len}");
+    }
+    // A flipped superblock byte fails the checksum.
+    let mut sb = bytes.clone();
+    sb[1024 + 44] ^= 1;
+    assert!(matches!(Image::open(&sb), Err(Error::Corrupt { .. })));
+    // Every byte of the metadata changed to a few values: never a panic.
+    let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+    for at in 4096..bytes.len() {
+        let mut bad = bytes.clone();
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        bad[at] ^= 1 << (rng % 8) | 0x80;
+        let _ = exercise(&bad);
+    }
+}
+
+fn tool(name: &str) -> Option<PathBuf> {
+    let found = ["/usr/bin", "/usr/sbin", "/bin", "/sbin"].iter().map(|d| Path::new(d).join(name)).find(|p| p.exists());
+    if found.is_none() {
+        assert!(std::env::var_os("CI").is_none(), "{name} (Debian erofs-utils/acl) is required in CI");
+        eprintln!("SKIPPED: {name} not installed");
+    }
+    found
+}
+
+fn set_xattr(path: &Path, name: &str, value: &[u8]) {
+    use std::os::unix::ffi::OsStrExt;
+    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+    let c_name = std::ffi::CString::new(name).unwrap();
+    // SAFETY: valid NUL-terminated strings and a live buffer of value.len() bytes.
+    let rc = unsafe { libc::lsetxattr(c_path.as_ptr(), c_name.as_ptr(), value.as_ptr().cast(), value.len(), 0) };
+    assert_eq!(rc, 0, "setxattr {name} on {}: {}", path.display(), std::io::Error::last_os_error());
+}
+
+/// A source tree with many xattrs: user., trusted., security., ACLs (via
+/// setfacl), none, long names, one file with many; plus the names set.
+fn build_tree(root: &Path) -> Vec<(String, Vec<String>)> {
+    let _ = std::fs::remove_dir_all(root);
+    std::fs::create_dir_all(root.join("d/sub")).unwrap();
+    let mut expected = Vec::new();
+    for i in 0..200 {
+        let rel = if i % 3 == 0 {
+            format!("d/f{i}")
+        } else if i % 3 == 1 {
+            format!("d/sub/g{i}")
+        } else {
+            format!("h{i}")
+        };
+        let path = root.join(&rel);
+        std::fs::write(&path, format!("file {i}")).unwrap();
+        let mut names = Vec::new();
+        let candidates = [
+            format!("user.k{}", i % 17),
+            "user.mime_type".to_string(),
+            format!("trusted.t{}", i % 5),
+            "security.selinux".to_string(),
+            format!("user.{}", "L".repeat(200 + i % 50)),
+        ];
+        for (j, n) in candidates.iter().enumerate() {
+            if (i >> j) & 1 == 1 {
+                // Common (name, value) pairs are what `-x1` shares.
+                let value = if j == 1 || j == 3 { "common".to_string() } else { format!("v{i}") };
+                set_xattr(&path, n, value.as_bytes());
+                names.push(n.clone());
+            }
+        }
+        if i == 7 {
+            for k in 0..40 {
+                let n = format!("user.many{k}");
+                set_xattr(&path, &n, b"");
+                names.push(n);
+            }
+        }
+        expected.push((format!("/{rel}"), names));
+    }
+    expected
+}
+
+#[test]
+fn add_filter_on_mkfs_erofs_1_5_images_then_check() {
+    let (Some(mkfs), Some(fsck), Some(setfacl)) = (tool("mkfs.erofs"), tool("fsck.erofs"), tool("setfacl")) else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("csumkit-erofs-{}", std::process::id()));
+    let root = dir.join("tree");
+    let mut expected = build_tree(&root);
+    // ACLs: access on a file, access + default on a directory.
+    for (args, target) in [(vec!["-m", "u:1234:rw"], "d/f0"), (vec!["-m", "u:99:rx", "-d", "-m", "g:7:r"], "d/sub")] {
+        let status = Command::new(&setfacl).args(&args).arg(root.join(target)).status().unwrap();
+        assert!(status.success());
+    }
+    let acl_names = |target: &str| -> Vec<String> {
+        let mut names = vec!["system.posix_acl_access".to_string()];
+        if target == "/d/sub" {
+            names.push("system.posix_acl_default".to_string());
+        }
+        names
+    };
+    for target in ["/d/f0", "/d/sub"] {
+        match expected.iter_mut().find(|(p, _)| p == target) {
+            Some((_, names)) => names.extend(acl_names(target)),
+            None => expected.push((target.to_string(), acl_names(target))),
+        }
+    }
+    for (variant, extra) in
+        [("inline", vec![]), ("shared", vec!["-x1"]), ("extended", vec!["-x1", "-E", "force-inode-extended"])]
+    {
+        let image_path = dir.join(format!("{variant}.erofs"));
+        let out = Command::new(&mkfs).args(&extra).arg(&image_path).arg(&root).output().unwrap();
+        assert!(out.status.success(), "{variant}: {}", String::from_utf8_lossy(&out.stderr));
+        let before = std::fs::read(&image_path).unwrap();
+        let image = Image::open(&before).unwrap();
+        let report = image.check_filters().unwrap();
+        assert!(!report.enabled, "mkfs.erofs 1.5 writes no filters");
+        // Without the filter every lookup reads the xattrs.
+        let inode = image.lookup("/h2").unwrap();
+        assert_eq!(image.getxattr(&inode, "security.capability", true).unwrap(), Lookup::Absent { filtered: false });
+
+        let plan = image.plan_filters().unwrap();
+        assert!(plan.block0_tail.is_some());
+        assert_eq!(plan.with_ibody, report.with_ibody);
+        let file = std::fs::OpenOptions::new().read(true).write(true).open(&image_path).unwrap();
+        plan.write_to(&file).unwrap();
+        drop(file);
+
+        let after = std::fs::read(&image_path).unwrap();
+        let image = Image::open(&after).unwrap();
+        let report = image.check_filters().unwrap();
+        assert!(report.enabled && report.mismatches.is_empty(), "{variant}: {:?}", report.mismatches);
+        let mut shared = 0;
+        for (path, names) in &expected {
+            let inode = image.lookup(path).unwrap();
+            let read: BTreeSet<String> = image.xattrs(&inode).unwrap().iter().map(|x| x.full_name()).collect();
+            shared += image.xattrs(&inode).unwrap().iter().filter(|x| x.shared).count();
+            assert_eq!(read, names.iter().cloned().collect(), "{variant}: {path}");
+            let want = Filter::from_names(names.iter().map(String::as_str)).unwrap();
+            if !names.is_empty() {
+                assert_eq!(image.stored_filter(&inode).unwrap(), Some(want), "{variant}: {path}");
+            }
+            for n in names {
+                assert!(matches!(image.getxattr(&inode, n, true).unwrap(), Lookup::Found(_)), "{variant}: {path} {n}");
+            }
+        }
+        if variant != "inline" {
+            assert!(shared > 0, "{variant}: -x1 should share xattrs");
+        }
+        // Only the filters and the superblock changed.
+        let changed: Vec<usize> = (0..before.len()).filter(|&i| before[i] != after[i]).collect();
+        let filter_bytes = |i: usize| plan.filters.iter().any(|&(at, _)| (at as usize..at as usize + 4).contains(&i));
+        assert!(changed.iter().all(|&i| i < 4096 || filter_bytes(i)), "{variant}: only filters and block 0 change");
+        // The upstream checker accepts the result (superblock checksum included).
+        let out = Command::new(&fsck).arg(&image_path).output().unwrap();
+        assert!(out.status.success(), "{variant}: fsck.erofs: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(image.plan_filters().unwrap().is_empty(), "add-filter is idempotent");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
