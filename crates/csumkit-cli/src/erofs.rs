@@ -176,7 +176,8 @@ fn add_filter(path: &Path) -> Result<ExitCode, Error> {
     plan.write_to(&file)?;
     // Re-read what was written: the result must check clean.
     let bytes = map(path)?;
-    let report = Image::open(&bytes)?.check_filters()?;
+    let image = Image::open(&bytes)?;
+    let report = image.check_filters()?;
     if !report.enabled || !report.mismatches.is_empty() {
         return Err(Error::Corrupt {
             location: path.display().to_string(),
@@ -187,7 +188,7 @@ fn add_filter(path: &Path) -> Result<ExitCode, Error> {
         "{}: name filters written for {} inodes with xattrs; feature bit set; superblock checksum {}",
         path.display(),
         report.with_ibody,
-        if Image::open(&bytes)?.superblock().has_checksum() { "re-sealed" } else { "not used by this image" }
+        if image.superblock().has_checksum() { "re-sealed" } else { "not used by this image" }
     );
     Ok(ExitCode::SUCCESS)
 }
