@@ -12,7 +12,7 @@ use std::sync::OnceLock;
 fn seed_image() -> &'static [u8] {
     static IMAGE: OnceLock<Vec<u8>> = OnceLock::new();
     IMAGE.get_or_init(|| {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/testdata/erofs/shared.erofs");
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../crates/csumkit/tests/data/erofs/shared.erofs");
         std::fs::read(path).unwrap_or_default()
     })
 }

@@ -250,7 +250,7 @@ fn bench_bytelog_quick_prints_both_media_replay_and_crash_count() {
 }
 
 fn shared_erofs(name: &str) -> Option<std::path::PathBuf> {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/testdata/erofs").join(name);
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../csumkit/tests/data/erofs").join(name);
     if path.exists() {
         return Some(path);
     }

@@ -165,7 +165,7 @@ mod tests {
     }
 
     /// The bits mkfs.erofs 1.9.3 wrote for `/a.txt` of the shared test image
-    /// (`testdata/erofs/mixed.json`), against xxh32 here.
+    /// (`tests/data/erofs/mixed.json`), against xxh32 here.
     #[test]
     fn bits_match_mkfs_erofs() {
         assert_eq!(bit_of(6, b"selinux"), 11);

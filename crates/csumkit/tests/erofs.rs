@@ -1,5 +1,5 @@
 //! erofs reader and xattr name filter against images made by the upstream
-//! tools: mkfs.erofs 1.9.3 images with filters (`../shared/testdata/erofs`,
+//! tools: mkfs.erofs 1.9.3 images with filters (`tests/data/erofs`,
 //! with a JSON of every inode's xattr names and stored filter), and trees
 //! built here with Debian's mkfs.erofs 1.5 (no filters) retrofitted with
 //! `plan_filters` and checked by fsck.erofs.
@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn testdata() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/testdata/erofs")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/erofs")
 }
 
 /// Names that are on no inode of the test images.
