@@ -59,7 +59,7 @@ impl Image<'_> {
         let all = self.walk()?;
         let mut report = FilterReport { inodes: all.len(), with_ibody: 0, enabled, mismatches: Vec::new() };
         for (path, inode) in all {
-            let (Some(stored), Some(computed)) = (self.stored_filter(&inode)?, self.computed_filter(&inode)?) else {
+            let (Some(stored), Some(computed)) = (inode.name_filter, self.computed_filter(&inode)?) else {
                 continue;
             };
             report.with_ibody += 1;
@@ -94,7 +94,7 @@ impl Image<'_> {
         let mut block0_changed = self.sb.feature_compat & FEATURE_COMPAT_XATTR_FILTER == 0;
         let mut plan = FilterRetrofit { filters: Vec::new(), block0_tail: None, with_ibody: 0 };
         for (_, inode) in self.walk()? {
-            let (Some(stored), Some(computed)) = (self.stored_filter(&inode)?, self.computed_filter(&inode)?) else {
+            let (Some(stored), Some(computed)) = (inode.name_filter, self.computed_filter(&inode)?) else {
                 continue;
             };
             plan.with_ibody += 1;

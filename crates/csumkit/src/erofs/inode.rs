@@ -16,6 +16,7 @@
 //! bytes when `i_xattr_icount` is nonzero; then any inline data tail.
 
 use super::{le16, le32, le64, Image};
+use crate::xattr_filter::Filter;
 use crate::Error;
 
 /// Size of a compact inode; nids count slots of this size.
@@ -61,6 +62,11 @@ pub struct Inode {
     pub uid: u32,
     /// Group.
     pub gid: u32,
+    /// `h_name_filter` as stored (`None` without an xattr ibody), read with
+    /// the inode: the header sits right after it, and the kernel keeps it in
+    /// its in-core inode the same way, so a lookup the filter rules out
+    /// reads nothing more.
+    pub name_filter: Option<Filter>,
 }
 
 const S_IFMT: u16 = 0o170_000;
@@ -128,7 +134,7 @@ impl<'a> Image<'a> {
             // Bits above the layout are reserved in the formats this reads.
             return Err(super::corrupt(&where_(), format!("i_format {format:#06x} has reserved bits set")));
         }
-        let inode = if extended {
+        let mut inode = if extended {
             let raw = self.bytes(offset, 64, &where_)?;
             Inode {
                 nid,
@@ -142,6 +148,7 @@ impl<'a> Image<'a> {
                 raw_blkaddr: le32(raw, 16),
                 uid: le32(raw, 24),
                 gid: le32(raw, 28),
+                name_filter: None,
             }
         } else {
             Inode {
@@ -156,10 +163,14 @@ impl<'a> Image<'a> {
                 raw_blkaddr: le32(head, 16),
                 uid: u32::from(le16(head, 24)),
                 gid: u32::from(le16(head, 26)),
+                name_filter: None,
             }
         };
         // The ibody must be in the image too.
-        self.bytes(offset, (inode.inode_size() + inode.xattr_size()) as usize, &where_)?;
+        let whole = self.bytes(offset, (inode.inode_size() + inode.xattr_size()) as usize, &where_)?;
+        if inode.xattr_icount > 0 {
+            inode.name_filter = Some(Filter(le32(whole, inode.inode_size() as usize)));
+        }
         Ok(inode)
     }
 

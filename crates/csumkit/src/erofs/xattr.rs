@@ -88,7 +88,6 @@ pub enum Lookup<'a> {
 
 /// Where an inode's xattrs are: the parsed ibody header.
 struct Ibody<'a> {
-    filter: u32,
     shared_ids: &'a [u8],
     inline: &'a [u8],
     inline_at: u64,
@@ -105,19 +104,10 @@ impl<'a> Image<'a> {
         }
         let inline_start = IBODY_HEADER as usize + shared;
         Ok(Some(Ibody {
-            filter: le32(body, 0),
             shared_ids: &body[IBODY_HEADER as usize..inline_start],
             inline: &body[inline_start..],
             inline_at: at + inline_start as u64,
         }))
-    }
-
-    /// The stored `h_name_filter`, or `None` when the inode has no ibody.
-    ///
-    /// # Errors
-    /// [`Error::Corrupt`] for an ibody outside the image.
-    pub fn stored_filter(&self, inode: &Inode) -> Result<Option<Filter>, Error> {
-        Ok(self.ibody(inode)?.map(|b| Filter(b.filter)))
     }
 
     /// Byte offset of `h_name_filter`, if the inode has an ibody.
@@ -222,14 +212,9 @@ impl<'a> Image<'a> {
     /// # Errors
     /// As [`getxattr`](Self::getxattr).
     pub fn getxattr_query(&self, inode: &Inode, query: &Query, use_filter: bool) -> Result<Lookup<'_>, Error> {
-        let Some(at) = inode.xattr_offset() else { return Ok(Lookup::Absent { filtered: false }) };
-        if use_filter && self.sb.uses_xattr_filter() {
-            // Only the filter word is read: `Image::inode` checked that the
-            // ibody is inside the image.
-            let filter = Filter(le32(self.bytes(at, 4, &|| format!("xattrs of nid {}", inode.nid))?, 0));
-            if !filter.may_contain_query(query) {
-                return Ok(Lookup::Absent { filtered: true });
-            }
+        let Some(filter) = inode.name_filter else { return Ok(Lookup::Absent { filtered: false }) };
+        if use_filter && self.sb.uses_xattr_filter() && !filter.may_contain_query(query) {
+            return Ok(Lookup::Absent { filtered: true });
         }
         let (index, suffix) = (query.index, &query.suffix[..]);
         let mut value = None;
