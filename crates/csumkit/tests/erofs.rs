@@ -317,3 +317,83 @@ fn add_filter_on_mkfs_erofs_1_5_images_then_check() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A minimal image written field by field with a long xattr prefix
+/// (`trusted.` + infix `overlay.`), the one on-disk feature neither the
+/// shared images nor Debian's mkfs.erofs 1.5 can produce: the long-prefix
+/// rule (hash the infix and the suffix under the base index) must give the
+/// same filter as the full name does.
+fn long_prefix_image(stored_filter: u32, long_index: u8) -> Vec<u8> {
+    let bs = 4096;
+    let mut img = vec![0u8; 3 * bs];
+    let put16 = |img: &mut Vec<u8>, at: usize, v: u16| img[at..at + 2].copy_from_slice(&v.to_le_bytes());
+    let put32 = |img: &mut Vec<u8>, at: usize, v: u32| img[at..at + 4].copy_from_slice(&v.to_le_bytes());
+    let sb = 1024;
+    put32(&mut img, sb, csumkit::erofs::MAGIC);
+    put32(&mut img, sb + 8, csumkit::xattr_filter::FEATURE_COMPAT_XATTR_FILTER);
+    img[sb + 12] = 12; // 4 KiB blocks
+    img[sb + 16] = 2; // inodes
+    put32(&mut img, sb + 36, 3); // blocks
+    put32(&mut img, sb + 40, 1); // meta_blkaddr: nids count from block 1
+    put32(&mut img, sb + 80, 0x80); // INCOMPAT_XATTR_PREFIXES
+    img[sb + 91] = 1; // one long prefix
+    put32(&mut img, sb + 92, 2048 / 4); // at byte 2048 (no packed inode: metadata area)
+    img[2048..2048 + 11].copy_from_slice(b"\x09\x00\x04overlay.");
+    // nid 0: the root directory, compact, data inline after the inode.
+    let root = bs;
+    put16(&mut img, root, 2 << 1); // FLAT_INLINE
+    put16(&mut img, root + 4, 0o040_755);
+    put16(&mut img, root + 6, 2);
+    put32(&mut img, root + 8, 40);
+    let dir = root + 32;
+    for (i, (nid, nameoff)) in [(0u64, 36u16), (0, 37), (4, 39)].into_iter().enumerate() {
+        img[dir + 12 * i..dir + 12 * i + 8].copy_from_slice(&nid.to_le_bytes());
+        put16(&mut img, dir + 12 * i + 8, nameoff);
+    }
+    img[dir + 36..dir + 40].copy_from_slice(b"...f");
+    // nid 4: the file, with an xattr ibody of two inline entries.
+    let file = bs + 4 * 32;
+    put16(&mut img, file + 2, 6); // 12-byte header + 20 bytes of entries
+    put16(&mut img, file + 4, 0o100_644);
+    put16(&mut img, file + 6, 1);
+    put32(&mut img, file + 32, stored_filter);
+    let e = file + 32 + 12;
+    img[e..e + 4].copy_from_slice(&[6, 0x80 | long_index, 1, 0]);
+    img[e + 4..e + 11].copy_from_slice(b"opaquey");
+    img[e + 12..e + 16].copy_from_slice(&[1, 1, 1, 0]); // user.x = "1"
+    img[e + 16..e + 18].copy_from_slice(b"x1");
+    img
+}
+
+#[test]
+fn long_xattr_prefixes_resolve_and_hash_like_full_names() {
+    let names = ["trusted.overlay.opaque", "user.x"];
+    let want = Filter::from_names(names).unwrap();
+    let bytes = long_prefix_image(want.0, 0);
+    let image = Image::open(&bytes).unwrap();
+    assert_eq!(image.long_prefixes().len(), 1);
+    assert_eq!((image.long_prefixes()[0].base_index, &image.long_prefixes()[0].infix[..]), (4, &b"overlay."[..]));
+    let inode = image.lookup("/f").unwrap();
+    let read: BTreeSet<String> = image.xattrs(&inode).unwrap().iter().map(|x| x.full_name()).collect();
+    assert_eq!(read, names.iter().map(|n| n.to_string()).collect());
+    assert_eq!(image.computed_filter(&inode).unwrap(), Some(want));
+    assert!(image.check_filters().unwrap().mismatches.is_empty());
+    for use_filter in [false, true] {
+        assert_eq!(image.getxattr(&inode, "trusted.overlay.opaque", use_filter).unwrap(), Lookup::Found(b"y"));
+        assert_eq!(image.getxattr(&inode, "user.x", use_filter).unwrap(), Lookup::Found(b"1"));
+        // Same suffix bytes under the base prefix alone is a different name.
+        assert!(matches!(image.getxattr(&inode, "trusted.opaque", use_filter).unwrap(), Lookup::Absent { .. }));
+    }
+    // A wrong stored filter is found and planned for repair.
+    let wrong = long_prefix_image(0, 0);
+    let image = Image::open(&wrong).unwrap();
+    assert_eq!(image.check_filters().unwrap().mismatches.len(), 1);
+    let mut fixed = wrong.clone();
+    image.plan_filters().unwrap().apply(&mut fixed);
+    assert_eq!(Image::open(&fixed).unwrap().lookup("/f").unwrap().name_filter, Some(want));
+    // A long-prefix number past the table is corruption.
+    let bad = long_prefix_image(want.0, 1);
+    let image = Image::open(&bad).unwrap();
+    let inode = image.lookup("/f").unwrap();
+    assert!(matches!(image.xattrs(&inode), Err(Error::Corrupt { .. })));
+}
