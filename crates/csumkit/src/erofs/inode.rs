@@ -193,7 +193,8 @@ impl<'a> Image<'a> {
                 })
             }
         };
-        if whole_blocks > u64::from(self.sb.blocks).max(1) {
+        // Bounded by the image itself before anything is allocated per block.
+        if whole_blocks > self.data.len() as u64 / bs {
             return Err(super::corrupt(&where_(), format!("size {} exceeds the image", inode.size)));
         }
         let mut pieces = Vec::with_capacity(whole_blocks as usize + 1);

@@ -165,6 +165,11 @@ impl Layout {
             return Err(corrupt("superblock", format!("descriptor size {desc_size}")));
         }
         let groups = (blocks_count - first_data_block).div_ceil(blocks_per_group);
+        // Bound before allocating a descriptor offset per group: the table
+        // must fit in the image.
+        if groups.checked_mul(desc_size).is_none_or(|table| table > image.len() as u64) {
+            return Err(corrupt("superblock", format!("{groups} groups' descriptors cannot fit in the image")));
+        }
         let inodes_count = u64::from(le32(sb, 0x00));
         if groups * inodes_per_group != inodes_count {
             return Err(corrupt(
