@@ -1,6 +1,7 @@
 //! The on-media structures of a ByteLog region, little-endian. The table of
 //! every field is in `bytelog/mod.rs`.
 
+use crate::le::{le32, le64};
 use crate::Error;
 
 /// Cache-line size: records, anchors and the superblock are aligned to it.
@@ -28,14 +29,6 @@ pub const TAG_WRAP: u16 = 0xFFFF;
 /// Bytes a record of `payload_len` occupies in the ring (whole lines).
 pub const fn record_span(payload_len: usize) -> u64 {
     (HEADER_BYTES + payload_len).div_ceil(LINE_BYTES as usize) as u64 * LINE_BYTES
-}
-
-fn le32(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
-}
-
-fn le64(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
 }
 
 /// Line 0 of the region: what the log is and where its ring is.

@@ -10,7 +10,8 @@
 //! The first dirent's `nameoff / 12` is the block's dirent count; a name
 //! ends where the next begins, the last one at the block end or a NUL.
 
-use super::{corrupt, le16, le64, Image, Inode};
+use super::{corrupt, Image, Inode};
+use crate::le::{le16, le64};
 use crate::Error;
 
 const DIRENT: usize = 12;

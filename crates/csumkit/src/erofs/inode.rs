@@ -15,7 +15,8 @@
 //! The xattr ibody follows the inode: `12 + 4 * (i_xattr_icount - 1)`
 //! bytes when `i_xattr_icount` is nonzero; then any inline data tail.
 
-use super::{le16, le32, le64, Image};
+use super::Image;
+use crate::le::{le16, le32, le64};
 use crate::xattr_filter::Filter;
 use crate::Error;
 

@@ -73,15 +73,3 @@ impl<'a> Image<'a> {
 fn corrupt(location: &str, detail: String) -> Error {
     Error::Corrupt { location: format!("erofs {location}"), detail }
 }
-
-fn le16(b: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes([b[at], b[at + 1]])
-}
-
-fn le32(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
-}
-
-fn le64(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
-}

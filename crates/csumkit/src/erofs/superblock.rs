@@ -24,7 +24,8 @@
 //! `!0`, no final inversion: the kernel's `crc32c()`) of bytes
 //! `[1024, block size)` with the checksum field read as zero.
 
-use super::{corrupt, le16, le32, le64};
+use super::corrupt;
+use crate::le::{le16, le32, le64};
 use crate::{crc32c, Error};
 
 /// Byte offset of the superblock.

@@ -25,7 +25,8 @@
 //! stored as a 2-byte length and its bytes, each 4-byte aligned, from byte
 //! `xattr_prefix_start * 4` of the metadata area or the packed inode.
 
-use super::{corrupt, le16, le32, Image, Inode};
+use super::{corrupt, Image, Inode};
+use crate::le::{le16, le32};
 use crate::xattr_filter::{self, Filter, Query};
 use crate::Error;
 

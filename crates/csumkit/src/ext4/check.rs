@@ -2,7 +2,8 @@
 //! descriptors, its checksum recomputed and compared.
 
 use super::layout::{superblock_checksum, Group, Layout, SUPER_OFFSET};
-use super::{bytes, corrupt, le16, le32};
+use super::{bytes, corrupt};
+use crate::le::{le16, le32};
 use crate::{crc32c, Error};
 
 const INODE_FLAG_INDEX: u32 = 0x1000;

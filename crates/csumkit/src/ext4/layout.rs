@@ -18,7 +18,8 @@
 //! | 0x270 | `s_checksum_seed` |
 //! | 0x3FC | `s_checksum` = CRC32C(!0, bytes 0..0x3FC) |
 
-use super::{bytes, corrupt, le16, le32};
+use super::{bytes, corrupt};
+use crate::le::{le16, le32};
 use crate::{crc32c, Error};
 
 /// Byte offset of the superblock.

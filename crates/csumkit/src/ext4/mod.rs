@@ -27,14 +27,6 @@ fn corrupt(location: &str, detail: String) -> Error {
     Error::Corrupt { location: format!("ext4 {location}"), detail }
 }
 
-fn le16(b: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes([b[at], b[at + 1]])
-}
-
-fn le32(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
-}
-
 /// `len` bytes at `offset` of `image`, or a corruption error naming `what()`.
 fn bytes<'a>(image: &'a [u8], offset: u64, len: usize, what: &dyn Fn() -> String) -> Result<&'a [u8], Error> {
     usize::try_from(offset)
