@@ -183,7 +183,8 @@ impl<'a> Checker<'a> {
         let size = self.layout.inode_size;
         for i in used {
             let inum = g * ipg + i + 1;
-            let at = group.inode_table * self.layout.block_size + i * size;
+            // A forged table address saturates and then fails the bounds check.
+            let at = group.inode_table.saturating_mul(self.layout.block_size).saturating_add(i * size);
             let raw = bytes(self.image, at, size as usize, &|| format!("inode {inum}"))?;
             self.inode(inum, at, raw)?;
         }

@@ -222,11 +222,14 @@ impl Layout {
                 let block = match first_meta_bg {
                     Some(first) if table_block >= first => {
                         let lead = table_block * per_block;
-                        self.first_data_block + lead * self.blocks_per_group + u64::from(Self::has_super(lead, sparse))
+                        let first_block =
+                            lead.saturating_mul(self.blocks_per_group).saturating_add(self.first_data_block);
+                        first_block.saturating_add(u64::from(Self::has_super(lead, sparse)))
                     }
                     _ => self.first_data_block + 1 + table_block,
                 };
-                block * self.block_size + index * self.desc_size
+                // Saturates on a forged geometry; `parse` then finds it outside the image.
+                block.saturating_mul(self.block_size).saturating_add(index * self.desc_size)
             })
             .collect()
     }
