@@ -288,7 +288,7 @@ fn erofs_ls_getxattr_check_and_add_filter() {
     let mut bytes = std::fs::read(image).unwrap();
     let bad = csumkit::erofs::Image::open(&bytes).unwrap();
     let inode = bad.lookup("/a.txt").unwrap();
-    let at = csumkit::erofs::Image::filter_offset(&inode).unwrap() as usize;
+    let at = inode.xattr_offset().unwrap() as usize;
     bytes[at] ^= 0x01;
     let crc = csumkit::erofs::Superblock::compute_checksum(&bytes, 4096).unwrap();
     bytes[1028..1032].copy_from_slice(&crc.to_le_bytes());

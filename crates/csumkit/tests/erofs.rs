@@ -115,7 +115,7 @@ fn a_wrong_filter_is_reported_and_repaired() {
     let Ok(mut bytes) = std::fs::read(testdata().join("mixed.erofs")) else { return };
     let image = Image::open(&bytes).unwrap();
     let (path, inode) = image.walk().unwrap().into_iter().find(|(_, i)| i.xattr_icount > 0).unwrap();
-    let at = Image::filter_offset(&inode).unwrap() as usize;
+    let at = inode.xattr_offset().unwrap() as usize;
     drop(image);
     bytes[at] ^= 0x10;
     // The superblock checksum covers block 0, where this small image keeps

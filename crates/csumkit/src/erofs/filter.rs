@@ -99,7 +99,7 @@ impl Image<'_> {
             };
             plan.with_ibody += 1;
             if stored != computed {
-                let at = Image::filter_offset(&inode).expect("an inode with a filter has an ibody");
+                let at = inode.xattr_offset().expect("an inode with a filter has an ibody");
                 if at as usize + 4 <= bs {
                     block0[at as usize..at as usize + 4].copy_from_slice(&computed.0.to_le_bytes());
                     block0_changed = true;

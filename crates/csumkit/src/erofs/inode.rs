@@ -92,7 +92,8 @@ impl Inode {
         }
     }
 
-    /// Byte offset of the xattr ibody header, if any.
+    /// Byte offset of the xattr ibody header, if any — where
+    /// `h_name_filter` is stored (its first 4 bytes).
     pub fn xattr_offset(&self) -> Option<u64> {
         (self.xattr_icount > 0).then(|| self.offset + self.inode_size())
     }

@@ -111,11 +111,6 @@ impl<'a> Image<'a> {
         }))
     }
 
-    /// Byte offset of `h_name_filter`, if the inode has an ibody.
-    pub fn filter_offset(inode: &Inode) -> Option<u64> {
-        inode.xattr_offset()
-    }
-
     fn entry<'s>(
         &'s self,
         bytes: &'s [u8],
