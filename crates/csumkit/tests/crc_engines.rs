@@ -40,6 +40,20 @@ fn every_length_up_to_1100_on_every_engine() {
 }
 
 #[test]
+fn every_length_around_the_crc32c_hybrid_threshold() {
+    // The x86 128-bit engine switches CRC32C to folding + `crc32` streams at
+    // 4 KiB, with an 80-byte step: every step phase and tail length, on
+    // either side of the switch and a few steps on, with an odd start.
+    let data = bytes(13, 8194);
+    for len in (4096 - 200..=4096 + 3 * 80).chain([8191, 8192, 8193]) {
+        let slice = &data[1..=len];
+        for (name, params, got) in all_engines(slice) {
+            assert_eq!(got, bitwise(params, slice), "{name} len {}", slice.len());
+        }
+    }
+}
+
+#[test]
 fn misaligned_slices_ending_at_the_allocation_end() {
     let data = bytes(11, 4096 + 64);
     for start in 0..64 {

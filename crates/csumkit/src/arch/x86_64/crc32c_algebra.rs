@@ -108,6 +108,19 @@ unsafe fn epow_bytes(len_bytes: u64) -> u32 {
     epow((len_bytes % X_ORDER) * 8)
 }
 
+/// The multiplier that moves a register `len_bytes` forward, as if that
+/// many zero bytes followed it; [`shift_by`] applies it.
+#[inline(always)]
+pub(super) unsafe fn shift_key(len_bytes: u64) -> u32 {
+    epow_bytes(len_bytes)
+}
+
+/// `reg * x^(8 * len_bytes) mod G` for `key = shift_key(len_bytes)`.
+#[inline(always)]
+pub(super) unsafe fn shift_by(reg: u32, key: u32) -> u32 {
+    mul(reg, key)
+}
+
 /// # Safety
 /// The CPU must support SSE4.2 and PCLMULQDQ.
 #[target_feature(enable = "sse4.2,pclmulqdq")]

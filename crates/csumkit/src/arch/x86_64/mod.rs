@@ -1,8 +1,9 @@
-//! x86_64 engines: PCLMULQDQ folding over 128-bit lanes (4 accumulators,
-//! 64 bytes per step) and VPCLMULQDQ over 256-bit lanes (4 accumulators,
+//! x86_64 engines: PCLMULQDQ folding over 128-bit lanes (8 accumulators,
+//! 128 bytes per step, 4 below 256 bytes) and VPCLMULQDQ over 256-bit lanes (4 accumulators,
 //! 128 bytes per step), one generic kernel for all three CRCs; the SSE4.2
 //! `crc32` instruction for short CRC32C inputs, tails and the final 128->32
-//! reduction.
+//! reduction, and beside the 128-bit fold for long CRC32C inputs
+//! (`crc32c_hybrid`).
 //!
 //! Every public function here is `unsafe` with `#[target_feature]`: callers
 //! must have checked the CPU features (see `Backend::is_available`).
@@ -13,6 +14,7 @@
 
 pub(crate) mod algebra;
 mod crc32c_algebra;
+mod crc32c_hybrid;
 mod fold;
 
 use crate::crc::spec::{Algorithm, Spec};
@@ -106,6 +108,9 @@ unsafe fn update_vpclmul(algorithm: Algorithm, state: u64, data: &[u8]) -> u64 {
 unsafe fn update_128(spec: &Spec, state: u64, data: &[u8]) -> u64 {
     if data.len() < fold_min_bytes(spec) {
         return update_tail(spec, state, data);
+    }
+    if spec.algorithm == Algorithm::Crc32c && data.len() >= crc32c_hybrid::HYBRID_MIN_BYTES {
+        return crc32c_hybrid::update(state, data);
     }
     let whole = data.len() & !15;
     let state = if spec.reflected {
