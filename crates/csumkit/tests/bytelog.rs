@@ -6,8 +6,8 @@ mod common;
 
 use common::proptest_config;
 use csumkit::bytelog::{
-    crash, decode_tlvs, ByteLog, GroupCommit, Medium, MmapMedium, Persist, SimMedium, Tlv, FLAG_BATCH, LINE_BYTES,
-    RING_OFFSET,
+    crash, decode_tlvs, AppendRecord, ByteLog, GroupCommit, Medium, MmapMedium, Persist, SimMedium, Tlv, FLAG_BATCH,
+    LINE_BYTES, RING_OFFSET,
 };
 use csumkit::Error;
 use proptest::prelude::*;
@@ -215,6 +215,85 @@ fn group_commit_batches_writers_and_replays_everything() {
         assert_eq!(mine, (0..200).collect::<Vec<u8>>(), "writer {w}'s commits in order");
     }
     assert!(records_written <= 1600);
+}
+
+/// A log whose first append is slow (so writers queue behind it) and whose
+/// second append may fail; it counts what is durable.
+struct SlowLog {
+    records: Vec<(u16, u8, Vec<u8>)>,
+    calls: usize,
+    fail_second: bool,
+    in_first_append: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    durable: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl AppendRecord for SlowLog {
+    fn append_record(&mut self, tag: u16, flags: u8, payload: &[u8]) -> Result<u64, Error> {
+        self.calls += 1;
+        if self.calls == 1 {
+            self.in_first_append.store(true, std::sync::atomic::Ordering::SeqCst);
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        if self.calls == 2 && self.fail_second {
+            return Err(Error::Invalid { what: "test log", detail: "injected failure".into() });
+        }
+        self.records.push((tag, flags, payload.to_vec()));
+        self.durable.store(self.records.len() as u64, std::sync::atomic::Ordering::SeqCst);
+        Ok(self.records.len() as u64)
+    }
+}
+
+#[test]
+fn group_commit_carries_queued_writers_in_one_record_and_acks_only_durable_ones() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    for fail_second in [false, true] {
+        let in_first_append = Arc::new(AtomicBool::new(false));
+        let durable = Arc::new(AtomicU64::new(0));
+        let group = GroupCommit::new(SlowLog {
+            records: Vec::new(),
+            calls: 0,
+            fail_second,
+            in_first_append: Arc::clone(&in_first_append),
+            durable: Arc::clone(&durable),
+        });
+        let outcomes: Vec<Result<u64, Error>> = std::thread::scope(|s| {
+            let first = s.spawn(|| group.commit(&[Tlv { tag: 1, value: &[0; 24] }]));
+            while !in_first_append.load(Ordering::SeqCst) {
+                std::thread::yield_now();
+            }
+            // Seven writers queue while the leader is inside its append.
+            let rest: Vec<_> = (2..9u16)
+                .map(|w| {
+                    let (group, durable) = (&group, &durable);
+                    s.spawn(move || {
+                        let r = group.commit(&[Tlv { tag: w, value: &[w as u8; 32] }]);
+                        if let Ok(seq) = r {
+                            assert!(seq <= durable.load(Ordering::SeqCst), "acknowledged before durable");
+                        }
+                        r
+                    })
+                })
+                .collect();
+            std::iter::once(first).chain(rest).map(|h| h.join().unwrap()).collect()
+        });
+        assert_eq!(outcomes[0].as_ref().unwrap(), &1);
+        let log = group.into_inner();
+        if fail_second {
+            for r in &outcomes[1..] {
+                assert!(matches!(r, Err(Error::Invalid { what: "group commit", .. })), "{r:?}");
+            }
+            assert_eq!(log.records.len(), 1, "nothing of the failed batch is recorded");
+        } else {
+            assert!(outcomes[1..].iter().all(|r| r.as_ref().ok() == Some(&2)), "{outcomes:?}");
+            assert_eq!(log.records.len(), 2, "the queued writers share one record");
+            let (tag, flags, payload) = &log.records[1];
+            assert_eq!((*tag, *flags), (0, FLAG_BATCH));
+            let mut tags: Vec<u16> = decode_tlvs(payload).unwrap().iter().map(|t| t.tag).collect();
+            tags.sort_unstable();
+            assert_eq!(tags, (2..9).collect::<Vec<u16>>());
+        }
+    }
 }
 
 #[test]
