@@ -103,6 +103,16 @@ pub struct LogStats {
     pub fences: u64,
 }
 
+/// What the log keeps in memory of a record: 16 bytes, so that replaying a
+/// large window stays bound by checking records, not by growing this list.
+#[derive(Clone, Copy, Debug)]
+struct WindowEntry {
+    payload_crc: u32,
+    payload_len: u32,
+    /// Logical position after the record.
+    end: u64,
+}
+
 /// A ByteLog over a medium.
 #[derive(Debug)]
 pub struct ByteLog<M: Medium> {
@@ -112,9 +122,9 @@ pub struct ByteLog<M: Medium> {
     tail: u64,
     head_seq: u64,
     next_seq: u64,
-    /// (payload CRC, payload length, end position) of each record in
-    /// [head, tail), for the stream CRC and truncation.
-    window: VecDeque<(u32, u64, u64, u64)>,
+    /// Each record in [head, tail), for the stream CRC and truncation; the
+    /// i-th has sequence number `head_seq + i`.
+    window: VecDeque<WindowEntry>,
     /// CRC32C of the payloads of the first `folded` window records: the
     /// rest are folded in with `combine` when an anchor needs it, keeping
     /// that work off the commit path and out of replay past the anchor.
@@ -244,6 +254,9 @@ impl<M: Medium> ByteLog<M> {
         // than the medium are updated alongside).
         let ring = self.medium.view(RING_OFFSET, self.sb.ring_bytes)?;
         let ring_bytes = self.sb.ring_bytes;
+        // Records average a few hundred bytes: reserving for 256-byte spans
+        // spares most of the window's regrowth copies.
+        self.window.reserve(((anchor.tail - anchor.head) / 256) as usize);
         loop {
             // Replay starts at the anchor's head, so the window's stream CRC
             // is the anchored stream's when the tail reaches the anchor's.
@@ -277,7 +290,8 @@ impl<M: Medium> ByteLog<M> {
             if h.tag != TAG_WRAP {
                 apply(RecordRef { seq: h.seq, tag: h.tag, flags: h.flags, payload })?;
             }
-            self.window.push_back((h.payload_crc, payload.len() as u64, end, self.next_seq));
+            // (Not push_window: `ring` borrows the medium.) parse_record bounds payload_len.
+            self.window.push_back(WindowEntry { payload_crc: h.payload_crc, payload_len: h.payload_len, end });
             self.tail = end;
             self.next_seq += 1;
         }
@@ -287,8 +301,10 @@ impl<M: Medium> ByteLog<M> {
         Ok(())
     }
 
-    fn push_window(&mut self, payload_crc: u32, len: u64, end: u64) {
-        self.window.push_back((payload_crc, len, end, self.next_seq));
+    fn push_window(&mut self, payload_crc: u32, payload_len: usize, end: u64) {
+        assert!(payload_len <= PAYLOAD_BYTES_MAX);
+        debug_assert_eq!(self.head_seq + self.window.len() as u64, self.next_seq);
+        self.window.push_back(WindowEntry { payload_crc, payload_len: payload_len as u32, end });
     }
 
     /// Appends one record holding `payload` (a single TLV with `tag`, or a
@@ -353,7 +369,7 @@ impl<M: Medium> ByteLog<M> {
         bytes.resize(record_span(payload.len()) as usize, 0);
         self.medium.write(at, &bytes)?;
         self.persist(at, bytes.len() as u64)?;
-        self.push_window(payload_crc, payload.len() as u64, end);
+        self.push_window(payload_crc, payload.len(), end);
         self.tail = end;
         self.next_seq += 1;
         self.stats.records += 1;
@@ -395,13 +411,13 @@ impl<M: Medium> ByteLog<M> {
                 detail: format!("record {seq} is not in the log ({}..{})", self.head_seq, self.next_seq),
             });
         }
-        while let Some(&(_, _, end, record_seq)) = self.window.front() {
-            if record_seq > seq {
+        while let Some(entry) = self.window.front() {
+            if self.head_seq > seq {
                 break;
             }
+            self.head = entry.end;
+            self.head_seq += 1;
             self.window.pop_front();
-            self.head = end;
-            self.head_seq = record_seq + 1;
         }
         // The stream CRC of what is left, from the per-record CRCs kept in
         // memory: never by reading the log back.
@@ -444,9 +460,9 @@ impl<M: Medium> ByteLog<M> {
 }
 
 /// Folds the window's records past `folded` into the stream CRC and returns it.
-fn fold_stream(stream_crc: &mut u32, folded: &mut usize, window: &VecDeque<(u32, u64, u64, u64)>) -> u32 {
-    for &(crc, len, _, _) in window.range(*folded..) {
-        *stream_crc = crate::crc32c::combine(*stream_crc, crc, len);
+fn fold_stream(stream_crc: &mut u32, folded: &mut usize, window: &VecDeque<WindowEntry>) -> u32 {
+    for entry in window.range(*folded..) {
+        *stream_crc = crate::crc32c::combine(*stream_crc, entry.payload_crc, u64::from(entry.payload_len));
     }
     *folded = window.len();
     *stream_crc
