@@ -70,7 +70,7 @@ proptest! {
     ) {
         let block = 1usize << block_shift;
         let mut results = Vec::new();
-        for mode in [Mode::Sync, Mode::Async] {
+        for mode in [Mode::Sync, Mode::Async, Mode::Uring] {
             let sink = FaultySink { max_per_call, ..FaultySink::default() };
             let mut writer = Writer::new(sink, MemoryStore::default(), mode, block, algorithm).unwrap();
             let mut reference = MemoryStore::default();
@@ -87,6 +87,7 @@ proptest! {
             results.push((sink.media, store));
         }
         prop_assert_eq!(&results[0], &results[1]);
+        prop_assert_eq!(&results[0], &results[2]);
     }
 }
 
@@ -104,7 +105,7 @@ fn checksums_match_the_bitwise_reference() {
 
 #[test]
 fn failed_and_stalled_writes_record_nothing_and_invalidate_the_range() {
-    for mode in [Mode::Sync, Mode::Async] {
+    for mode in [Mode::Sync, Mode::Async, Mode::Uring] {
         for faulty in [
             FaultySink { fail_after: Some(4096 * 3 + 100), ..FaultySink::default() },
             FaultySink { stall_after: Some(4096 * 3 + 100), max_per_call: 1000, ..FaultySink::default() },
@@ -141,28 +142,72 @@ fn bad_requests_are_errors() {
 }
 
 #[test]
+fn uring_falls_back_to_a_thread_for_sinks_without_a_file() {
+    let writer = Writer::new(FaultySink::default(), MemoryStore::default(), Mode::Uring, 4096, Algorithm::Crc32c);
+    assert_eq!(writer.unwrap().mode(), Mode::Async);
+}
+
+#[test]
 fn real_file_with_o_direct_and_checksum_file() {
     let dir = std::env::temp_dir().join(format!("csumkit-pipeline-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let (data_path, csum_path) = (dir.join("data"), dir.join("data.csum"));
-    let sink = FileSink::create(&data_path, true).unwrap();
-    let direct = sink.is_direct();
-    let store = ChecksumFile::create(&csum_path).unwrap();
-    let mut writer = Writer::new(sink, store, Mode::Async, 4096, Algorithm::Crc64Nvme).unwrap();
-    let mut buffer = AlignedBuf::zeroed(1 << 20);
-    for i in 0..8u64 {
-        buffer.copy_from_slice(&bytes(i, 1 << 20));
-        buffer = writer.write(i << 20, buffer).unwrap().buffer;
+    // /dev/shm (tmpfs) takes no O_DIRECT: the buffered io_uring path (the write punted to a kernel worker).
+    let shm = std::path::Path::new("/dev/shm");
+    let dirs = if shm.is_dir() { vec![dir.clone(), shm.to_path_buf()] } else { vec![dir.clone()] };
+    for place in &dirs {
+        for mode in [Mode::Sync, Mode::Async, Mode::Uring] {
+            let (data_path, csum_path) = (
+                place.join(format!("csumkit-pipeline-{}-{}", std::process::id(), mode.name())),
+                dir.join(format!("data-{}.csum", mode.name())),
+            );
+            let sink = FileSink::create(&data_path, true).unwrap();
+            let direct = sink.is_direct();
+            let store = ChecksumFile::create(&csum_path).unwrap();
+            let mut writer = Writer::new(sink, store, mode, 4096, Algorithm::Crc64Nvme).unwrap();
+            if cfg!(target_os = "linux") {
+                assert_eq!(writer.mode(), mode, "io_uring is available on this kernel");
+            }
+            let mut buffer = AlignedBuf::zeroed(1 << 20);
+            for i in 0..8u64 {
+                buffer.copy_from_slice(&bytes(i, 1 << 20));
+                buffer = writer.write(i << 20, buffer).unwrap().buffer;
+            }
+            writer.sync().unwrap();
+            let (_, store) = writer.into_parts();
+            store.sync().unwrap();
+            let written = std::fs::read(&data_path).unwrap();
+            assert_eq!(written.len(), 8 << 20);
+            for (i, piece) in written.chunks(1 << 20).enumerate() {
+                assert!(piece == bytes(i as u64, 1 << 20).as_slice(), "{mode:?}: MiB {i} as written");
+            }
+            for (block, data) in written.chunks(4096).enumerate() {
+                assert_eq!(
+                    store.get(block as u64).unwrap(),
+                    Some(Algorithm::Crc64Nvme.checksum(data)),
+                    "block {block}"
+                );
+            }
+            assert_eq!(store.get(8 << 8).unwrap(), None);
+            eprintln!("{mode:?}, O_DIRECT on {}: {direct}", place.display());
+            std::fs::remove_file(&data_path).unwrap();
+        }
     }
-    writer.sync().unwrap();
-    let (_, store) = writer.into_parts();
-    store.sync().unwrap();
-    let written = std::fs::read(&data_path).unwrap();
-    assert_eq!(written.len(), 8 << 20);
-    for (block, data) in written.chunks(4096).enumerate() {
-        assert_eq!(store.get(block as u64).unwrap(), Some(Algorithm::Crc64Nvme.checksum(data)), "block {block}");
-    }
-    assert_eq!(store.get(8 << 8).unwrap(), None);
-    eprintln!("O_DIRECT on {}: {direct}", dir.display());
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_write_the_file_refuses_records_nothing_in_every_mode() {
+    // An offset past the largest file size: the kernel fails the write
+    // (EFBIG/EINVAL), through io_uring as through pwrite.
+    let path = std::env::temp_dir().join(format!("csumkit-pipeline-efbig-{}", std::process::id()));
+    for mode in [Mode::Sync, Mode::Async, Mode::Uring] {
+        let sink = FileSink::create(&path, true).unwrap();
+        let mut writer = Writer::new(sink, MemoryStore::default(), mode, 4096, Algorithm::Crc32c).unwrap();
+        writer.write(0, buffer_of(&bytes(3, 4096))).unwrap();
+        let far = (i64::MAX as u64 + 1) - 4096;
+        let err = writer.write(far, buffer_of(&bytes(4, 2 * 4096))).unwrap_err();
+        assert!(matches!(&err, Error::Io { source, .. } if source.raw_os_error().is_some()), "{mode:?}: {err}");
+        assert_eq!(writer.store().len(), 1, "{mode:?}: only the first write's checksum");
+    }
+    std::fs::remove_file(&path).unwrap();
 }

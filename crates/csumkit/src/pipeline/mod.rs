@@ -23,12 +23,15 @@
 //! The model of the seed: with memory-copy, checksum and storage
 //! bandwidths M, C and S, a write costs `1/M + 1/C + 1/S` per byte when the
 //! checksum comes first ([`Mode::Sync`]) and `1/M + max(1/C, 1/S)` when it
-//! overlaps the write ([`Mode::Async`]). `csumkit bench pipeline` measures
-//! all three rates and both modes.
+//! overlaps the write ([`Mode::Async`] on a worker thread, [`Mode::Uring`]
+//! on the writing thread while io_uring carries the write). `csumkit bench
+//! pipeline` measures all three rates and every mode.
 
 mod buffer;
 mod sink;
 mod store;
+#[cfg(target_os = "linux")]
+mod uring;
 mod writer;
 
 pub use buffer::{AlignedBuf, ALIGN};

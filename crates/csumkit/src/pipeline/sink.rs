@@ -5,6 +5,7 @@
 use crate::Error;
 use std::fs::{File, OpenOptions};
 use std::io;
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
@@ -22,6 +23,14 @@ pub trait Sink: Send {
     /// # Errors
     /// The I/O error.
     fn sync(&mut self) -> io::Result<()>;
+
+    /// The open file writes can be submitted to directly (io_uring), and
+    /// whether it bypasses the page cache. `None`, the default, for sinks
+    /// that are not one file descriptor: [`Mode::Uring`](super::Mode::Uring)
+    /// then runs as [`Mode::Async`](super::Mode::Async).
+    fn raw_target(&self) -> Option<(RawFd, bool)> {
+        None
+    }
 }
 
 /// A file written with positional writes.
@@ -73,5 +82,9 @@ impl Sink for FileSink {
 
     fn sync(&mut self) -> io::Result<()> {
         self.file.sync_data()
+    }
+
+    fn raw_target(&self) -> Option<(RawFd, bool)> {
+        Some((self.file.as_raw_fd(), self.direct))
     }
 }

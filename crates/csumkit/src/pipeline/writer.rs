@@ -1,5 +1,6 @@
-//! The write path: per-block checksums computed before the write (`Sync`)
-//! or by a worker thread while the write is in flight (`Async`, seed 002).
+//! The write path: per-block checksums computed before the write (`Sync`),
+//! or while the write is in flight (seed 002): by a worker thread (`Async`)
+//! or by the writing thread itself while io_uring carries the write (`Uring`).
 
 use super::{AlignedBuf, ChecksumStore, Sink};
 use crate::{Algorithm, Error};
@@ -16,6 +17,12 @@ pub enum Mode {
     /// Checksum on a worker thread while the write runs; the write completes
     /// when both have: the time is the longer of the two.
     Async,
+    /// Submit the write through io_uring and checksum on the calling thread
+    /// while it runs; no worker thread. Where io_uring is unavailable (not
+    /// Linux, refused by the kernel or a seccomp filter) or the sink is not
+    /// one file ([`Sink::raw_target`]), the writer runs as `Async`:
+    /// [`Writer::mode`] says which.
+    Uring,
 }
 
 impl Mode {
@@ -24,6 +31,7 @@ impl Mode {
         match self {
             Mode::Sync => "sync",
             Mode::Async => "async",
+            Mode::Uring => "uring",
         }
     }
 }
@@ -137,6 +145,8 @@ pub struct Writer<S: Sink, T: ChecksumStore> {
     block_size: usize,
     algorithm: Algorithm,
     worker: Option<Worker>,
+    #[cfg(target_os = "linux")]
+    ring: Option<super::uring::Ring>,
 }
 
 impl<S: Sink, T: ChecksumStore> Writer<S, T> {
@@ -153,14 +163,31 @@ impl<S: Sink, T: ChecksumStore> Writer<S, T> {
                 detail: format!("{block_size} is not a power of two from 512 to 1048576"),
             });
         }
-        let worker = match mode {
-            Mode::Sync => None,
-            Mode::Async => Some(Worker::spawn()?),
+        #[cfg(target_os = "linux")]
+        let ring = match (mode, sink.raw_target()) {
+            (Mode::Uring, Some(_)) => super::uring::Ring::new(),
+            _ => None,
         };
-        Ok(Writer { sink, store, mode, block_size, algorithm, worker })
+        #[cfg(not(target_os = "linux"))]
+        let ring: Option<()> = None;
+        let mode = if mode == Mode::Uring && ring.is_none() { Mode::Async } else { mode };
+        let worker = match mode {
+            Mode::Async => Some(Worker::spawn()?),
+            Mode::Sync | Mode::Uring => None,
+        };
+        Ok(Writer {
+            sink,
+            store,
+            mode,
+            block_size,
+            algorithm,
+            worker,
+            #[cfg(target_os = "linux")]
+            ring,
+        })
     }
 
-    /// The mode.
+    /// The mode in effect ([`Mode::Uring`] falls back to [`Mode::Async`]).
     pub fn mode(&self) -> Mode {
         self.mode
     }
@@ -193,7 +220,28 @@ impl<S: Sink, T: ChecksumStore> Writer<S, T> {
                 detail: format!("{} bytes at offset {offset}: must be whole {bs}-byte blocks", buffer.len()),
             });
         }
-        let (first_block, blocks) = (offset / bs, buffer.len() as u64 / bs);
+        #[cfg(target_os = "linux")]
+        if let (Some(ring), Some((fd, direct))) = (self.ring.as_mut(), self.sink.raw_target()) {
+            let (bs, algorithm) = (self.block_size, self.algorithm);
+            let outcome = ring.write_during(fd, offset, &buffer, !direct, || block_checksums(&buffer, bs, algorithm));
+            let (written, checksums) = match outcome {
+                super::uring::Outcome::Submitted(Ok(0), checksums) => {
+                    (Err(io::Error::new(io::ErrorKind::WriteZero, "the device accepted no bytes")), checksums)
+                }
+                super::uring::Outcome::Submitted(Ok(n), checksums) => {
+                    // A short write is continued, as write_all_at does.
+                    (write_all_at(&mut self.sink, offset + n as u64, &buffer[n.min(buffer.len())..]), checksums)
+                }
+                super::uring::Outcome::Submitted(Err(e), checksums) if e.kind() == io::ErrorKind::Interrupted => {
+                    (write_all_at(&mut self.sink, offset, &buffer), checksums)
+                }
+                super::uring::Outcome::Submitted(Err(e), checksums) => (Err(e), checksums),
+                super::uring::Outcome::NotSubmitted(checksums) => {
+                    (write_all_at(&mut self.sink, offset, &buffer), checksums)
+                }
+            };
+            return self.finish(offset, buffer, written, Ok(checksums));
+        }
         let (written, buffer, checksums) = match &self.worker {
             None => {
                 let checksums = block_checksums(&buffer, self.block_size, self.algorithm);
@@ -211,6 +259,20 @@ impl<S: Sink, T: ChecksumStore> Writer<S, T> {
                 (written, buffer, checksums.ok_or_else(|| io::Error::other("the checksum worker stopped")))
             }
         };
+        self.finish(offset, buffer, written, checksums)
+    }
+
+    /// Records the checksums of a write that succeeded, or invalidates the
+    /// range's old ones after one that failed.
+    fn finish(
+        &mut self,
+        offset: u64,
+        buffer: AlignedBuf,
+        written: io::Result<()>,
+        checksums: io::Result<Vec<u64>>,
+    ) -> Result<Completed, Error> {
+        let bs = self.block_size as u64;
+        let (first_block, blocks) = (offset / bs, buffer.len() as u64 / bs);
         let context = |what: &str| format!("{what} blocks [{first_block}, {})", first_block + blocks);
         let result = written.map_err(|e| (context("writing"), e)).and_then(|()| {
             let checksums = checksums.map_err(|e| (context("checksumming"), e))?;
