@@ -130,6 +130,22 @@ impl ChecksumTree {
         self.dirty_leaves.insert(block / LEAF_ENTRIES);
     }
 
+    /// Forgets the checksum of data block `block` (its data is no longer
+    /// known good); a no-op for a block with none.
+    pub fn remove(&mut self, block: u64) {
+        assert!(block < self.blocks, "block {block} outside a tree of {} blocks", self.blocks);
+        let (word, bit) = ((block / 64) as usize, 1u64 << (block % 64));
+        if self.present[word] & bit != 0 {
+            self.present[word] &= !bit;
+            self.dirty_leaves.insert(block / LEAF_ENTRIES);
+        }
+    }
+
+    /// Data blocks the tree covers.
+    pub fn blocks(&self) -> u64 {
+        self.blocks
+    }
+
     /// The checksum of `block`, if one was recorded.
     pub fn get(&self, block: u64) -> Option<u32> {
         (block < self.blocks && self.present[(block / 64) as usize] & (1 << (block % 64)) != 0)

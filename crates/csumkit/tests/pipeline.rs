@@ -5,6 +5,7 @@
 mod common;
 
 use common::{bitwise, bytes, proptest_config, CRC32C};
+use csumkit::csum_tree::{ChecksumTree, NodeStore, NODE_BYTES};
 use csumkit::pipeline::{AlignedBuf, ChecksumFile, ChecksumStore, FileSink, MemoryStore, Mode, Sink, Writer};
 use csumkit::{Algorithm, Error};
 use proptest::prelude::*;
@@ -210,4 +211,58 @@ fn a_write_the_file_refuses_records_nothing_in_every_mode() {
         assert_eq!(writer.store().len(), 1, "{mode:?}: only the first write's checksum");
     }
     std::fs::remove_file(&path).unwrap();
+}
+
+/// Tree nodes kept in memory.
+#[derive(Default)]
+struct MemoryNodes(std::collections::HashMap<u64, [u8; NODE_BYTES]>);
+
+impl NodeStore for MemoryNodes {
+    fn write(&mut self, location: u64, node: &[u8; NODE_BYTES]) -> Result<(), Error> {
+        self.0.insert(location, *node);
+        Ok(())
+    }
+    fn read(&mut self, location: u64, node: &mut [u8; NODE_BYTES]) -> Result<(), Error> {
+        *node = *self
+            .0
+            .get(&location)
+            .ok_or(Error::Corrupt { location: location.to_string(), detail: "unwritten".into() })?;
+        Ok(())
+    }
+}
+
+#[test]
+fn checksum_tree_as_the_store() {
+    let blocks = 4096u64;
+    let tree = || ChecksumTree::new(blocks, 1 << 30, ChecksumTree::area_blocks_for(blocks)).unwrap();
+    for mode in [Mode::Sync, Mode::Async, Mode::Uring] {
+        let faulty = FaultySink { fail_after: Some(3 * (1 << 20) + 4096), ..FaultySink::default() };
+        let mut writer = Writer::new(faulty, tree(), mode, 4096, Algorithm::Crc32c).unwrap();
+        for i in 0..3u64 {
+            writer.write(i << 20, buffer_of(&bytes(i, 1 << 20))).unwrap();
+        }
+        // The fourth MiB fails after one block: its range has no checksums.
+        writer.write(3 << 20, buffer_of(&bytes(3, 1 << 20))).unwrap_err();
+        let (sink, mut tree) = writer.into_parts();
+        let mut nodes = MemoryNodes::default();
+        tree.commit(&mut nodes).unwrap();
+        for block in 0..3 * 256 {
+            let data = &sink.media[block as usize * 4096..][..4096];
+            let want = csumkit::crc32c::checksum(data);
+            assert_eq!(tree.get(block), Some(want), "{mode:?}: block {block}");
+            assert_eq!(tree.lookup_persisted(&mut nodes, block).unwrap(), Some(want), "{mode:?}: committed");
+        }
+        for block in 3 * 256..4 * 256 {
+            assert_eq!(tree.lookup_persisted(&mut nodes, block).unwrap(), None, "{mode:?}: block {block}");
+        }
+    }
+    // A block past the tree, and CRC64 (wider than the tree's items): the
+    // write fails and records nothing.
+    let mut writer = Writer::new(FaultySink::default(), tree(), Mode::Async, 4096, Algorithm::Crc32c).unwrap();
+    let err = writer.write(blocks * 4096, buffer_of(&bytes(9, 4096))).unwrap_err();
+    assert!(err.to_string().contains("outside a checksum tree"), "{err}");
+    let mut writer = Writer::new(FaultySink::default(), tree(), Mode::Sync, 4096, Algorithm::Crc64Nvme).unwrap();
+    let err = writer.write(0, buffer_of(&bytes(5, 8192))).unwrap_err();
+    assert!(err.to_string().contains("wider than the tree"), "{err}");
+    assert_eq!(writer.store().get(0), None);
 }

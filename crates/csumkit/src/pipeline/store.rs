@@ -2,6 +2,10 @@
 //! its data is written; a failed write invalidates the checksums its range
 //! had, because the media under them may have changed.
 //!
+//! The [`ChecksumTree`](crate::csum_tree::ChecksumTree) of the offload
+//! model (seed 004's "before") is a store too, for CRC32C: its items change
+//! in memory and reach the medium at the tree's next commit.
+//!
 //! [`ChecksumFile`] layout: entry `i` (block `i`) is 16 bytes at `16 i`:
 //! the checksum (little-endian u64; CRC32C and CRC16 zero-extended) then a
 //! little-endian u64 state, 1 = valid, anything else = no checksum. Blocks
@@ -127,5 +131,41 @@ impl ChecksumStore for ChecksumFile {
     fn invalidate(&mut self, first_block: u64, blocks: u64) -> io::Result<()> {
         let zeros = vec![0u8; (blocks * ENTRY) as usize];
         self.file.write_all_at(&zeros, first_block * ENTRY)
+    }
+}
+
+/// The copy-on-write checksum tree as a write path's store (CRC32C only:
+/// its items are 32 bits). A whole call is checked before anything changes.
+impl ChecksumStore for crate::csum_tree::ChecksumTree {
+    fn record(&mut self, first_block: u64, checksums: &[u64]) -> io::Result<()> {
+        check_tree_range(self.blocks(), first_block, checksums.len() as u64)?;
+        if let Some(wide) = checksums.iter().find(|&&c| c > u64::from(u32::MAX)) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("checksum {wide:#x} is wider than the tree's 32-bit CRC32C items"),
+            ));
+        }
+        for (block, &checksum) in (first_block..).zip(checksums) {
+            self.update(block, checksum as u32);
+        }
+        Ok(())
+    }
+
+    fn invalidate(&mut self, first_block: u64, blocks: u64) -> io::Result<()> {
+        check_tree_range(self.blocks(), first_block, blocks)?;
+        for block in first_block..first_block + blocks {
+            self.remove(block);
+        }
+        Ok(())
+    }
+}
+
+fn check_tree_range(tree_blocks: u64, first_block: u64, blocks: u64) -> io::Result<()> {
+    match first_block.checked_add(blocks) {
+        Some(end) if end <= tree_blocks => Ok(()),
+        _ => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("blocks [{first_block}, +{blocks}) outside a checksum tree of {tree_blocks} blocks"),
+        )),
     }
 }
