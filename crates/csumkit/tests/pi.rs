@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{bitwise, bytes, proptest_config, CRC16T10DIF, CRC32C, CRC64NVME};
+use common::{bitwise, bytes, proptest_config, MemoryNodes, CRC16T10DIF, CRC32C, CRC64NVME};
 use csumkit::csum_tree::{ChecksumTree, NodeStore, NODE_BYTES};
 use csumkit::pi::{
     self, Checks, Device, Fault, GuardSize, Io, LbaFormat, PiField, PiFormat, PiLocation, PiType, Protection, Tags,
@@ -450,22 +450,6 @@ fn lost_write_passes_pi_but_not_the_checksum_tree() {
     std::fs::remove_file(path).unwrap();
 }
 
-struct MemoryNodes(HashMap<u64, [u8; NODE_BYTES]>);
-
-impl NodeStore for MemoryNodes {
-    fn write(&mut self, location: u64, node: &[u8; NODE_BYTES]) -> Result<(), Error> {
-        self.0.insert(location, *node);
-        Ok(())
-    }
-    fn read(&mut self, location: u64, node: &mut [u8; NODE_BYTES]) -> Result<(), Error> {
-        *node = *self
-            .0
-            .get(&location)
-            .ok_or(Error::Corrupt { location: location.to_string(), detail: "unwritten".into() })?;
-        Ok(())
-    }
-}
-
 proptest! {
     #![proptest_config(proptest_config(24))]
 
@@ -477,7 +461,7 @@ proptest! {
     ) {
         let area = ChecksumTree::area_blocks_for(blocks);
         let mut tree = ChecksumTree::new(blocks, 1 << 40, area).unwrap();
-        let mut store = MemoryNodes(HashMap::new());
+        let mut store = MemoryNodes::default();
         let mut model = HashMap::new();
         for (i, (b, c)) in updates.iter().enumerate() {
             tree.update(b % blocks, *c);
@@ -500,7 +484,7 @@ proptest! {
 #[test]
 fn checksum_tree_rejects_corrupt_nodes_and_small_areas() {
     let mut tree = ChecksumTree::new(5000, 0, ChecksumTree::area_blocks_for(5000)).unwrap();
-    let mut store = MemoryNodes(HashMap::new());
+    let mut store = MemoryNodes::default();
     tree.update(4321, 7);
     tree.commit(&mut store).unwrap();
     assert_eq!(tree.lookup_persisted(&mut store, 4321).unwrap(), Some(7));

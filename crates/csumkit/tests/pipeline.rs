@@ -4,8 +4,8 @@
 
 mod common;
 
-use common::{bitwise, bytes, proptest_config, CRC32C};
-use csumkit::csum_tree::{ChecksumTree, NodeStore, NODE_BYTES};
+use common::{bitwise, bytes, proptest_config, MemoryNodes, CRC32C};
+use csumkit::csum_tree::ChecksumTree;
 use csumkit::pipeline::{
     io_uring_available, AlignedBuf, ChecksumFile, ChecksumStore, FileSink, MemoryStore, Mode, Sink, Writer,
 };
@@ -215,24 +215,6 @@ fn a_write_the_file_refuses_records_nothing_in_every_mode() {
         assert_eq!(writer.store().len(), 1, "{mode:?}: only the first write's checksum");
     }
     std::fs::remove_file(&path).unwrap();
-}
-
-/// Tree nodes kept in memory.
-#[derive(Default)]
-struct MemoryNodes(std::collections::HashMap<u64, [u8; NODE_BYTES]>);
-
-impl NodeStore for MemoryNodes {
-    fn write(&mut self, location: u64, node: &[u8; NODE_BYTES]) -> Result<(), Error> {
-        self.0.insert(location, *node);
-        Ok(())
-    }
-    fn read(&mut self, location: u64, node: &mut [u8; NODE_BYTES]) -> Result<(), Error> {
-        *node = *self
-            .0
-            .get(&location)
-            .ok_or(Error::Corrupt { location: location.to_string(), detail: "unwritten".into() })?;
-        Ok(())
-    }
 }
 
 #[test]

@@ -79,3 +79,22 @@ pub fn proptest_config(cases: u32) -> proptest::test_runner::Config {
     let cases = std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(cases);
     proptest::test_runner::Config::with_cases(cases)
 }
+
+/// Checksum-tree nodes kept in memory (a test double of the medium).
+#[derive(Default)]
+pub struct MemoryNodes(pub std::collections::HashMap<u64, [u8; csumkit::csum_tree::NODE_BYTES]>);
+
+impl csumkit::csum_tree::NodeStore for MemoryNodes {
+    fn write(&mut self, location: u64, node: &[u8; csumkit::csum_tree::NODE_BYTES]) -> Result<(), csumkit::Error> {
+        self.0.insert(location, *node);
+        Ok(())
+    }
+
+    fn read(&mut self, location: u64, node: &mut [u8; csumkit::csum_tree::NODE_BYTES]) -> Result<(), csumkit::Error> {
+        *node = *self
+            .0
+            .get(&location)
+            .ok_or(csumkit::Error::Corrupt { location: location.to_string(), detail: "unwritten".into() })?;
+        Ok(())
+    }
+}
