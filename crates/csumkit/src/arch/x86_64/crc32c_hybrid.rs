@@ -15,7 +15,7 @@
 #![allow(unsafe_op_in_unsafe_fn)]
 
 use super::crc32c_algebra::{shift_by, shift_key};
-use super::fold::{fold128, inject, key128, load128, reduce128};
+use super::fold::{fold128, fold4_into_last, inject, key128, load128, reduce128};
 use core::arch::x86_64::*;
 
 /// Regions run by the `crc32` instruction beside the folded one. Two and
@@ -64,12 +64,7 @@ pub(super) unsafe fn update(state: u64, data: &[u8]) -> u64 {
         }
         words = words.add(8);
     }
-    // Four lanes into the last one (distances 48, 32, 16 bytes), as fold_128 does.
-    let keys = &spec.fold;
-    let x = _mm_xor_si128(
-        _mm_xor_si128(fold128(x0, key128(&keys.k384)), fold128(x1, key128(&keys.k256))),
-        _mm_xor_si128(fold128(x2, key128(&keys.k128)), x3),
-    );
+    let x = fold4_into_last(&spec.fold, [x0, x1, x2, x3]);
     let mut reg = reduce128::<true>(spec, x) as u32;
     let key = shift_key(stream_bytes as u64);
     for stream_reg in regs {

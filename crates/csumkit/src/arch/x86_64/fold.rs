@@ -12,7 +12,7 @@
 // safety contract (CPU support, in-bounds pointers) is stated once per function.
 #![allow(unsafe_op_in_unsafe_fn)]
 
-use crate::crc::spec::{Algorithm, FoldKey, Spec};
+use crate::crc::spec::{Algorithm, FoldKey, FoldKeys, Spec};
 use core::arch::x86_64::*;
 
 /// Reverses the 16 bytes of a lane: natural (MSB-first) CRCs see the first
@@ -63,6 +63,16 @@ pub(super) unsafe fn reduce128<const REFLECTED: bool>(spec: &Spec, x: __m128i) -
     let mut bytes = [0u8; 16];
     _mm_storeu_si128(bytes.as_mut_ptr().cast(), in_memory_order);
     spec.update_block16(0, &bytes)
+}
+
+/// Four consecutive 16-byte lanes into the last one, in parallel:
+/// distances 48, 32, 16 bytes.
+#[inline(always)]
+pub(super) unsafe fn fold4_into_last(keys: &FoldKeys, [x0, x1, x2, x3]: [__m128i; 4]) -> __m128i {
+    _mm_xor_si128(
+        _mm_xor_si128(fold128(x0, key128(&keys.k384)), fold128(x1, key128(&keys.k256))),
+        _mm_xor_si128(fold128(x2, key128(&keys.k128)), x3),
+    )
 }
 
 /// Folds `data` (a non-empty multiple of 16 bytes) with 128-bit vectors.
@@ -116,11 +126,7 @@ pub(super) unsafe fn fold_128<const REFLECTED: bool>(spec: &Spec, state: u64, da
             p = p.add(64);
             left -= 64;
         }
-        // Four lanes into the last one, in parallel: distances 48, 32, 16 bytes.
-        x = _mm_xor_si128(
-            _mm_xor_si128(fold128(x0, key128(&keys.k384)), fold128(x1, key128(&keys.k256))),
-            _mm_xor_si128(fold128(x2, key128(&keys.k128)), x3),
-        );
+        x = fold4_into_last(keys, [x0, x1, x2, x3]);
     } else {
         x = _mm_xor_si128(load128::<REFLECTED>(p), inject::<REFLECTED>(spec, state));
         p = p.add(16);
