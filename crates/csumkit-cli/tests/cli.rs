@@ -149,14 +149,27 @@ fn bench_pipeline_quick_prints_rates_model_and_both_modes() {
     let out = csumkit(&["bench", "pipeline", "--quick", "--size", "8M", "--dir", dir.to_str().unwrap()], None);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let stdout = String::from_utf8(out.stdout).unwrap();
-    for needle in ["Rates measured on this machine", "S file |", "model before", "seed 002 example", "5.980", "6.897"] {
+    for needle in [
+        "Rates measured on this machine",
+        "M file |",
+        "C file |",
+        "S file |",
+        "in 5 passes",
+        "model before",
+        "seed 002 example",
+        "5.980",
+        "6.897",
+    ] {
         assert!(stdout.contains(needle), "missing {needle:?}:\n{stdout}");
     }
     // The bench cleans up after itself.
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
     std::fs::remove_dir(&dir).unwrap();
-    let out = csumkit(&["bench", "pipeline", "--quick", "--write-size", "1000"], None);
-    assert_eq!(out.status.code(), Some(2));
+    for bad in [&["--write-size", "1000"][..], &["--passes", "0"], &["--size", "4M", "--passes", "5"]] {
+        let out = csumkit(&[&["bench", "pipeline", "--quick"][..], bad].concat(), None);
+        assert_eq!(out.status.code(), Some(2), "{bad:?}");
+        assert!(!String::from_utf8(out.stderr).unwrap().trim().is_empty(), "{bad:?} says why");
+    }
 }
 
 #[test]
