@@ -155,6 +155,7 @@ fn bench_pipeline_quick_prints_rates_model_and_both_modes() {
         "C file |",
         "S file |",
         "in 5 passes",
+        "async, io_uring, 4 in flight",
         "model before",
         "seed 002 example",
         "5.980",

@@ -37,14 +37,14 @@ mod writer;
 pub use buffer::{AlignedBuf, ALIGN};
 pub use sink::{FileSink, Sink};
 pub use store::{ChecksumFile, ChecksumStore, MemoryStore};
-pub use writer::{Completed, Mode, Writer};
+pub use writer::{Completed, Mode, Writer, DEPTH_MAX};
 
 /// Whether this process can set up an io_uring: where it cannot (not Linux,
 /// an old kernel, a seccomp filter such as Docker's default, qemu-user),
 /// [`Mode::Uring`] runs as [`Mode::Async`].
 pub fn io_uring_available() -> bool {
     #[cfg(target_os = "linux")]
-    return uring::Ring::new().is_some();
+    return uring::Ring::new(1).is_some();
     #[cfg(not(target_os = "linux"))]
     return false;
 }

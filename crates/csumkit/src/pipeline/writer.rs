@@ -4,6 +4,7 @@
 
 use super::{AlignedBuf, ChecksumStore, Sink};
 use crate::{Algorithm, Error};
+use std::collections::VecDeque;
 use std::io;
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -118,14 +119,17 @@ fn block_checksums(data: &[u8], block_size: usize, algorithm: Algorithm) -> Vec<
 /// a [`ChecksumStore`].
 ///
 /// Why the seed's use-after-free cannot happen here: [`write`](Self::write)
-/// takes the buffer by value, so the caller cannot touch or free it while
-/// the write is in flight. In `Async` mode the buffer is shared with the
-/// checksum worker through an `Arc`; the worker drops its reference before
-/// it replies, the writer waits for that reply even when the I/O failed,
-/// and only then takes the buffer back (`Arc::try_unwrap`, which cannot
-/// succeed while the worker still holds it) to hand it to the caller in
-/// [`Completed`]. The borrow checker and the reference count, not a
-/// convention, keep the buffer alive for as long as anyone reads it.
+/// and [`submit`](Self::submit) take the buffer by value, so the caller
+/// cannot touch or free it while the write is in flight. In `Async` mode the
+/// buffer is shared with the checksum worker through an `Arc`; the worker
+/// drops its reference before it replies, the writer waits for that reply
+/// even when the I/O failed, and only then takes the buffer back
+/// (`Arc::try_unwrap`, which cannot succeed while the worker still holds
+/// it). In `Uring` mode the ring owns the buffer from submission until its
+/// completion is reaped, and reaps everything in flight before it is
+/// dropped. The buffer comes back in [`Completed`]. The borrow checker and
+/// ownership, not a convention, keep the buffer alive for as long as anyone
+/// reads it.
 ///
 /// Touching a buffer that was handed to a write does not compile:
 ///
@@ -145,27 +149,77 @@ pub struct Writer<S: Sink, T: ChecksumStore> {
     block_size: usize,
     algorithm: Algorithm,
     worker: Option<Worker>,
+    /// Writes submitted and not yet completed, oldest first.
+    queue: VecDeque<Submitted>,
+    depth: usize,
     #[cfg(target_os = "linux")]
     ring: Option<super::uring::Ring>,
 }
 
+/// Largest [`Writer::with_depth`]: writes in flight at once.
+pub const DEPTH_MAX: usize = 64;
+
+/// A submitted write awaiting [`Writer::complete`].
+enum Submitted {
+    /// Written already (every mode but `Uring`, or its fallback).
+    Finished { offset: u64, buffer: AlignedBuf, written: io::Result<()>, checksums: io::Result<Vec<u64>> },
+    /// In the ring, its checksums computed.
+    #[cfg(target_os = "linux")]
+    InRing { offset: u64, len: u64, id: u64, checksums: Vec<u64> },
+}
+
+impl Submitted {
+    fn range(&self) -> (u64, u64) {
+        match self {
+            Submitted::Finished { offset, buffer, .. } => (*offset, *offset + buffer.len() as u64),
+            #[cfg(target_os = "linux")]
+            Submitted::InRing { offset, len, .. } => (*offset, *offset + len),
+        }
+    }
+}
+
 impl<S: Sink, T: ChecksumStore> Writer<S, T> {
     /// A writer of `block_size`-byte blocks (a power of two from 512 B to
-    /// 1 MiB) checksummed with `algorithm`.
+    /// 1 MiB) checksummed with `algorithm`, one write in flight at a time.
     ///
     /// # Errors
     /// [`Error::Invalid`] for a bad block size; [`Error::Io`] if the worker
     /// thread cannot start.
     pub fn new(sink: S, store: T, mode: Mode, block_size: usize, algorithm: Algorithm) -> Result<Self, Error> {
+        Self::with_depth(sink, store, mode, block_size, algorithm, 1)
+    }
+
+    /// As [`new`](Self::new), with up to `depth` (1 to [`DEPTH_MAX`]) writes
+    /// [`submit`](Self::submit)ted and not yet [`complete`](Self::complete)d.
+    /// In `Uring` mode they are in flight together: the caller fills its
+    /// next buffer while the device still writes the last ones. The other
+    /// modes finish each write inside `submit`. A writer dropped with writes
+    /// in flight waits for them but records nothing, as after a crash: their
+    /// blocks keep their old checksums, which no longer match if the data
+    /// landed. [`into_parts`](Self::into_parts) completes them.
+    ///
+    /// # Errors
+    /// As [`new`](Self::new), and [`Error::Invalid`] for a bad depth.
+    pub fn with_depth(
+        sink: S,
+        store: T,
+        mode: Mode,
+        block_size: usize,
+        algorithm: Algorithm,
+        depth: usize,
+    ) -> Result<Self, Error> {
         if !block_size.is_power_of_two() || !(512..=1 << 20).contains(&block_size) {
             return Err(Error::Invalid {
                 what: "block size",
                 detail: format!("{block_size} is not a power of two from 512 to 1048576"),
             });
         }
+        if !(1..=DEPTH_MAX).contains(&depth) {
+            return Err(Error::Invalid { what: "depth", detail: format!("{depth} is not from 1 to {DEPTH_MAX}") });
+        }
         #[cfg(target_os = "linux")]
         let ring = match (mode, sink.raw_target()) {
-            (Mode::Uring, Some(_)) => super::uring::Ring::new(),
+            (Mode::Uring, Some(_)) => super::uring::Ring::new(depth),
             _ => None,
         };
         #[cfg(not(target_os = "linux"))]
@@ -182,6 +236,8 @@ impl<S: Sink, T: ChecksumStore> Writer<S, T> {
             block_size,
             algorithm,
             worker,
+            queue: VecDeque::with_capacity(depth),
+            depth,
             #[cfg(target_os = "linux")]
             ring,
         })
@@ -197,51 +253,86 @@ impl<S: Sink, T: ChecksumStore> Writer<S, T> {
         &self.store
     }
 
-    /// The sink and the store.
+    /// How many writes may be submitted and not yet completed.
+    pub fn depth(&self) -> usize {
+        self.depth
+    }
+
+    /// Writes submitted and not yet completed.
+    pub fn in_flight(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// The sink and the store, after completing every submitted write
+    /// (recording its checksums, or invalidating its range if it failed).
     pub fn into_parts(mut self) -> (S, T) {
+        while self.complete().is_some() {}
         drop(self.worker.take());
         let Writer { sink, store, .. } = self;
         (sink, store)
     }
 
     /// Writes `buffer` at byte `offset` (both whole blocks), then records its
-    /// blocks' checksums. A failed write records none and invalidates the
-    /// range's old ones: the media under them may have changed.
+    /// blocks' checksums: [`submit`](Self::submit) and
+    /// [`complete`](Self::complete) in one, with nothing else in flight.
+    /// A failed write records none and invalidates the range's old ones: the
+    /// media under them may have changed.
     ///
     /// # Errors
-    /// [`Error::Invalid`] for an offset or length that is not whole blocks or
-    /// an empty buffer; [`Error::Io`] if the data or checksums cannot be
-    /// written (a write that makes no progress is `WriteZero`).
+    /// [`Error::Invalid`] for an offset or length that is not whole blocks,
+    /// an empty buffer, or writes still in flight; [`Error::Io`] if the data
+    /// or checksums cannot be written (a write that makes no progress is
+    /// `WriteZero`).
     pub fn write(&mut self, offset: u64, buffer: AlignedBuf) -> Result<Completed, Error> {
-        let bs = self.block_size as u64;
-        if buffer.is_empty() || !offset.is_multiple_of(bs) || !(buffer.len() as u64).is_multiple_of(bs) {
+        if !self.queue.is_empty() {
             return Err(Error::Invalid {
                 what: "write",
-                detail: format!("{} bytes at offset {offset}: must be whole {bs}-byte blocks", buffer.len()),
+                detail: format!("{} submitted writes are not completed yet", self.queue.len()),
             });
         }
-        #[cfg(target_os = "linux")]
-        if let (Some(ring), Some((fd, direct))) = (self.ring.as_mut(), self.sink.raw_target()) {
-            let (bs, algorithm) = (self.block_size, self.algorithm);
-            let outcome = ring.write_during(fd, offset, &buffer, !direct, || block_checksums(&buffer, bs, algorithm));
-            let (written, checksums) = match outcome {
-                super::uring::Outcome::Submitted(Ok(0), checksums) => {
-                    (Err(io::Error::new(io::ErrorKind::WriteZero, "the device accepted no bytes")), checksums)
-                }
-                super::uring::Outcome::Submitted(Ok(n), checksums) => {
-                    // A short write is continued, as write_all_at does.
-                    (write_all_at(&mut self.sink, offset + n as u64, &buffer[n.min(buffer.len())..]), checksums)
-                }
-                super::uring::Outcome::Submitted(Err(e), checksums) if e.kind() == io::ErrorKind::Interrupted => {
-                    (write_all_at(&mut self.sink, offset, &buffer), checksums)
-                }
-                super::uring::Outcome::Submitted(Err(e), checksums) => (Err(e), checksums),
-                super::uring::Outcome::NotSubmitted(checksums) => {
-                    (write_all_at(&mut self.sink, offset, &buffer), checksums)
-                }
-            };
-            return self.finish(offset, buffer, written, Ok(checksums));
+        self.submit(offset, buffer)?;
+        self.complete().expect("the write just submitted")
+    }
+
+    /// Starts writing `buffer` at byte `offset` (both whole blocks) and
+    /// computes its checksums; [`complete`](Self::complete) finishes the
+    /// oldest submitted write. In `Uring` mode the write is still in flight
+    /// when this returns; the other modes finish it here.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`], handing nothing to the device, for an offset or
+    /// length that is not whole blocks, an empty buffer, `depth` writes
+    /// already in flight, or a range that overlaps one in flight (the
+    /// device may write them in any order).
+    pub fn submit(&mut self, offset: u64, buffer: AlignedBuf) -> Result<(), Error> {
+        let bs = self.block_size as u64;
+        let invalid = |detail: String| Err(Error::Invalid { what: "write", detail });
+        if buffer.is_empty() || !offset.is_multiple_of(bs) || !(buffer.len() as u64).is_multiple_of(bs) {
+            return invalid(format!("{} bytes at offset {offset}: must be whole {bs}-byte blocks", buffer.len()));
         }
+        if self.queue.len() == self.depth {
+            return invalid(format!("{} writes in flight already: complete one first", self.depth));
+        }
+        let Some(end) = offset.checked_add(buffer.len() as u64) else {
+            return invalid(format!("{} bytes at offset {offset} pass the largest offset", buffer.len()));
+        };
+        if let Some((from, to)) = self.queue.iter().map(Submitted::range).find(|&(from, to)| offset < to && from < end)
+        {
+            return invalid(format!("bytes [{offset}, {end}) overlap [{from}, {to}), still in flight"));
+        }
+        #[cfg(target_os = "linux")]
+        let buffer = match (self.ring.as_mut(), self.sink.raw_target()) {
+            (Some(ring), Some((fd, direct))) if ring.has_room() => match ring.submit(fd, offset, buffer, !direct) {
+                Ok(id) => {
+                    let checksums = block_checksums(ring.data(id), self.block_size, self.algorithm);
+                    let len = end - offset;
+                    self.queue.push_back(Submitted::InRing { offset, len, id, checksums });
+                    return Ok(());
+                }
+                Err(buffer) => buffer, // the ring is closed: write it here
+            },
+            _ => buffer,
+        };
         let (written, buffer, checksums) = match &self.worker {
             None => {
                 let checksums = block_checksums(&buffer, self.block_size, self.algorithm);
@@ -259,7 +350,33 @@ impl<S: Sink, T: ChecksumStore> Writer<S, T> {
                 (written, buffer, checksums.ok_or_else(|| io::Error::other("the checksum worker stopped")))
             }
         };
-        self.finish(offset, buffer, written, checksums)
+        self.queue.push_back(Submitted::Finished { offset, buffer, written, checksums });
+        Ok(())
+    }
+
+    /// Finishes the oldest submitted write: waits for its I/O, then records
+    /// its checksums (or, if it failed, invalidates its range's). `None`
+    /// when nothing is in flight.
+    ///
+    /// # Errors
+    /// [`Error::Io`] if the data or checksums could not be written.
+    pub fn complete(&mut self) -> Option<Result<Completed, Error>> {
+        let (offset, buffer, written, checksums) = match self.queue.pop_front()? {
+            Submitted::Finished { offset, buffer, written, checksums } => (offset, buffer, written, checksums),
+            #[cfg(target_os = "linux")]
+            Submitted::InRing { offset, id, checksums, .. } => {
+                let (result, buffer) = self.ring.as_mut().expect("writes in flight keep the ring").reap(id);
+                let written = match result {
+                    Ok(0) => Err(io::Error::new(io::ErrorKind::WriteZero, "the device accepted no bytes")),
+                    // A short write is continued, as write_all_at does.
+                    Ok(n) => write_all_at(&mut self.sink, offset + n as u64, &buffer[n.min(buffer.len())..]),
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => write_all_at(&mut self.sink, offset, &buffer),
+                    Err(e) => Err(e),
+                };
+                (offset, buffer, written, Ok(checksums))
+            }
+        };
+        Some(self.finish(offset, buffer, written, checksums))
     }
 
     /// Records the checksums of a write that succeeded, or invalidates the
