@@ -98,7 +98,7 @@ pub fn run(args: &PipelineArgs) -> ExitCode {
     let m_hot = median(|| copy_rate(&source, ws as usize, rate_bytes));
     let c64 = median(|| checksum_rate(&source, ws as usize, bs as usize, Algorithm::Crc64Nvme, rate_bytes));
 
-    // Each target: the four files are written once to allocate them, then once timed.
+    // Each target: every file is written once to allocate it, then once timed.
     let progress = progress_bar(2 * (MODES.len() as u64 + 1) * total * targets.len() as u64);
     let mut rates = Table::new(&["rate", "what", "GiB/s"]);
     let mut models = Table::new(&["target", "S", "model before", "model after", "model gain"]);
