@@ -355,3 +355,17 @@ fn submissions_past_the_depth_or_over_a_range_in_flight_are_refused() {
     }
     std::fs::remove_file(&path).unwrap();
 }
+
+/// A writer, with its ring and worker, can move to another thread.
+#[test]
+fn a_writer_is_send() {
+    fn is_send<T: Send>(_: &T) {}
+    let path = std::env::temp_dir().join(format!("csumkit-pipeline-send-{}", std::process::id()));
+    let sink = FileSink::create(&path, true).unwrap();
+    let mut writer = Writer::with_depth(sink, MemoryStore::default(), Mode::Uring, 4096, Algorithm::Crc32c, 2).unwrap();
+    writer.submit(0, buffer_of(&bytes(7, 4096))).unwrap();
+    is_send(&writer);
+    let store = std::thread::spawn(move || writer.into_parts().1).join().unwrap();
+    assert_eq!(store.get(0), Some(bitwise(CRC32C, &bytes(7, 4096))));
+    std::fs::remove_file(&path).unwrap();
+}
