@@ -68,6 +68,42 @@ fn misaligned_slices_ending_at_the_allocation_end() {
     }
 }
 
+/// The AVX-512 engine's own seams at odd starts: every length and step
+/// phase around the CRC32C hybrid's lower bound (8 KiB, 328-byte steps),
+/// lengths around its upper bound (2 MiB), and every partial last chunk of
+/// the vector tail. `build.rs` marks it ignored, with the reason, on hosts
+/// without AVX-512 (the `every_length` and proptest suites cover every
+/// available backend on every host).
+#[test]
+#[cfg_attr(
+    not(csumkit_avx512_host),
+    ignore = "no AVX-512F/VL/BW + VPCLMULQDQ on this CPU: x86_64-vpclmul-avx512 cannot run here"
+)]
+fn avx512_engine_around_its_thresholds() {
+    assert!(
+        Backend::X86VpclmulAvx512.is_available(),
+        "build.rs saw AVX-512 on the build host, but this CPU lacks it (built elsewhere? `cargo clean -p csumkit`)"
+    );
+    let b = Backend::X86VpclmulAvx512;
+    let (e32, e64, e16) =
+        (crc32c::Engine::new(b).unwrap(), crc64nvme::Engine::new(b).unwrap(), crc16t10dif::Engine::new(b).unwrap());
+    let check = |slice: &[u8]| {
+        assert_eq!(e32.checksum(slice) as u64, bitwise(CRC32C, slice), "crc32c len {}", slice.len());
+        assert_eq!(e64.checksum(slice), bitwise(CRC64NVME, slice), "crc64nvme len {}", slice.len());
+        assert_eq!(e16.checksum(slice) as u64, bitwise(CRC16T10DIF, slice), "crc16t10dif len {}", slice.len());
+    };
+    let data = bytes(17, (2 << 20) + 64);
+    for len in (8192 - 400..=8192 + 3 * 328).step_by(1) {
+        check(&data[3..3 + len]);
+    }
+    for len in [(2 << 20) - 17, (2 << 20) - 1, 2 << 20, (2 << 20) + 1, (2 << 20) + 33] {
+        check(&data[1..1 + len]);
+    }
+    for len in (64..64 + 16).chain(256..256 + 16).chain(4096..4096 + 16) {
+        check(&data[5..5 + len]);
+    }
+}
+
 #[test]
 fn multi_mebibyte_inputs() {
     for (seed, len) in [(1u64, 1 << 20), (2, (3 << 20) + 13), (3, (8 << 20) - 1)] {

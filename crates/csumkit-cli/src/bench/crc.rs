@@ -40,6 +40,7 @@ pub fn run(args: &CrcArgs) -> ExitCode {
     let wants = |p: Part| args.only.is_empty() || args.only.contains(&p);
     println!("# csumkit bench crc{}", if args.quick { " --quick" } else { "" });
     println!("{}", super::machine_line());
+    println!("crc-fast backend: {}", crc_fast::get_calculator_target(crc_fast::CrcAlgorithm::Crc32Iscsi));
     println!("Medians of {} samples; ns per call, GB/s with 1 GB = 1e9 bytes.", budget.samples);
     budget.warm_up();
     if wants(Part::Flip) {
@@ -52,7 +53,7 @@ pub fn run(args: &CrcArgs) -> ExitCode {
         combine_table(&budget);
     }
     if wants(Part::Bulk) {
-        bulk_tables(&budget);
+        bulk_tables(&budget, args.quick);
     }
     ExitCode::SUCCESS
 }
@@ -230,6 +231,21 @@ fn combine_table(budget: &Budget) {
 }
 
 const BULK_SIZES: [usize; 8] = [16, 64, 256, 1024, 4096, 65536, 1 << 20, 16 << 20];
+/// Past the caches: the memory-bound row, left out with `--quick`.
+const BULK_LARGE: usize = 256 << 20;
+
+/// A plain read of `buf`: XOR of its 64-bit words (vectorised by the
+/// compiler), what a checksum past the caches is compared with.
+fn read_all(buf: &[u8]) -> u64 {
+    let mut lanes = [0u64; 8];
+    let mut chunks = buf.chunks_exact(64);
+    for chunk in &mut chunks {
+        for (lane, word) in lanes.iter_mut().zip(chunk.chunks_exact(8)) {
+            *lane ^= u64::from_le_bytes(word.try_into().unwrap());
+        }
+    }
+    lanes.iter().fold(chunks.remainder().len() as u64, |a, &b| a ^ b)
+}
 
 /// A batch of `n` checksums of `buf` through `f`, called directly (the one
 /// dynamic call per batch is amortised away).
@@ -241,9 +257,13 @@ fn batch<'a>(buf: &'a [u8], f: impl Fn(&[u8]) -> u64 + 'a) -> Box<dyn FnMut(u64)
     })
 }
 
-fn bulk_tables(budget: &Budget) {
+fn bulk_tables(budget: &Budget, quick: bool) {
     use csumkit::Algorithm;
-    let data = Rng(0x5eed_0002).bytes(16 << 20);
+    let mut sizes = BULK_SIZES.to_vec();
+    if !quick {
+        sizes.push(BULK_LARGE);
+    }
+    let data = Rng(0x5eed_0002).bytes(*sizes.last().unwrap());
     let active = Backend::active();
     let others: Vec<Backend> = Backend::available().into_iter().filter(|&b| b != active).collect();
     for algorithm in Algorithm::ALL {
@@ -258,9 +278,11 @@ fn bulk_tables(budget: &Budget) {
         if algorithm == Algorithm::Crc32c {
             header.push("crc32c crate".into());
         }
+        header.push("plain read".into());
         header.push("csumkit/crc-fast".into());
+        header.push("csumkit/read".into());
         let mut table = Table::new(&header.iter().map(String::as_str).collect::<Vec<_>>());
-        for &len in &BULK_SIZES {
+        for &len in &sizes {
             let buf = &data[..len];
             // The public free function first: what users call, dispatch included.
             let mut ops = vec![match algorithm {
@@ -288,6 +310,7 @@ fn bulk_tables(budget: &Budget) {
             if algorithm == Algorithm::Crc32c {
                 ops.push(batch(buf, |d| ::crc32c::crc32c(d) as u64));
             }
+            ops.push(batch(buf, read_all));
             let mut refs: Vec<&mut dyn FnMut(u64)> =
                 ops.iter_mut().map(|op| &mut **op as &mut dyn FnMut(u64)).collect();
             let gbps: Vec<f64> = budget.compare(&mut refs).into_iter().map(|ns| len as f64 / ns).collect();
@@ -295,8 +318,12 @@ fn bulk_tables(budget: &Budget) {
             let mut row = vec![size(len as u64)];
             row.extend(gbps.iter().map(|&g| num(g)));
             row.push(ratio(gbps[0] / peer));
+            row.push(ratio(gbps[0] / gbps[gbps.len() - 1]));
             table.row(row);
         }
-        table.print(&format!("bulk {algorithm}, GB/s"));
+        table.print(&format!(
+            "bulk {algorithm}, GB/s (csumkit: {active}; crc-fast: {})",
+            crc_fast::get_calculator_target(peer_algorithm)
+        ));
     }
 }

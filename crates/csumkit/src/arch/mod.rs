@@ -11,7 +11,7 @@ use crate::crc::algebra;
 use crate::crc::gf2::PortableClmul;
 use crate::crc::spec::Spec;
 use crate::Error;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
 
 /// Environment variable that pins the backend (`portable`, or a backend name).
 pub const BACKEND_ENV_VAR: &str = "CSUMKIT_BACKEND";
@@ -26,14 +26,22 @@ pub enum Backend {
     X86Pclmul,
     /// 256-bit VPCLMULQDQ folding on AVX2, falling back to `X86Pclmul` below 256 bytes.
     X86VpclmulAvx2,
+    /// 512-bit VPCLMULQDQ folding on AVX-512 (F, VL, BW), falling back to
+    /// `X86Pclmul` below 64 bytes.
+    X86VpclmulAvx512,
     /// ARMv8 CRC32 instructions (CRC32C) and PMULL folding.
     Aarch64CrcPmull,
 }
 
 impl Backend {
     /// Every backend, slowest first.
-    pub const ALL: [Backend; 4] =
-        [Backend::Portable, Backend::X86Pclmul, Backend::X86VpclmulAvx2, Backend::Aarch64CrcPmull];
+    pub const ALL: [Backend; 5] = [
+        Backend::Portable,
+        Backend::X86Pclmul,
+        Backend::X86VpclmulAvx2,
+        Backend::X86VpclmulAvx512,
+        Backend::Aarch64CrcPmull,
+    ];
 
     /// Stable name, shown by `csumkit backend` and in benchmark output.
     pub const fn name(self) -> &'static str {
@@ -41,6 +49,7 @@ impl Backend {
             Backend::Portable => "portable-slice16",
             Backend::X86Pclmul => "x86_64-sse42-pclmul",
             Backend::X86VpclmulAvx2 => "x86_64-vpclmul-avx2",
+            Backend::X86VpclmulAvx512 => "x86_64-vpclmul-avx512",
             Backend::Aarch64CrcPmull => "aarch64-crc-pmull",
         }
     }
@@ -74,6 +83,14 @@ impl Backend {
                 Backend::X86Pclmul.is_available()
                     && is_x86_feature_detected!("avx2")
                     && is_x86_feature_detected!("vpclmulqdq")
+            }
+            // std's detection also checks that the OS saves ZMM state (XCR0).
+            #[cfg(target_arch = "x86_64")]
+            Backend::X86VpclmulAvx512 => {
+                Backend::X86VpclmulAvx2.is_available()
+                    && is_x86_feature_detected!("avx512f")
+                    && is_x86_feature_detected!("avx512vl")
+                    && is_x86_feature_detected!("avx512bw")
             }
             #[cfg(target_arch = "aarch64")]
             Backend::Aarch64CrcPmull => {
@@ -120,6 +137,7 @@ impl Backend {
             2 => Backend::X86Pclmul,
             3 => Backend::X86VpclmulAvx2,
             4 => Backend::Aarch64CrcPmull,
+            5 => Backend::X86VpclmulAvx512,
             _ => Self::init_active(),
         }
     }
@@ -136,6 +154,7 @@ impl Backend {
             }
         };
         ACTIVE.store(backend.tag(), Ordering::Relaxed);
+        publish(backend);
         backend
     }
 
@@ -145,6 +164,7 @@ impl Backend {
             return Err(Error::BackendUnavailable { name: self.name() });
         }
         ACTIVE.store(self.tag(), Ordering::Relaxed);
+        publish(self);
         Ok(())
     }
 
@@ -154,6 +174,7 @@ impl Backend {
             Backend::X86Pclmul => 2,
             Backend::X86VpclmulAvx2 => 3,
             Backend::Aarch64CrcPmull => 4,
+            Backend::X86VpclmulAvx512 => 5,
         }
     }
 
@@ -182,33 +203,69 @@ use aarch64 as native;
 #[cfg(target_arch = "x86_64")]
 use x86_64 as native;
 
-/// Raw register update (no init, no final XOR) on `backend`, which the caller
-/// has checked is available. Inlined into the public functions, so short
-/// inputs reach their small kernel without passing through the big ones.
+/// A raw register update (no init, no final XOR) of one algorithm on one
+/// backend, every input size's path inside it.
+///
+/// # Safety
+/// The CPU must support the backend it belongs to.
+pub(crate) type Kernel = unsafe fn(u64, &[u8]) -> u64;
+
+fn portable<const A: usize>(state: u64, data: &[u8]) -> u64 {
+    crate::crc::Algorithm::ALL[A].spec().update_portable(state, data)
+}
+
+/// The kernel of `algorithm` on `backend`.
+#[inline(always)]
+pub(crate) fn kernel(backend: Backend, algorithm: crate::crc::Algorithm) -> Kernel {
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    if let Some(kernel) = native::kernel(backend, algorithm) {
+        return kernel;
+    }
+    let _ = backend;
+    [portable::<0> as Kernel, portable::<1>, portable::<2>][algorithm as usize]
+}
+
+/// Raw register update on `backend`, which the caller has checked is
+/// available (`Backend::active` only returns available backends; `*_with`
+/// and `Engine::new` call `checked`).
 #[inline(always)]
 pub(crate) fn raw_update(backend: Backend, spec: &Spec, state: u64, data: &[u8]) -> u64 {
-    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-    {
-        use crate::crc::Algorithm;
-        if backend == Backend::Portable {
-            return spec.update_portable(state, data);
-        }
-        if spec.algorithm == Algorithm::Crc32c && data.len() < native::CRC32C_FOLD_MIN_BYTES {
-            // SAFETY: every hardware backend implies the CRC32C instructions
-            // and was checked available (`Backend::active` only returns
-            // available backends; `*_with` entry points call `checked`).
-            return unsafe { native::crc32c_short(state, data) };
-        }
-        if spec.algorithm != Algorithm::Crc32c && data.len() < native::TABLE_FOLD_MIN_BYTES {
-            return spec.update_portable(state, data);
-        }
-        // SAFETY: as above, for the backend's folding instructions.
-        unsafe { native::update(backend, spec.algorithm, state, data) }
-    }
-    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-    {
-        let _ = backend;
-        spec.update_portable(state, data)
+    // SAFETY: see above.
+    unsafe { kernel(backend, spec.algorithm)(state, data) }
+}
+
+/// The free functions' kernels, one per algorithm: a load and an indirect
+/// call per checksum (crc32fast / crc-fast style). Each slot starts at
+/// `first_call`, which detects the backend and publishes its kernels;
+/// `Backend::force` publishes another backend's.
+static ACTIVE_KERNELS: [AtomicPtr<()>; 3] = [
+    AtomicPtr::new(first_call::<0> as *mut ()),
+    AtomicPtr::new(first_call::<1> as *mut ()),
+    AtomicPtr::new(first_call::<2> as *mut ()),
+];
+
+/// Raw register update on the active backend.
+#[inline(always)]
+pub(crate) fn active_raw_update(algorithm: crate::crc::Algorithm, state: u64, data: &[u8]) -> u64 {
+    let kernel = ACTIVE_KERNELS[algorithm as usize].load(Ordering::Relaxed);
+    // SAFETY: a slot only ever holds `first_call` or a kernel of a backend
+    // that passed `is_available` (`publish`), both of type `Kernel`.
+    unsafe { core::mem::transmute::<*mut (), Kernel>(kernel)(state, data) }
+}
+
+/// # Safety
+/// None beyond `Kernel`'s: it runs only the detected backend's kernel.
+unsafe fn first_call<const A: usize>(state: u64, data: &[u8]) -> u64 {
+    let backend = Backend::active(); // publishes on first use
+    publish(backend);
+    // SAFETY: `Backend::active` returns only available backends.
+    unsafe { kernel(backend, crate::crc::Algorithm::ALL[A])(state, data) }
+}
+
+fn publish(backend: Backend) {
+    debug_assert!(backend.is_available());
+    for algorithm in crate::crc::Algorithm::ALL {
+        ACTIVE_KERNELS[algorithm as usize].store(kernel(backend, algorithm) as *mut (), Ordering::Relaxed);
     }
 }
 

@@ -13,7 +13,7 @@ pub use spec::{Algorithm, Spec};
 
 /// Defines the public API of one CRC module over a `static Spec`.
 macro_rules! crc_api {
-    ($T:ty, $spec:path) => {
+    ($T:ty, $spec:path, $algorithm:expr) => {
         use crate::arch::{self, Backend};
         use crate::crc::algebra;
         use crate::Error;
@@ -27,7 +27,7 @@ macro_rules! crc_api {
         #[must_use]
         #[inline]
         pub fn checksum(data: &[u8]) -> $T {
-            Engine::active().update(0, data)
+            update(0, data)
         }
 
         /// Continues a finished checksum, zlib style: `update(0, a) == checksum(a)`
@@ -35,7 +35,8 @@ macro_rules! crc_api {
         #[must_use]
         #[inline]
         pub fn update(crc: $T, data: &[u8]) -> $T {
-            Engine::active().update(crc, data)
+            let s = &$spec;
+            (arch::active_raw_update($algorithm, crc as u64 ^ s.xorout, data) ^ s.xorout) as $T
         }
 
         /// The bare CRC register update: no initial value, no final XOR.
@@ -43,7 +44,7 @@ macro_rules! crc_api {
         #[must_use]
         #[inline]
         pub fn raw_update(seed: $T, data: &[u8]) -> $T {
-            Engine::active().raw_update(seed, data)
+            arch::active_raw_update($algorithm, seed as u64, data) as $T
         }
 
         /// Checksum of `a ++ b` from `checksum(a)`, `checksum(b)` and `b.len()`;

@@ -33,6 +33,8 @@ pub struct FoldKeys {
     pub k512: FoldKey,
     pub k768: FoldKey,
     pub k1024: FoldKey,
+    pub k1536: FoldKey,
+    pub k2048: FoldKey,
 }
 
 /// How `1 + x + ... + x^(m-1) = (x^m + 1) / (x + 1)` is reduced mod G.
@@ -130,6 +132,8 @@ impl Spec {
                 k512: fold_key(&modulus, reflected, 512),
                 k768: fold_key(&modulus, reflected, 768),
                 k1024: fold_key(&modulus, reflected, 1024),
+                k1536: fold_key(&modulus, reflected, 1536),
+                k2048: fold_key(&modulus, reflected, 2048),
             },
             xpow: modulus.xpow_table(),
             ones,

@@ -10,6 +10,7 @@
 // support) is stated once per function.
 #![allow(unsafe_op_in_unsafe_fn)]
 
+use super::Kernel;
 use crate::crc::fold::{chunk_bytes, fold_to_128};
 use crate::crc::gf2::Clmul;
 use crate::crc::spec::{Algorithm, Spec};
@@ -17,9 +18,9 @@ use crate::Backend;
 use core::arch::aarch64::*;
 
 /// Below this many bytes CRC32C uses the CRC32 instructions alone.
-pub(crate) const CRC32C_FOLD_MIN_BYTES: usize = 128;
+const CRC32C_FOLD_MIN_BYTES: usize = 128;
 /// Below this many bytes the other CRCs use the slicing tables.
-pub(crate) const TABLE_FOLD_MIN_BYTES: usize = 32;
+const TABLE_FOLD_MIN_BYTES: usize = 32;
 
 /// PMULL as a [`Clmul`]; only instantiated inside the
 /// `#[target_feature(enable = "aes")]` functions below.
@@ -36,15 +37,6 @@ impl Clmul for PmullClmul {
     }
 }
 
-/// CRC32C of a short input with the CRC32 instructions.
-///
-/// # Safety
-/// The CPU must support the CRC extension.
-#[target_feature(enable = "crc")]
-pub(crate) unsafe fn crc32c_short(state: u64, data: &[u8]) -> u64 {
-    crc32c_instr(state as u32, data) as u64
-}
-
 #[inline]
 #[target_feature(enable = "crc")]
 unsafe fn crc32c_instr(mut crc: u32, data: &[u8]) -> u32 {
@@ -58,17 +50,32 @@ unsafe fn crc32c_instr(mut crc: u32, data: &[u8]) -> u32 {
     crc
 }
 
-/// Raw update on the aarch64 backend (the only one here).
+/// The kernel of `algorithm` on the aarch64 hardware backend (the only one here).
+#[inline(always)]
+pub(crate) fn kernel(backend: Backend, algorithm: Algorithm) -> Option<Kernel> {
+    match backend {
+        Backend::Aarch64CrcPmull => {
+            Some([pmull_kernel::<0> as Kernel, pmull_kernel::<1>, pmull_kernel::<2>][algorithm as usize])
+        }
+        _ => None,
+    }
+}
+
+/// Raw update: the CRC32 instructions alone for short CRC32C inputs, the
+/// tables for short inputs of the others, PMULL folding above.
 ///
 /// # Safety
 /// The CPU must support NEON, the CRC extension and PMULL (`aes`).
 #[target_feature(enable = "neon,aes,crc")]
-pub(crate) unsafe fn update(_backend: Backend, algorithm: Algorithm, state: u64, data: &[u8]) -> u64 {
-    match algorithm {
-        Algorithm::Crc32c => update_pmull(&crate::crc32c::SPEC, state, data),
-        Algorithm::Crc64Nvme => update_pmull(&crate::crc64nvme::SPEC, state, data),
-        Algorithm::Crc16T10Dif => update_pmull(&crate::crc16t10dif::SPEC, state, data),
+unsafe fn pmull_kernel<const A: usize>(state: u64, data: &[u8]) -> u64 {
+    let spec = Algorithm::ALL[A].spec();
+    if spec.algorithm == Algorithm::Crc32c && data.len() < CRC32C_FOLD_MIN_BYTES {
+        return crc32c_instr(state as u32, data) as u64;
     }
+    if spec.algorithm != Algorithm::Crc32c && data.len() < TABLE_FOLD_MIN_BYTES {
+        return spec.update_portable(state, data);
+    }
+    update_pmull(spec, state, data)
 }
 
 #[inline(always)]

@@ -16,7 +16,9 @@ pub(crate) mod algebra;
 mod crc32c_algebra;
 mod crc32c_hybrid;
 mod fold;
+mod fold512;
 
+use super::Kernel;
 use crate::crc::spec::{Algorithm, Spec};
 use crate::Backend;
 use core::arch::x86_64::*;
@@ -24,9 +26,9 @@ use core::arch::x86_64::*;
 /// Below this many bytes CRC32C uses the `crc32` instruction alone: folding's
 /// fixed cost (loads, reduction) only pays off above it. Measured with
 /// `csumkit bench crc`.
-pub(crate) const CRC32C_FOLD_MIN_BYTES: usize = 128;
+const CRC32C_FOLD_MIN_BYTES: usize = 128;
 /// Below this many bytes the other CRCs use the slicing tables.
-pub(crate) const TABLE_FOLD_MIN_BYTES: usize = 32;
+const TABLE_FOLD_MIN_BYTES: usize = 32;
 /// The 256-bit kernel needs one full 128-byte step plus its reduction.
 const WIDE_FOLD_MIN_BYTES: usize = 256;
 
@@ -62,16 +64,23 @@ macro_rules! with_static_spec {
 }
 pub(crate) use with_static_spec;
 
-/// Raw update on an x86 hardware `backend`.
-///
-/// # Safety
-/// The CPU must support `backend` (checked by `Backend::is_available`).
+/// Each algorithm's kernel compiled for one set of target features.
+macro_rules! kernels {
+    ($f:ident) => {
+        [$f::<0> as Kernel, $f::<1>, $f::<2>]
+    };
+}
+
+/// The kernel of `algorithm` on an x86 hardware `backend`.
 #[inline(always)]
-pub(crate) unsafe fn update(backend: Backend, algorithm: Algorithm, state: u64, data: &[u8]) -> u64 {
-    match backend {
-        Backend::X86Pclmul => update_pclmul(algorithm, state, data),
-        _ => update_vpclmul(algorithm, state, data),
-    }
+pub(crate) fn kernel(backend: Backend, algorithm: Algorithm) -> Option<Kernel> {
+    let kernels = match backend {
+        Backend::X86Pclmul => kernels!(pclmul_kernel),
+        Backend::X86VpclmulAvx2 => kernels!(avx2_kernel),
+        Backend::X86VpclmulAvx512 => kernels!(avx512_kernel),
+        _ => return None,
+    };
+    Some(kernels[algorithm as usize])
 }
 
 /// Raw update with 128-bit PCLMULQDQ folding.
@@ -79,17 +88,17 @@ pub(crate) unsafe fn update(backend: Backend, algorithm: Algorithm, state: u64, 
 /// # Safety
 /// The CPU must support SSE4.2, SSSE3, SSE4.1 and PCLMULQDQ.
 #[target_feature(enable = "sse2,ssse3,sse4.1,sse4.2,pclmulqdq")]
-unsafe fn update_pclmul(algorithm: Algorithm, state: u64, data: &[u8]) -> u64 {
-    with_static_spec!(algorithm, |spec| update_128(spec, state, data))
+unsafe fn pclmul_kernel<const A: usize>(state: u64, data: &[u8]) -> u64 {
+    with_static_spec!(Algorithm::ALL[A], |spec| update_128(spec, state, data))
 }
 
 /// Raw update with 256-bit VPCLMULQDQ folding (128-bit below 256 bytes).
 ///
 /// # Safety
-/// The CPU must support everything `update_pclmul` needs plus AVX2 and VPCLMULQDQ.
+/// The CPU must support everything `pclmul_kernel` needs plus AVX2 and VPCLMULQDQ.
 #[target_feature(enable = "sse2,ssse3,sse4.1,sse4.2,pclmulqdq,avx2,vpclmulqdq")]
-unsafe fn update_vpclmul(algorithm: Algorithm, state: u64, data: &[u8]) -> u64 {
-    with_static_spec!(algorithm, |spec| {
+unsafe fn avx2_kernel<const A: usize>(state: u64, data: &[u8]) -> u64 {
+    with_static_spec!(Algorithm::ALL[A], |spec| {
         if data.len() < WIDE_FOLD_MIN_BYTES {
             update_128(spec, state, data)
         } else {
@@ -102,6 +111,47 @@ unsafe fn update_vpclmul(algorithm: Algorithm, state: u64, data: &[u8]) -> u64 {
             update_tail(spec, state, &data[whole..])
         }
     })
+}
+
+/// Raw update with 512-bit VPCLMULQDQ folding (the 128-bit paths below
+/// their thresholds), the `crc32` instruction beside it for long CRC32C
+/// inputs, and the last partial chunk folded in vector registers.
+///
+/// # Safety
+/// The CPU must support everything `avx2_kernel` needs plus AVX-512F,
+/// AVX-512VL and AVX-512BW, with ZMM state enabled by the OS.
+#[target_feature(enable = "sse2,ssse3,sse4.1,sse4.2,pclmulqdq,avx2,vpclmulqdq,avx512f,avx512vl,avx512bw")]
+unsafe fn avx512_kernel<const A: usize>(state: u64, data: &[u8]) -> u64 {
+    with_static_spec!(Algorithm::ALL[A], |spec| {
+        let range = fold512::CRC32C_HYBRID_MIN_BYTES..=fold512::CRC32C_HYBRID_MAX_BYTES;
+        if spec.algorithm == Algorithm::Crc32c && range.contains(&data.len()) {
+            let (state, done) = fold512::crc32c_hybrid(state, data);
+            return update_512(spec, state, &data[done..]);
+        }
+        update_512(spec, state, data)
+    })
+}
+
+#[inline(always)]
+unsafe fn update_512(spec: &Spec, state: u64, data: &[u8]) -> u64 {
+    if data.len() < 64 || (spec.algorithm == Algorithm::Crc32c && data.len() < CRC32C_FOLD_MIN_BYTES) {
+        return update_128(spec, state, data);
+    }
+    let partial = data.len() % 16;
+    if spec.reflected {
+        let x = fold512::fold_to_128::<true>(spec, state, data);
+        if spec.algorithm == Algorithm::Crc32c {
+            // The `crc32` instruction takes the tail as fast as a fold.
+            let reg = fold::reduce128::<true>(spec, x);
+            return crc32c_sse42(reg, &data[data.len() - partial..]);
+        }
+        let x = if partial == 0 { x } else { fold512::fold_partial::<true>(spec, x, data, partial) };
+        fold::reduce128::<true>(spec, x)
+    } else {
+        let x = fold512::fold_to_128::<false>(spec, state, data);
+        let x = if partial == 0 { x } else { fold512::fold_partial::<false>(spec, x, data, partial) };
+        fold::reduce128::<false>(spec, x)
+    }
 }
 
 #[inline(always)]
@@ -121,23 +171,22 @@ unsafe fn update_128(spec: &Spec, state: u64, data: &[u8]) -> u64 {
     update_tail(spec, state, &data[whole..])
 }
 
-/// CRC32C of a short input with the `crc32` instruction alone.
-///
-/// # Safety
-/// The CPU must support SSE4.2.
-#[target_feature(enable = "sse4.2")]
-pub(crate) unsafe fn crc32c_short(state: u64, data: &[u8]) -> u64 {
-    crc32c_sse42(state, data)
-}
-
 /// Short inputs and tails: the `crc32` instruction for CRC32C, tables otherwise.
 #[inline(always)]
 unsafe fn update_tail(spec: &Spec, state: u64, data: &[u8]) -> u64 {
     if spec.algorithm == Algorithm::Crc32c {
         crc32c_sse42(state, data)
     } else {
-        spec.update_portable(state, data)
+        tables(spec, state, data)
     }
+}
+
+/// The slicing tables, kept out of line: inlined into a kernel with AVX2
+/// or AVX-512 enabled, LLVM turns their independent loads into VPGATHERQQ,
+/// several times slower than scalar loads on AMD Zen 4.
+#[inline(never)]
+fn tables(spec: &Spec, state: u64, data: &[u8]) -> u64 {
+    spec.update_portable(state, data)
 }
 
 /// CRC32C with the SSE4.2 `crc32` instruction, eight bytes at a time.
