@@ -116,8 +116,8 @@ pub(super) unsafe fn fold_to_128<const REFLECTED: bool>(spec: &Spec, state: u64,
     x
 }
 
-/// `[0x80; 16]` then `0..16`: 16 bytes from offset `r` shift a vector up by
-/// `16 - r` bytes; from offset `16 + r`... see `fold_partial`.
+/// `[0x80; 16]` then `0..16`: the 16 PSHUFB indices from offset `r` move
+/// byte `j` of a vector to `j + 16 - r` and zero the bytes below.
 const SHIFT_UP: [u8; 32] = {
     let mut t = [0x80u8; 32];
     let mut i = 0;
@@ -127,7 +127,8 @@ const SHIFT_UP: [u8; 32] = {
     }
     t
 };
-/// `0..16` then `[0x80; 16]`: 16 bytes from offset `r` shift a vector down by `r` bytes.
+/// `0..16` then `[0x80; 16]`: the indices from offset `r` move byte `j` to
+/// `j - r`; the top `r` bytes get index 0x80 (zero, and PBLENDVB's selector).
 const SHIFT_DOWN: [u8; 32] = {
     let mut t = [0x80u8; 32];
     let mut i = 0;

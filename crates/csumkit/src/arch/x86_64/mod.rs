@@ -83,22 +83,51 @@ pub(crate) fn kernel(backend: Backend, algorithm: Algorithm) -> Option<Kernel> {
     Some(kernels[algorithm as usize])
 }
 
-/// Raw update with 128-bit PCLMULQDQ folding.
-///
-/// # Safety
-/// The CPU must support SSE4.2, SSSE3, SSE4.1 and PCLMULQDQ.
-#[target_feature(enable = "sse2,ssse3,sse4.1,sse4.2,pclmulqdq")]
-unsafe fn pclmul_kernel<const A: usize>(state: u64, data: &[u8]) -> u64 {
-    with_static_spec!(Algorithm::ALL[A], |spec| update_128(spec, state, data))
+/// Defines a kernel whose short inputs (`crc32` instruction or tables) are
+/// handled in a function small enough to need no saved registers, and whose
+/// folding path is a separate function: one big function pushed five
+/// registers before its length test, 0.5 ns on every 16-byte call.
+macro_rules! kernel_with_short_path {
+    ($(#[$doc:meta])* $name:ident, $long:ident, $features:literal, |$spec:ident, $state:ident, $data:ident| $body:expr) => {
+        $(#[$doc])*
+        #[target_feature(enable = $features)]
+        unsafe fn $name<const A: usize>(state: u64, data: &[u8]) -> u64 {
+            with_static_spec!(Algorithm::ALL[A], |spec| {
+                if data.len() < fold_min_bytes(spec) {
+                    return update_tail(spec, state, data);
+                }
+                $long::<A>(state, data)
+            })
+        }
+
+        #[target_feature(enable = $features)]
+        #[inline(never)]
+        unsafe fn $long<const A: usize>($state: u64, $data: &[u8]) -> u64 {
+            with_static_spec!(Algorithm::ALL[A], |$spec| $body)
+        }
+    };
 }
 
-/// Raw update with 256-bit VPCLMULQDQ folding (128-bit below 256 bytes).
-///
-/// # Safety
-/// The CPU must support everything `pclmul_kernel` needs plus AVX2 and VPCLMULQDQ.
-#[target_feature(enable = "sse2,ssse3,sse4.1,sse4.2,pclmulqdq,avx2,vpclmulqdq")]
-unsafe fn avx2_kernel<const A: usize>(state: u64, data: &[u8]) -> u64 {
-    with_static_spec!(Algorithm::ALL[A], |spec| {
+kernel_with_short_path!(
+    /// Raw update with 128-bit PCLMULQDQ folding.
+    ///
+    /// # Safety
+    /// The CPU must support SSE4.2, SSSE3, SSE4.1 and PCLMULQDQ.
+    pclmul_kernel,
+    pclmul_fold,
+    "sse2,ssse3,sse4.1,sse4.2,pclmulqdq",
+    |spec, state, data| update_128(spec, state, data)
+);
+
+kernel_with_short_path!(
+    /// Raw update with 256-bit VPCLMULQDQ folding (128-bit below 256 bytes).
+    ///
+    /// # Safety
+    /// The CPU must support everything `pclmul_kernel` needs plus AVX2 and VPCLMULQDQ.
+    avx2_kernel,
+    avx2_fold,
+    "sse2,ssse3,sse4.1,sse4.2,pclmulqdq,avx2,vpclmulqdq",
+    |spec, state, data| {
         if data.len() < WIDE_FOLD_MIN_BYTES {
             update_128(spec, state, data)
         } else {
@@ -110,27 +139,29 @@ unsafe fn avx2_kernel<const A: usize>(state: u64, data: &[u8]) -> u64 {
             };
             update_tail(spec, state, &data[whole..])
         }
-    })
-}
+    }
+);
 
-/// Raw update with 512-bit VPCLMULQDQ folding (the 128-bit paths below
-/// their thresholds), the `crc32` instruction beside it for long CRC32C
-/// inputs, and the last partial chunk folded in vector registers.
-///
-/// # Safety
-/// The CPU must support everything `avx2_kernel` needs plus AVX-512F,
-/// AVX-512VL and AVX-512BW, with ZMM state enabled by the OS.
-#[target_feature(enable = "sse2,ssse3,sse4.1,sse4.2,pclmulqdq,avx2,vpclmulqdq,avx512f,avx512vl,avx512bw")]
-unsafe fn avx512_kernel<const A: usize>(state: u64, data: &[u8]) -> u64 {
-    with_static_spec!(Algorithm::ALL[A], |spec| {
+kernel_with_short_path!(
+    /// Raw update with 512-bit VPCLMULQDQ folding (the 128-bit paths below
+    /// their thresholds), the `crc32` instruction beside it for long CRC32C
+    /// inputs, and the last partial chunk folded in vector registers.
+    ///
+    /// # Safety
+    /// The CPU must support everything `avx2_kernel` needs plus AVX-512F,
+    /// AVX-512VL and AVX-512BW, with ZMM state enabled by the OS.
+    avx512_kernel,
+    avx512_fold,
+    "sse2,ssse3,sse4.1,sse4.2,pclmulqdq,avx2,vpclmulqdq,avx512f,avx512vl,avx512bw",
+    |spec, state, data| {
         let range = fold512::CRC32C_HYBRID_MIN_BYTES..=fold512::CRC32C_HYBRID_MAX_BYTES;
         if spec.algorithm == Algorithm::Crc32c && range.contains(&data.len()) {
             let (state, done) = fold512::crc32c_hybrid(state, data);
             return update_512(spec, state, &data[done..]);
         }
         update_512(spec, state, data)
-    })
-}
+    }
+);
 
 #[inline(always)]
 unsafe fn update_512(spec: &Spec, state: u64, data: &[u8]) -> u64 {
