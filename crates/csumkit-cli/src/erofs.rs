@@ -4,7 +4,6 @@
 use clap::{Args, Subcommand};
 use csumkit::erofs::{Image, Inode, Lookup};
 use csumkit::Error;
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -61,14 +60,9 @@ pub fn run(command: ErofsCommand) -> ExitCode {
     })
 }
 
-/// The image mapped read-only.
+/// The image mapped read-only (its type checked first).
 fn map(path: &Path) -> Result<memmap2::Mmap, Error> {
-    let io = |source| Error::Io { context: path.display().to_string(), source };
-    let file = File::open(path).map_err(io)?;
-    // SAFETY: read-only mapping; the image is not expected to change while
-    // this short-lived command reads it (a concurrent writer could only make
-    // the parser see inconsistent bytes, which it rejects without UB).
-    unsafe { memmap2::Mmap::map(&file) }.map_err(io)
+    crate::files::map_input(path)
 }
 
 fn mode_string(inode: &Inode) -> String {
@@ -171,8 +165,7 @@ fn add_filter(path: &Path) -> Result<ExitCode, Error> {
         println!("{}: already has correct name filters; nothing written", path.display());
         return Ok(ExitCode::SUCCESS);
     }
-    let io = |source| Error::Io { context: path.display().to_string(), source };
-    let file = std::fs::OpenOptions::new().read(true).write(true).open(path).map_err(io)?;
+    let file = crate::files::open_input(path, crate::files::InputKind::FileOrBlockDevice, true)?;
     plan.write_to(&file)?;
     // Re-read what was written: the result must check clean.
     let bytes = map(path)?;

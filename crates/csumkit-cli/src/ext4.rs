@@ -4,7 +4,6 @@
 use clap::{Args, Subcommand};
 use csumkit::ext4::{self, Report};
 use csumkit::Error;
-use std::fs::{File, OpenOptions};
 use std::io::{BufRead, IsTerminal, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -41,12 +40,7 @@ pub fn run(command: Ext4Command) -> ExitCode {
 }
 
 fn scan(path: &Path) -> Result<Report, Error> {
-    let io = |source| Error::Io { context: path.display().to_string(), source };
-    let file = File::open(path).map_err(io)?;
-    // SAFETY: read-only mapping; a concurrent writer can only make the
-    // checker see inconsistent bytes, which it reports.
-    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
-    ext4::check(&map)
+    ext4::check(&crate::files::map_input(path)?)
 }
 
 fn print(path: &Path, report: &Report) {
@@ -101,7 +95,7 @@ fn check(args: &CheckArgs) -> Result<ExitCode, Error> {
         }
     }
     let io = |source| Error::Io { context: args.image.display().to_string(), source };
-    let file = OpenOptions::new().read(true).write(true).open(&args.image).map_err(io)?;
+    let file = crate::files::open_input(&args.image, crate::files::InputKind::FileOrBlockDevice, true)?;
     let mut written = 0;
     for _ in 0..REPAIR_PASSES_MAX {
         if report.findings.is_empty() {

@@ -8,6 +8,8 @@ mod erofs;
 #[cfg(unix)]
 mod ext4;
 #[cfg(unix)]
+mod files;
+#[cfg(unix)]
 mod pi;
 mod sum;
 
@@ -52,6 +54,8 @@ fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
+    #[cfg(unix)]
+    files::install_cleanup_handler();
     let cli = Cli::parse();
     // An invalid CSUMKIT_BACKEND is an error here, not a silent fallback.
     match csumkit::Backend::from_env() {

@@ -2,11 +2,12 @@
 //! PI-formatted device — an extended-LBA file (data + metadata per block)
 //! or a data file with a separate metadata file.
 
+use crate::files::{self, AtomicOutput, InputKind};
 use clap::{Args, Subcommand};
 use csumkit::pi::{self, Checks, GuardSize, LbaFormat, PiFormat, PiLocation, PiType, Protection, Tags};
 use csumkit::Error;
 use indicatif::{ProgressBar, ProgressStyle};
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::IsTerminal;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -19,9 +20,11 @@ const PROGRESS_MIN_BYTES: u64 = 1 << 30;
 
 #[derive(Subcommand)]
 pub enum PiCommand {
-    /// Write PI for every block (in place, or into --metadata).
-    Generate(PiArgs),
-    /// Check every block's PI and report each failing block.
+    /// Write PI for every block (in place, or into a new --metadata file).
+    Generate(GenerateArgs),
+    /// Check every block's PI and report each failing block. Exit 1 when a
+    /// block fails, or when no block was checked at all (every check off,
+    /// or every block an escape).
     Verify(VerifyArgs),
 }
 
@@ -59,6 +62,16 @@ pub struct PiArgs {
     metadata: Option<PathBuf>,
     /// The dump.
     file: PathBuf,
+}
+
+#[derive(Args)]
+pub struct GenerateArgs {
+    #[command(flatten)]
+    common: PiArgs,
+    /// Replace an existing --metadata file (it is written beside it and
+    /// renamed over it only when complete).
+    #[arg(long, requires = "metadata")]
+    force: bool,
 }
 
 #[derive(Args)]
@@ -134,7 +147,11 @@ fn setup(args: &PiArgs) -> Result<(Protection, Tags), Error> {
 /// The opened dump: its block count, checked against the sizes.
 struct Dump {
     data: File,
+    /// A separate metadata file to read (verify).
     metadata: Option<File>,
+    /// A separate metadata file being written (generate): renamed into
+    /// place when every block is done.
+    output: Option<AtomicOutput>,
     blocks: u64,
 }
 
@@ -143,14 +160,12 @@ fn io_err(path: &Path, context: &str) -> impl FnOnce(std::io::Error) -> Error {
     move |source| Error::Io { context, source }
 }
 
-fn open(args: &PiArgs, p: &Protection, write: bool) -> Result<Dump, Error> {
+/// Opens the dump; with `write`, for generating PI (in place, or into a new
+/// metadata file when `force` allows replacing an existing one).
+fn open(args: &PiArgs, p: &Protection, write: bool, force: bool) -> Result<Dump, Error> {
     let lba = p.lba();
-    let data = OpenOptions::new()
-        .read(true)
-        .write(write && args.metadata.is_none())
-        .open(&args.file)
-        .map_err(io_err(&args.file, "open"))?;
-    let len = data.metadata().map_err(io_err(&args.file, "stat"))?.len();
+    let data = files::open_input(&args.file, InputKind::FileOrBlockDevice, write && args.metadata.is_none())?;
+    let len = files::input_len(&data, &args.file)?;
     let block = if args.metadata.is_some() { lba.data_bytes() } else { lba.extended_bytes() } as u64;
     if !len.is_multiple_of(block) {
         return Err(Error::Invalid {
@@ -162,22 +177,23 @@ fn open(args: &PiArgs, p: &Protection, write: bool) -> Result<Dump, Error> {
         });
     }
     let blocks = len / block;
+    if write {
+        let output = match &args.metadata {
+            None => None,
+            Some(path) => {
+                let out = AtomicOutput::create(path, force, &[&args.file])?;
+                out.file().set_len(blocks * lba.metadata_bytes() as u64).map_err(io_err(path, "size"))?;
+                Some(out)
+            }
+        };
+        return Ok(Dump { data, metadata: None, output, blocks });
+    }
     let metadata = match &args.metadata {
         None => None,
         Some(path) => {
-            let file = if write {
-                let f = OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .create(true)
-                    .truncate(true)
-                    .open(path)
-                    .map_err(io_err(path, "create"))?;
-                f.set_len(blocks * lba.metadata_bytes() as u64).map_err(io_err(path, "size"))?;
-                f
-            } else {
-                let f = File::open(path).map_err(io_err(path, "open"))?;
-                let md_len = f.metadata().map_err(io_err(path, "stat"))?.len();
+            let file = {
+                let f = files::open_input(path, InputKind::FileOrBlockDevice, false)?;
+                let md_len = files::input_len(&f, path)?;
                 if md_len != blocks * lba.metadata_bytes() as u64 {
                     return Err(Error::Invalid {
                         what: "metadata size",
@@ -193,7 +209,7 @@ fn open(args: &PiArgs, p: &Protection, write: bool) -> Result<Dump, Error> {
             Some(file)
         }
     };
-    Ok(Dump { data, metadata, blocks })
+    Ok(Dump { data, metadata, output: None, blocks })
 }
 
 /// Calls `step(first_block, blocks, data, metadata)` for each chunk of
@@ -205,7 +221,8 @@ fn for_each_chunk(
     mut step: impl FnMut(u64, &mut [u8], Option<&mut [u8]>) -> Result<bool, Error>,
 ) -> Result<(), Error> {
     let lba = p.lba();
-    let unit = if dump.metadata.is_some() { lba.data_bytes() } else { lba.extended_bytes() } as u64;
+    let separate = args.metadata.is_some();
+    let unit = if separate { lba.data_bytes() } else { lba.extended_bytes() } as u64;
     let bar = (dump.blocks * unit >= PROGRESS_MIN_BYTES && std::io::stderr().is_terminal()).then(|| {
         let bar = ProgressBar::new(dump.blocks * unit);
         if let Ok(style) =
@@ -228,10 +245,10 @@ fn for_each_chunk(
         if let Some(file) = &dump.metadata {
             file.read_exact_at(metadata, md_offset).map_err(io_err(md_path, "read"))?;
         }
-        let changed = step(first, data, dump.metadata.as_ref().map(|_| &mut *metadata))?;
+        let changed = step(first, data, separate.then_some(&mut *metadata))?;
         if changed {
-            match &dump.metadata {
-                Some(file) => file.write_all_at(metadata, md_offset).map_err(io_err(md_path, "write"))?,
+            match &dump.output {
+                Some(out) => out.file().write_all_at(metadata, md_offset).map_err(io_err(md_path, "write"))?,
                 None => dump.data.write_all_at(data, first * unit).map_err(io_err(&args.file, "write"))?,
             }
         }
@@ -245,9 +262,10 @@ fn for_each_chunk(
     Ok(())
 }
 
-fn generate(args: &PiArgs) -> Result<(), Error> {
+fn generate(generate_args: &GenerateArgs) -> Result<(), Error> {
+    let args = &generate_args.common;
     let (p, tags) = setup(args)?;
-    let dump = open(args, &p, true)?;
+    let mut dump = open(args, &p, true, generate_args.force)?;
     for_each_chunk(args, &p, &dump, |first, data, metadata| {
         let tags = tags.advanced(p.format(), first);
         match metadata {
@@ -256,8 +274,10 @@ fn generate(args: &PiArgs) -> Result<(), Error> {
         }
         Ok(true)
     })?;
-    let target = args.metadata.as_deref().unwrap_or(&args.file);
-    target_sync(target)?;
+    match dump.output.take() {
+        Some(out) => out.commit()?,
+        None => dump.data.sync_data().map_err(io_err(&args.file, "sync"))?,
+    }
     println!(
         "{}: PI written for {} blocks ({}, {}-bit guard, type {})",
         args.file.display(),
@@ -269,10 +289,6 @@ fn generate(args: &PiArgs) -> Result<(), Error> {
     Ok(())
 }
 
-fn target_sync(path: &Path) -> Result<(), Error> {
-    OpenOptions::new().write(true).open(path).and_then(|f| f.sync_data()).map_err(io_err(path, "sync"))
-}
-
 fn verify(args: &VerifyArgs) -> Result<ExitCode, Error> {
     let common = &args.common;
     let (p, tags) = setup(common)?;
@@ -282,14 +298,21 @@ fn verify(args: &VerifyArgs) -> Result<ExitCode, Error> {
         ref_tag: !args.no_ref_tag,
         storage_tag: args.check_storage_tag,
     };
-    let dump = open(common, &p, false)?;
+    let dump = open(common, &p, false, false)?;
     let mut failed = 0u64;
+    let mut escaped = 0u64;
     let unit = if dump.metadata.is_some() { p.lba().data_bytes() } else { p.lba().extended_bytes() } as u64;
     for_each_chunk(common, &p, &dump, |first, data, metadata| {
         let tags = tags.advanced(p.format(), first);
-        let failures: Vec<_> = match metadata {
-            Some(md) => pi::verify_separate_each(&p, data, md, &tags, checks).collect::<Result<_, _>>()?,
-            None => pi::verify_each(&p, data, &tags, checks).collect::<Result<_, _>>()?,
+        let failures: Vec<_> = match &metadata {
+            Some(md) => {
+                escaped += pi::count_escapes_separate(&p, md);
+                pi::verify_separate_each(&p, data, md, &tags, checks).collect::<Result<_, _>>()?
+            }
+            None => {
+                escaped += pi::count_escapes(&p, data);
+                pi::verify_each(&p, data, &tags, checks).collect::<Result<_, _>>()?
+            }
         };
         for mut f in failures {
             f.block += first;
@@ -298,6 +321,24 @@ fn verify(args: &VerifyArgs) -> Result<ExitCode, Error> {
         }
         Ok(false)
     })?;
-    println!("{}: {} blocks, {failed} failed", common.file.display(), dump.blocks);
-    Ok(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    let anything = pi::checks_anything(p.format(), &tags, checks);
+    let verified = if anything { dump.blocks - escaped } else { 0 };
+    let unchecked = dump.blocks - verified;
+    println!(
+        "{}: {} blocks: {verified} verified, {unchecked} not checked ({escaped} with escape tags), {failed} failed",
+        common.file.display(),
+        dump.blocks
+    );
+    if failed > 0 {
+        return Ok(ExitCode::FAILURE);
+    }
+    if verified == 0 && dump.blocks > 0 {
+        eprintln!(
+            "csumkit pi: warning: no block of {} was checked ({}): nothing is known about its integrity",
+            common.file.display(),
+            if anything { "every block carries escape tags" } else { "every check is disabled" }
+        );
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(ExitCode::SUCCESS)
 }

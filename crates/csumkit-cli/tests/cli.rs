@@ -18,10 +18,26 @@ fn csumkit(args: &[&str], stdin: Option<&[u8]>) -> Output {
     child.wait_with_output().unwrap()
 }
 
+static TEMP_ROOT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+
+/// One directory for this test binary's files, removed when the test
+/// harness exits (statics are never dropped, so an `atexit` hook does it).
+fn temp_root() -> &'static std::path::Path {
+    extern "C" fn remove_temp_root() {
+        if let Some(dir) = TEMP_ROOT.get() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+    TEMP_ROOT.get_or_init(|| {
+        let dir = tempfile::Builder::new().prefix("csumkit-cli-test-").tempdir().unwrap().keep();
+        // SAFETY: registers a plain function with no captured state.
+        unsafe { libc::atexit(remove_temp_root) };
+        dir
+    })
+}
+
 fn temp_file(name: &str, contents: &[u8]) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("csumkit-cli-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(name);
+    let path = temp_root().join(name);
     std::fs::write(&path, contents).unwrap();
     path
 }
@@ -201,7 +217,10 @@ fn pi_generate_then_verify_reports_each_failing_block() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let out = csumkit(&["pi", "verify", p], None);
     assert!(out.status.success());
-    assert_eq!(String::from_utf8(out.stdout).unwrap().trim_end(), format!("{p}: 8 blocks, 0 failed"));
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap().trim_end(),
+        format!("{p}: 8 blocks: 8 verified, 0 not checked (0 with escape tags), 0 failed")
+    );
     // Flip a data bit of block 2 and a reference-tag bit of block 6.
     let mut bytes = std::fs::read(&path).unwrap();
     bytes[2 * 4104 + 100] ^= 4;
@@ -217,7 +236,7 @@ fn pi_generate_then_verify_reports_each_failing_block() {
         lines[1],
         format!("{p}: block 6: reference tag check failed: expected 0x6, found 0x7 (byte offset 24624)")
     );
-    assert_eq!(lines[2], format!("{p}: 8 blocks, 2 failed"));
+    assert_eq!(lines[2], format!("{p}: 8 blocks: 8 verified, 0 not checked (0 with escape tags), 2 failed"));
     // DIX: data and metadata in two files.
     let data = temp_file("pi-data.bin", &dump[..4 * 4096]);
     let md = data.with_extension("md");
@@ -227,6 +246,95 @@ fn pi_generate_then_verify_reports_each_failing_block() {
     assert_eq!(std::fs::metadata(&md).unwrap().len(), 64);
     let out = csumkit(&["pi", "verify", "--format", "64", "--lba-format", "4096+16", "--metadata", m, d], None);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+}
+
+#[test]
+fn pi_generate_never_destroys_an_input_or_an_existing_file() {
+    let dump: Vec<u8> = (0..4 * 4096).map(|i| (i * 13 % 251) as u8).collect();
+    let path = temp_file("pi-keep.bin", &dump);
+    let p = path.to_str().unwrap();
+    // The metadata file is the dump itself: refused, the dump untouched.
+    let out = csumkit(&["pi", "generate", "--metadata", p, p], None);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is the input"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(std::fs::read(&path).unwrap(), dump);
+    // An existing metadata file is kept unless --force.
+    let md = temp_file("pi-keep.md", b"precious");
+    let m = md.to_str().unwrap();
+    let out = csumkit(&["pi", "generate", "--metadata", m, p], None);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("pass --force"));
+    assert_eq!(std::fs::read(&md).unwrap(), b"precious");
+    let out = csumkit(&["pi", "generate", "--metadata", m, "--force", p], None);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(std::fs::metadata(&md).unwrap().len(), 4 * 8);
+    assert_eq!(std::fs::read(&path).unwrap(), dump);
+    let out = csumkit(&["pi", "verify", "--metadata", m, p], None);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    // A failed run (the dump is not whole blocks) leaves no temporary file
+    // and the old metadata in place.
+    let odd = temp_file("pi-odd-keep.bin", &dump[..4000]);
+    let out = csumkit(&["pi", "generate", "--metadata", m, "--force", odd.to_str().unwrap()], None);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(std::fs::metadata(&md).unwrap().len(), 4 * 8);
+    let leftovers: Vec<_> = std::fs::read_dir(temp_root())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().contains(".tmp"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+#[test]
+fn pi_verify_that_checks_nothing_fails_and_says_so() {
+    let dump: Vec<u8> = (0..4 * 4104).map(|i| (i % 241) as u8).collect();
+    let path = temp_file("pi-nothing.bin", &dump);
+    let p = path.to_str().unwrap();
+    assert!(csumkit(&["pi", "generate", p], None).status.success());
+    let out = csumkit(&["pi", "verify", "--no-guard", "--no-app-tag", "--no-ref-tag", p], None);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("0 verified, 4 not checked"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("every check is disabled"));
+    // Every tuple all-ones: escapes, so nothing is verified.
+    let mut escaped = dump.clone();
+    for block in escaped.chunks_exact_mut(4104) {
+        block[4096..].fill(0xFF);
+    }
+    std::fs::write(&path, &escaped).unwrap();
+    let out = csumkit(&["pi", "verify", p], None);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("0 verified, 4 not checked (4 with escape tags), 0 failed"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("escape tags"));
+}
+
+#[test]
+fn image_commands_refuse_directories_fifos_and_character_devices_without_hanging() {
+    let fifo = temp_root().join("a-fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid C string; mkfifo only creates the node.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let dir = temp_root().to_str().unwrap();
+    let f = fifo.to_str().unwrap();
+    for (path, what) in [(dir, "is a directory"), (f, "is a FIFO"), ("/dev/null", "is a character device")] {
+        for args in [
+            vec!["pi", "verify", path],
+            vec!["pi", "generate", path],
+            vec!["ext4", "check", path],
+            vec!["erofs", "check", path],
+            vec!["erofs", "ls", path, "/"],
+        ] {
+            let start = std::time::Instant::now();
+            let out = csumkit(&args, None);
+            assert!(start.elapsed() < std::time::Duration::from_secs(20), "{args:?} hung");
+            assert_eq!(out.status.code(), Some(2), "{args:?}");
+            let stderr = String::from_utf8(out.stderr).unwrap();
+            assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+            assert!(
+                stderr.contains(what) && stderr.contains("not a regular file or block device"),
+                "{args:?}: {stderr}"
+            );
+        }
+    }
 }
 
 #[test]

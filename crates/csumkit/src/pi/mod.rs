@@ -34,6 +34,7 @@ pub use device::{Device, DeviceStats, Fault, Io};
 pub use format::{GuardSize, PiFormat, PiType, Tuple, APP_TAG_ESCAPE};
 pub use layout::{LbaFormat, PiLocation, Protection, DATA_BYTES_MAX, DATA_BYTES_MIN, METADATA_BYTES_MAX};
 pub use protect::{
-    generate, generate_separate, remap_ref_tags, remap_ref_tags_separate, verify, verify_each, verify_separate,
-    verify_separate_each, Checks, Failure, PiField, Tags,
+    checks_anything, count_escapes, count_escapes_separate, generate, generate_separate, remap_ref_tags,
+    remap_ref_tags_separate, verify, verify_each, verify_separate, verify_separate_each, Checks, Failure, PiField,
+    Tags,
 };

@@ -314,6 +314,31 @@ pub fn verify_separate_each<'a>(
     }))
 }
 
+/// How many blocks of an extended-LBA buffer carry escape tags, which
+/// verify skips (whole blocks only; a partial last block is not counted).
+pub fn count_escapes(p: &Protection, buffer: &[u8]) -> u64 {
+    let (format, at) = (p.format(), p.lba().data_bytes() + p.tuple_offset());
+    let escapes = buffer.chunks_exact(p.lba().extended_bytes());
+    escapes.filter(|block| format.is_escape(&format.decode(&block[at..at + format.tuple_bytes()]))).count() as u64
+}
+
+/// How many blocks of a separate metadata buffer carry escape tags.
+pub fn count_escapes_separate(p: &Protection, metadata: &[u8]) -> u64 {
+    let (format, at) = (p.format(), p.tuple_offset());
+    let escapes = metadata.chunks_exact(p.lba().metadata_bytes());
+    escapes.filter(|md| format.is_escape(&format.decode(&md[at..at + format.tuple_bytes()]))).count() as u64
+}
+
+/// Whether `checks` compares anything at all for blocks of `format` with
+/// `tags` (the reference tag is opaque for type 3; an application-tag mask
+/// of zero compares no bit).
+pub fn checks_anything(format: PiFormat, tags: &Tags, checks: Checks) -> bool {
+    checks.guard
+        || (checks.app_tag && tags.app_tag_mask != 0)
+        || (checks.ref_tag && format.pi_type() != PiType::Type3)
+        || checks.storage_tag
+}
+
 /// Rewrites reference tags from one numbering to another, as the Linux
 /// block layer does between a partition's and the disk's LBAs: every block
 /// of types 1 and 2 whose tag is `from + i` becomes `to + i`; escapes and
