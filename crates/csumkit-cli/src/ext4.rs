@@ -23,7 +23,12 @@ pub enum Ext4Command {
 pub struct CheckArgs {
     /// The ext4 image (or device).
     image: PathBuf,
-    /// Rewrite wrong checksums in place (asks first).
+    /// Rewrite wrong checksums in place (asks first). Only checksums of
+    /// structures that are otherwise consistent are rewritten; a structure
+    /// whose content is itself wrong (extents outside the filesystem or
+    /// claimed twice, bitmaps that disagree with their descriptor's counts,
+    /// directory entries that overrun their block) is reported as
+    /// structural damage and left for e2fsck.
     #[arg(long)]
     repair: bool,
     /// Do not ask before repairing.
@@ -57,7 +62,11 @@ fn print(path: &Path, report: &Report) {
         c.htree_blocks
     );
     for f in &report.findings {
-        println!("BAD {} {}: stored {:#010x}, computed {:#010x}", f.what, f.location, f.stored, f.computed);
+        print!("BAD {} {}: stored {:#010x}, computed {:#010x}", f.what, f.location, f.stored, f.computed);
+        match &f.damage {
+            Some(why) => println!(" (structural damage: {why}; not repairable here, run e2fsck -f)"),
+            None => println!(),
+        }
     }
     for (inode, block) in &report.missing_tails {
         println!("BAD directory block {block} of inode {inode}: no checksum tail");
@@ -82,6 +91,11 @@ fn check(args: &CheckArgs) -> Result<ExitCode, Error> {
         println!("{} wrong checksums", report.findings.len() + report.missing_tails.len());
         return Ok(ExitCode::from(1));
     }
+    let repairable = report.findings.iter().filter(|f| f.repairable()).count();
+    if repairable == 0 {
+        println!("no checksum is safe to rewrite: every wrong one covers damaged content; run e2fsck -f");
+        return Ok(ExitCode::from(1));
+    }
     if !args.yes {
         if !std::io::stdin().is_terminal() {
             return Err(Error::Invalid {
@@ -89,7 +103,7 @@ fn check(args: &CheckArgs) -> Result<ExitCode, Error> {
                 detail: "stdin is not a terminal to confirm on: pass --yes".into(),
             });
         }
-        if !confirm(report.findings.len()) {
+        if !confirm(repairable) {
             println!("nothing written");
             return Ok(ExitCode::from(1));
         }
@@ -98,10 +112,11 @@ fn check(args: &CheckArgs) -> Result<ExitCode, Error> {
     let file = crate::files::open_input(&args.image, crate::files::InputKind::FileOrBlockDevice, true)?;
     let mut written = 0;
     for _ in 0..REPAIR_PASSES_MAX {
-        if report.findings.is_empty() {
+        let safe: Vec<_> = report.findings.iter().filter(|f| f.repairable()).collect();
+        if safe.is_empty() {
             break;
         }
-        for finding in &report.findings {
+        for finding in safe {
             for (at, bytes) in &finding.fix {
                 file.write_all_at(bytes, *at).map_err(io)?;
             }
@@ -116,6 +131,10 @@ fn check(args: &CheckArgs) -> Result<ExitCode, Error> {
         println!("all checksums valid");
         Ok(ExitCode::SUCCESS)
     } else {
+        println!(
+            "{} wrong checksums left (structural damage: run e2fsck -f)",
+            report.findings.len() + report.missing_tails.len()
+        );
         Ok(ExitCode::from(1))
     }
 }

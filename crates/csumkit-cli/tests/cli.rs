@@ -441,23 +441,46 @@ fn ext4_check_reports_then_repairs_with_yes() {
     let out = csumkit(&["ext4", "check", path], None);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
     assert!(String::from_utf8_lossy(&out.stdout).contains("all checksums valid"));
-    // Damage the inode bitmap's covered bytes: reported, exit 1, nothing written.
-    let mut bytes = std::fs::read(&image).unwrap();
+    let clean = std::fs::read(&image).unwrap();
+    // A bit set in the inode bitmap: its free count no longer matches the
+    // descriptor's, so the wrong checksum covers wrong content. Reported,
+    // exit 1, and even --repair --yes writes nothing (e2fsck's job).
+    let mut bytes = clean.clone();
     let layout = csumkit::ext4::Layout::parse(&bytes).unwrap();
     let group = layout.group(&bytes, 0).unwrap();
     bytes[(group.inode_bitmap * layout.block_size) as usize + 1] ^= 0x80;
     std::fs::write(&image, &bytes).unwrap();
     let out = csumkit(&["ext4", "check", path], None);
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("BAD inode bitmap group 0"));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(stdout.contains("BAD inode bitmap group 0") && stdout.contains("structural damage"), "{stdout}");
+    let out = csumkit(&["ext4", "check", path, "--repair", "--yes"], None);
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("run e2fsck"));
+    assert!(std::fs::read(&image).unwrap() == bytes, "damaged content was re-sealed");
+    // A changed volume label: sound content, stale checksum — repairable.
+    let mut bytes = clean.clone();
+    bytes[1024 + 0x78] ^= 0x20;
+    std::fs::write(&image, &bytes).unwrap();
     // --repair without a terminal and without --yes refuses.
     let out = csumkit(&["ext4", "check", path, "--repair"], None);
     assert_eq!(out.status.code(), Some(2));
-    assert_eq!(std::fs::read(&image).unwrap(), bytes);
+    assert!(std::fs::read(&image).unwrap() == bytes);
     let out = csumkit(&["ext4", "check", path, "--repair", "--yes"], None);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("rewrote"));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("rewrote 1 checksums"));
     assert!(csumkit(&["ext4", "check", path], None).status.success());
+    // --repair --yes on a clean image changes no byte.
+    std::fs::write(&image, &clean).unwrap();
+    assert!(csumkit(&["ext4", "check", path, "--repair", "--yes"], None).status.success());
+    assert!(std::fs::read(&image).unwrap() == clean, "a clean image was changed");
+    // A truncated copy (half, one byte short) is an error, never "valid".
+    for len in [clean.len() / 2, clean.len() - 1] {
+        let short = temp_file("ext4-short.img", &clean[..len]);
+        let out = csumkit(&["ext4", "check", short.to_str().unwrap()], None);
+        assert_eq!(out.status.code(), Some(2), "{len}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("truncated"), "{}", String::from_utf8_lossy(&out.stderr));
+    }
     let out = csumkit(&["ext4", "check", "/etc/hostname"], None);
     assert_eq!(out.status.code(), Some(2));
 }

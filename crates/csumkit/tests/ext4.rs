@@ -113,7 +113,41 @@ fn clean_images_check_clean_in_every_layout() {
             assert!(c.htree_blocks > 0, "{bs} {features}: e2fsck -D should index the big directory: {c:?}");
         }
         assert!(!e2fsck_reports(&image), "{bs} {features}: e2fsck disagrees");
+        checksum_only_damage_is_repairable(&bytes, &format!("{bs} {features}"));
     }
+}
+
+/// Wrong checksums over sound content are never called structural damage,
+/// in any layout: every in-use inode's stored checksum and every
+/// initialised group's bitmap checksums corrupted at once must all come
+/// back as repairable findings.
+fn checksum_only_damage_is_repairable(clean: &[u8], label: &str) {
+    let layout = Layout::parse(clean).unwrap();
+    let mut bytes = clean.to_vec();
+    let mut inodes = 0;
+    for g in 0..layout.groups {
+        let group = layout.group(clean, g).unwrap();
+        if !group.block_uninit() {
+            bytes[group.desc_offset as usize + 0x18] ^= 0x01;
+        }
+        if group.inode_uninit() {
+            continue;
+        }
+        bytes[group.desc_offset as usize + 0x1A] ^= 0x01;
+        let bitmap = &clean[(group.inode_bitmap * layout.block_size) as usize..];
+        for i in 0..layout.inodes_per_group {
+            if bitmap[(i / 8) as usize] >> (i % 8) & 1 == 1 {
+                let at = (group.inode_table * layout.block_size + i * layout.inode_size) as usize;
+                bytes[at + 0x7C] ^= 0x01;
+                inodes += 1;
+            }
+        }
+    }
+    let report = check(&bytes).unwrap();
+    let damaged: Vec<_> = report.findings.iter().filter(|f| !f.repairable()).collect();
+    assert!(damaged.is_empty(), "{label}: sound content called damaged: {damaged:?}");
+    let inode_findings = report.findings.iter().filter(|f| f.what == "inode").count();
+    assert_eq!(inode_findings, inodes, "{label}");
 }
 
 fn le16(b: &[u8], at: usize) -> u16 {
@@ -262,37 +296,85 @@ fn every_injected_corruption_is_reported_by_check_and_e2fsck() {
     let small_dir = le32(&clean, ino(13) + 0x28 + 12 + 8) as usize * bs;
     let frag_leaf = le32(&clean, ino(15) + 0x28 + 12 + 4) as usize * bs;
     assert_eq!(le16(&clean, ino(15) + 0x28 + 6), 1, "frag has an extent leaf");
-    let cases: &[(&str, usize, &str)] = &[
-        ("superblock s_volume_name", 1024 + 0x78, "superblock"),
-        ("descriptor bg_itable_unused", g0.desc_offset as usize + 0x1C, "group descriptor"),
-        ("block bitmap", g0.block_bitmap as usize * bs + 2000, "block bitmap"),
-        ("inode bitmap", g0.inode_bitmap as usize * bs + 100, "inode bitmap"),
-        ("inode i_mtime", ino(13) + 0x10, "inode"),
-        ("extent leaf entry", frag_leaf + 12 + 4, "extent block"),
-        ("directory entry name", small_dir + 12 + 8, "directory block"),
-        ("htree root hash", htree_root + 0x20 + 8 + 1, "htree block"),
+    // (label, byte, structure, whether rewriting its checksum is a safe
+    // repair: no when the change made the content itself inconsistent).
+    let cases: &[(&str, usize, &str, bool)] = &[
+        ("superblock s_volume_name", 1024 + 0x78, "superblock", true),
+        ("descriptor bg_itable_unused", g0.desc_offset as usize + 0x1C, "group descriptor", true),
+        // Padding bits past the last block: the free count no longer matches.
+        ("block bitmap", g0.block_bitmap as usize * bs + 2000, "block bitmap", false),
+        ("inode bitmap", g0.inode_bitmap as usize * bs + 100, "inode bitmap", false),
+        ("inode i_mtime", ino(13) + 0x10, "inode", true),
+        // ee_len of frag's first extent: blocks now free in the bitmap or shared.
+        ("extent leaf entry", frag_leaf + 12 + 4, "extent block", false),
+        ("directory entry name", small_dir + 12 + 8, "directory block", true),
+        ("htree root hash", htree_root + 0x20 + 8 + 1, "htree block", true),
     ];
-    for &(label, at, what) in cases {
+    for &(label, at, what, repairable) in cases {
         let mut bytes = clean.clone();
         bytes[at] ^= 0x5A;
         let report = check(&bytes).unwrap();
-        assert!(report.findings.iter().any(|f| f.what == what), "{label}: check missed it: {:?}", report.findings);
+        let finding = report.findings.iter().find(|f| f.what == what);
+        let finding = finding.unwrap_or_else(|| panic!("{label}: check missed it: {:?}", report.findings));
+        assert_eq!(finding.repairable(), repairable, "{label}: {:?}", finding.damage);
         std::fs::write(&image, &bytes).unwrap();
         assert!(e2fsck_reports(&image), "{label}: e2fsck -fn missed it");
-        // Repair: apply the fixes until clean (a bitmap fix changes its
-        // descriptor's checksum, so a second pass may be needed).
+        // Repair as the CLI does: apply the safe fixes until none is left
+        // (a bitmap fix changes its descriptor's checksum).
         for _ in 0..3 {
             let report = check(&bytes).unwrap();
-            for (at, fix) in report.findings.iter().flat_map(|f| &f.fix) {
+            for (at, fix) in report.findings.iter().filter(|f| f.repairable()).flat_map(|f| &f.fix) {
                 bytes[*at as usize..*at as usize + fix.len()].copy_from_slice(fix);
             }
         }
-        assert!(check(&bytes).unwrap().findings.is_empty(), "{label}: repair");
+        let left = check(&bytes).unwrap().findings;
+        if repairable {
+            assert!(left.is_empty(), "{label}: repair left {left:?}");
+        } else {
+            assert!(left.iter().any(|f| f.what == what && !f.repairable()), "{label}: damage was re-sealed");
+        }
     }
     // The clean image is clean for both.
     std::fs::write(&image, &clean).unwrap();
     assert!(!e2fsck_reports(&image));
     assert!(check(&clean).unwrap().findings.is_empty());
+}
+
+/// A checksum repair must never re-seal wrong content: an inode whose
+/// extent was pointed at another file's block keeps its wrong checksum
+/// (structural damage), and a truncated image is an error, never clean.
+#[test]
+fn wrong_content_is_damage_and_truncation_is_an_error() {
+    let scratch = Scratch::new("reseal");
+    let image = scratch.0.join("r.img");
+    if !mke2fs(&image, 4096, "metadata_csum,64bit", &[], "16M") {
+        return;
+    }
+    let host = scratch.0.join("content.bin");
+    std::fs::write(&host, vec![0xA7u8; 3 * 4096]).unwrap();
+    debugfs(&image, &format!("write {} a\nwrite {} b\n", host.display(), host.display()));
+    let clean = std::fs::read(&image).unwrap();
+    assert!(check(&clean).unwrap().findings.is_empty());
+    let layout = Layout::parse(&clean).unwrap();
+    let g0 = layout.group(&clean, 0).unwrap();
+    let ino =
+        |inum: u64| (g0.inode_table * layout.block_size) as usize + (inum as usize - 1) * layout.inode_size as usize;
+    // Inodes 12 (a) and 13 (b): the first leaf extent's start (ee_start_lo) of a := b's.
+    let start_lo = 0x28 + 12 + 8;
+    let b_start = le32(&clean, ino(13) + start_lo);
+    let mut bad = clean.clone();
+    bad[ino(12) + start_lo..][..4].copy_from_slice(&b_start.to_le_bytes());
+    let report = check(&bad).unwrap();
+    let f = report.findings.iter().find(|f| f.what == "inode" && f.inode == Some(12)).expect("inode 12 checksum");
+    let why = f.damage.as_deref().expect("structural damage");
+    assert!(why.contains("also claimed by inode 13"), "{why}");
+    std::fs::write(&image, &bad).unwrap();
+    assert!(e2fsck_reports(&image), "e2fsck -fn must see the shared block");
+    // Truncated images: half, and one byte short.
+    for len in [clean.len() / 2, clean.len() - 1] {
+        let err = check(&clean[..len]).unwrap_err().to_string();
+        assert!(err.contains("truncated"), "{len}: {err}");
+    }
 }
 
 #[test]

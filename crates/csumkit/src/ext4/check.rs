@@ -2,9 +2,11 @@
 //! descriptors, its checksum recomputed and compared.
 
 use super::layout::{superblock_checksum, Group, Layout, SUPER_OFFSET};
+use super::structure::{self, Claim};
 use super::{bytes, corrupt};
 use crate::le::{le16, le32};
 use crate::{crc32c, Error};
+use std::collections::HashMap;
 
 const INODE_FLAG_INDEX: u32 = 0x1000;
 const INODE_FLAG_EXTENTS: u32 = 0x8_0000;
@@ -31,6 +33,20 @@ pub struct Finding {
     pub computed: u32,
     /// Writes that store the computed checksum: (byte offset, bytes).
     pub fix: Vec<(u64, Vec<u8>)>,
+    /// Why the structure's content is itself wrong, if it is: then the
+    /// checksum is wrong because the content is, and rewriting it would
+    /// re-seal the damage. Repairs must skip such findings (e2fsck's job).
+    pub damage: Option<String>,
+    /// The inode the structure belongs to (inodes, extent and directory blocks).
+    pub inode: Option<u64>,
+}
+
+impl Finding {
+    /// Whether rewriting the checksum is a safe repair: the structure is
+    /// otherwise consistent.
+    pub fn repairable(&self) -> bool {
+        self.damage.is_none()
+    }
 }
 
 /// Structures whose checksum was checked, by kind.
@@ -68,6 +84,10 @@ struct Checker<'a> {
     image: &'a [u8],
     layout: Layout,
     report: Report,
+    /// Blocks each inode's extent trees claim (overlaps found after the scan).
+    claims: Vec<Claim>,
+    /// Inodes whose extents are out of range or not marked in use.
+    inode_damage: HashMap<u64, String>,
 }
 
 /// Checks every metadata checksum of an ext4 image.
@@ -78,11 +98,21 @@ struct Checker<'a> {
 /// [`Report::findings`]).
 pub fn check(image: &[u8]) -> Result<Report, Error> {
     let layout = Layout::parse(image)?;
-    let mut checker = Checker { image, layout, report: Report::default() };
+    let mut checker =
+        Checker { image, layout, report: Report::default(), claims: Vec::new(), inode_damage: HashMap::new() };
     checker.superblock();
     for g in 0..checker.layout.groups {
         let group = checker.layout.group(image, g)?;
         checker.group(&group)?;
+    }
+    let mut damage = structure::shared_blocks(&mut checker.claims);
+    for (inode, why) in checker.inode_damage {
+        damage.entry(inode).or_insert(why);
+    }
+    for finding in &mut checker.report.findings {
+        if let Some(why) = finding.inode.and_then(|i| damage.get(&i)).filter(|_| finding.damage.is_none()) {
+            finding.damage = Some(why.clone());
+        }
     }
     Ok(checker.report)
 }
@@ -92,26 +122,65 @@ fn lo16(v: u32) -> Vec<u8> {
 }
 
 impl<'a> Checker<'a> {
-    fn finding(&mut self, what: &'static str, location: String, stored: u32, computed: u32, fix: Vec<(u64, Vec<u8>)>) {
-        if stored != computed {
-            self.report.findings.push(Finding { what, location, stored, computed, fix });
+    /// Records a wrong checksum; returns it so the caller can say whether
+    /// the structure is otherwise damaged.
+    fn finding(
+        &mut self,
+        what: &'static str,
+        location: String,
+        stored: u32,
+        computed: u32,
+        fix: Vec<(u64, Vec<u8>)>,
+    ) -> Option<&mut Finding> {
+        if stored == computed {
+            return None;
         }
+        self.report.findings.push(Finding { what, location, stored, computed, fix, damage: None, inode: None });
+        self.report.findings.last_mut()
+    }
+
+    /// Whether block `b` is marked in use in its group's block bitmap
+    /// (`false` in a group whose bitmap is uninitialised).
+    fn block_marked(&self, b: u64) -> Result<bool, Error> {
+        let l = &self.layout;
+        let rel = b - l.first_data_block;
+        let group = l.group(self.image, rel / l.blocks_per_group)?;
+        if group.block_uninit() {
+            return Ok(false);
+        }
+        let bit = (rel % l.blocks_per_group) / (l.blocks_per_group / l.clusters_per_group);
+        let bitmap = self.block(group.block_bitmap, &|| format!("group {} block bitmap", group.number))?;
+        Ok(bitmap[(bit / 8) as usize] >> (bit % 8) & 1 == 1)
     }
 
     fn superblock(&mut self) {
         let sb = &self.image[SUPER_OFFSET as usize..SUPER_OFFSET as usize + 1024];
         let computed = superblock_checksum(sb);
-        self.finding(
+        let free_blocks =
+            u64::from(le32(sb, 0x0C)) | if self.layout.desc_size >= 64 { u64::from(le32(sb, 0x158)) << 32 } else { 0 };
+        let free_inodes = u64::from(le32(sb, 0x10));
+        let (blocks, inodes) = (self.layout.blocks_count, self.layout.inodes_count);
+        let damage = (free_blocks > blocks || free_inodes > inodes)
+            .then(|| format!("{free_blocks} free blocks of {blocks}, {free_inodes} free inodes of {inodes}"));
+        if let Some(f) = self.finding(
             "superblock",
             "block 0".into(),
             le32(sb, 0x3FC),
             computed,
             vec![(SUPER_OFFSET + 0x3FC, computed.to_le_bytes().to_vec())],
-        );
+        ) {
+            f.damage = damage;
+        }
     }
 
     fn block(&self, block: u64, what: &dyn Fn() -> String) -> Result<&'a [u8], Error> {
         let bs = self.layout.block_size;
+        if block >= self.layout.blocks_count {
+            return Err(corrupt(
+                &what(),
+                format!("block {block} is beyond the filesystem's {} blocks", self.layout.blocks_count),
+            ));
+        }
         let at = block.checked_mul(bs).ok_or_else(|| corrupt(&what(), format!("block {block} overflows")))?;
         bytes(self.image, at, bs as usize, what)
     }
@@ -137,7 +206,16 @@ impl<'a> Checker<'a> {
         if wide {
             fix.push((group.desc_offset + hi as u64, lo16(computed >> 16)));
         }
-        self.finding(what, format!("group {g} (block {block})"), stored, computed, fix);
+        // The descriptor's free count of this bitmap (blocks: 0x0C/0x2C,
+        // inodes: 0x0E/0x2E) must agree with its zero bits.
+        let count_at = if lo == 0x18 { 0x0C } else { 0x0E };
+        let counted = u64::from(le16(d, count_at)) | if wide { u64::from(le16(d, count_at + 0x20)) << 16 } else { 0 };
+        let free = structure::free_bits(data, bits);
+        let damage =
+            (free != counted).then(|| format!("the bitmap has {free} free, its descriptor says {counted}: run e2fsck"));
+        if let Some(f) = self.finding(what, format!("group {g} (block {block})"), stored, computed, fix) {
+            f.damage = damage;
+        }
         Ok(())
     }
 
@@ -162,13 +240,19 @@ impl<'a> Checker<'a> {
             self.bitmap(group, "inode bitmap", group.inode_bitmap, bits, (0x1A, 0x3A))?;
             self.report.checked.inode_bitmaps += 1;
         }
-        self.finding(
+        let damage = [("block bitmap", group.block_bitmap), ("inode bitmap", group.inode_bitmap)]
+            .into_iter()
+            .chain([("inode table", group.inode_table)])
+            .find_map(|(what, b)| structure::out_of_range(&self.layout, b, 1).map(|why| format!("{what}: {why}")));
+        if let Some(f) = self.finding(
             "group descriptor",
             format!("group {g}"),
             stored,
             computed,
             vec![(group.desc_offset + 0x1E, lo16(computed))],
-        );
+        ) {
+            f.damage = damage;
+        }
         if !group.inode_uninit() {
             self.inodes(group)?;
         }
@@ -218,7 +302,18 @@ impl<'a> Checker<'a> {
             crc &= 0xFFFF;
         }
         self.report.checked.inodes += 1;
-        self.finding("inode", format!("inode {inum}"), stored, crc, fix);
+        // Reserved inodes below s_first_ino are in use with no type.
+        let first_ino = match le32(&self.image[SUPER_OFFSET as usize..], 0x54) {
+            0 => 11, // revision 0
+            n => u64::from(n),
+        };
+        if inum >= first_ino && le16(raw, 0) & 0xF000 == 0 {
+            // Marked in use, but no file type: the bitmap or the inode is wrong.
+            self.inode_damage.entry(inum).or_insert_with(|| "marked in use but has no file type".into());
+        }
+        if let Some(f) = self.finding("inode", format!("inode {inum}"), stored, crc, fix) {
+            f.inode = Some(inum);
+        }
 
         let flags = le32(raw, 0x20);
         if flags & INODE_FLAG_EXTENTS == 0 || flags & INODE_FLAG_INLINE_DATA != 0 {
@@ -227,6 +322,7 @@ impl<'a> Checker<'a> {
         let is_dir = le16(raw, 0) & 0xF000 == 0x4000;
         let mut leaves = Vec::new();
         self.extent_node(inum, seed, &raw[0x28..0x28 + 60], None, EXTENT_DEPTH_MAX, &mut leaves)?;
+        self.claim_leaves(inum, &leaves)?;
         if is_dir {
             let indexed = flags & INODE_FLAG_INDEX != 0;
             for (logical, physical, len) in leaves {
@@ -266,13 +362,16 @@ impl<'a> Checker<'a> {
             let computed = crc32c::raw_update(seed, &node[..tail]);
             let at = b * self.layout.block_size + tail as u64;
             self.report.checked.extent_blocks += 1;
-            self.finding(
+            self.claims.push(Claim { start: b, len: 1, inode: inum });
+            if let Some(f) = self.finding(
                 "extent block",
                 format!("inode {inum} block {b}"),
                 le32(t, 0),
                 computed,
                 vec![(at, computed.to_le_bytes().to_vec())],
-            );
+            ) {
+                f.inode = Some(inum);
+            }
         }
         for e in 0..usize::from(entries) {
             let entry = &node[12 + 12 * e..24 + 12 * e];
@@ -286,6 +385,26 @@ impl<'a> Checker<'a> {
                 let child = u64::from(le32(entry, 4)) | u64::from(le16(entry, 8)) << 32;
                 let data = self.block(child, &where_)?;
                 self.extent_node(inum, seed, data, Some(child), depth - 1, leaves)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Records the blocks of `inum`'s leaf extents and notes the first one
+    /// outside the filesystem or not marked in use in its block bitmap.
+    fn claim_leaves(&mut self, inum: u64, leaves: &[(u32, u64, u16)]) -> Result<(), Error> {
+        for &(_, start, len) in leaves {
+            let len = u64::from(len);
+            if let Some(why) = structure::out_of_range(&self.layout, start, len) {
+                self.inode_damage.entry(inum).or_insert(why);
+                continue;
+            }
+            self.claims.push(Claim { start, len, inode: inum });
+            for b in start..start + len {
+                if !self.block_marked(b)? {
+                    self.inode_damage.entry(inum).or_insert_with(|| format!("block {b} is free in the block bitmap"));
+                    break;
+                }
             }
         }
         Ok(())
@@ -308,13 +427,17 @@ impl<'a> Checker<'a> {
             let computed = crc32c::raw_update(seed, &data[..bs - 12]);
             let at = block * bs as u64 + bs as u64 - 4;
             self.report.checked.dir_blocks += 1;
-            self.finding(
+            let damage = structure::dirents(&self.layout, data, bs - 12);
+            if let Some(f) = self.finding(
                 "directory block",
                 location,
                 le32(tail, 8),
                 computed,
                 vec![(at, computed.to_le_bytes().to_vec())],
-            );
+            ) {
+                f.damage = damage;
+                f.inode = Some(inum);
+            }
             return Ok(());
         }
         // An htree root or interior node (the kernel's get_dx_countlimit).
@@ -345,13 +468,17 @@ impl<'a> Checker<'a> {
         let computed = crc32c::raw_update(crc, &[0; 4]);
         let at = block * bs as u64 + tail_at as u64 + 4;
         self.report.checked.htree_blocks += 1;
-        self.finding(
+        let damage = structure::htree_counts(bs, count_offset, limit, count);
+        if let Some(f) = self.finding(
             "htree block",
             location,
             le32(data, tail_at + 4),
             computed,
             vec![(at, computed.to_le_bytes().to_vec())],
-        );
+        ) {
+            f.damage = damage;
+            f.inode = Some(inum);
+        }
         Ok(())
     }
 }

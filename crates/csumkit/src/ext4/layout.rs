@@ -161,6 +161,19 @@ impl Layout {
                 ),
             ));
         }
+        // Every structure a finding depends on lies below blocks_count: an
+        // image shorter than that (a truncated copy) cannot be called clean.
+        let fs_bytes = blocks_count.checked_mul(block_size);
+        if fs_bytes.is_none_or(|need| need > image.len() as u64) {
+            return Err(corrupt(
+                "image",
+                format!(
+                    "truncated: {} bytes, but the superblock's {blocks_count} blocks of {block_size} need {}",
+                    image.len(),
+                    fs_bytes.map_or("more than 2^64".to_string(), |n| n.to_string())
+                ),
+            ));
+        }
         let desc_size = if incompat & INCOMPAT_64BIT != 0 { u64::from(le16(sb, 0xFE)) } else { 32 };
         if !(32..=block_size).contains(&desc_size) || !desc_size.is_power_of_two() {
             return Err(corrupt("superblock", format!("descriptor size {desc_size}")));

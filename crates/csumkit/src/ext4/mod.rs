@@ -17,6 +17,7 @@
 
 mod check;
 mod layout;
+mod structure;
 
 pub use check::{check, Checked, Finding, Report};
 pub use layout::{Group, Layout};
