@@ -30,7 +30,11 @@ fn remove_temporaries() {
         Err(poisoned) => std::mem::take(&mut *poisoned.into_inner()),
     };
     for path in paths {
-        let _ = std::fs::remove_file(path);
+        if path.is_dir() {
+            let _ = std::fs::remove_dir_all(path);
+        } else {
+            let _ = std::fs::remove_file(path);
+        }
     }
 }
 
@@ -69,9 +73,38 @@ impl Temporary {
 impl Drop for Temporary {
     fn drop(&mut self) {
         if !self.path.as_os_str().is_empty() {
-            let _ = std::fs::remove_file(&self.path);
+            if self.path.is_dir() {
+                let _ = std::fs::remove_dir_all(&self.path);
+            } else {
+                let _ = std::fs::remove_file(&self.path);
+            }
             self.forget();
         }
+    }
+}
+
+/// A directory of scratch files (a benchmark's logs, devices, images),
+/// removed with everything in it on every exit path: drop, panic, SIGINT,
+/// SIGTERM.
+pub struct ScratchDir {
+    dir: Temporary,
+}
+
+impl ScratchDir {
+    /// Creates `parent/csumkit-<tag>-<pid>`.
+    pub fn create(parent: &Path, tag: &str) -> Result<Self, Error> {
+        let dir = Temporary::register(parent.join(format!("csumkit-{tag}-{}", std::process::id())));
+        std::fs::create_dir_all(dir.path())
+            .map_err(|source| Error::Io { context: format!("{}: create", dir.path().display()), source })?;
+        Ok(ScratchDir { dir })
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn join(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
     }
 }
 

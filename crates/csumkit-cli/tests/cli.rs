@@ -338,6 +338,56 @@ fn image_commands_refuse_directories_fifos_and_character_devices_without_hanging
 }
 
 #[test]
+fn bench_numeric_flags_are_checked_when_parsed() {
+    for args in [
+        &["bench", "bytelog", "--seconds", "0"][..],
+        &["bench", "bytelog", "--seconds", "nan"],
+        &["bench", "bytelog", "--seconds", "inf"],
+        &["bench", "bytelog", "--seconds", "1e30"],
+        &["bench", "bytelog", "--seconds=-1"],
+        &["bench", "bytelog", "--crash", "0"],
+        &["bench", "offload", "--rounds", "0"],
+        &["bench", "offload", "--writers", "0"],
+        &["bench", "offload", "--iodepth", "0"],
+        &["bench", "xattr", "--runs", "0"],
+        &["bench", "xattr", "--files", "0"],
+        &["bench", "pipeline", "--passes", "0"],
+    ] {
+        let out = csumkit(args, None);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert!(stderr.starts_with("error: invalid value"), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn an_interrupted_benchmark_removes_its_files() {
+    let dir = temp_root().join("bench-interrupt");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_csumkit"))
+        .args(["bench", "bytelog", "--dir", dir.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let scratch = dir.join(format!("csumkit-bench-bytelog-file-{pid}"));
+    let start = std::time::Instant::now();
+    while !scratch.exists() && start.elapsed() < std::time::Duration::from_secs(30) {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(scratch.exists(), "the benchmark never created {}", scratch.display());
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    // SAFETY: signalling our own child.
+    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGINT) }, 0);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!scratch.exists(), "{} left behind", scratch.display());
+    assert!(!std::path::Path::new(&format!("/dev/shm/csumkit-bench-bytelog-{pid}")).exists());
+}
+
+#[test]
 fn pi_bad_parameters_are_one_line_errors() {
     let path = temp_file("pi-odd.bin", &[0u8; 5000]);
     let p = path.to_str().unwrap();

@@ -27,11 +27,11 @@ pub struct BytelogArgs {
     /// Directory for the regular-file runs (default: the temp dir).
     #[arg(long)]
     dir: Option<PathBuf>,
-    /// Seconds per configuration.
-    #[arg(long, default_value_t = 0.4)]
+    /// Seconds per configuration (0.001 to 3600).
+    #[arg(long, default_value_t = 0.4, value_parser = super::parse_seconds)]
     seconds: f64,
-    /// Also run the crash harness until this many crash states are checked.
-    #[arg(long)]
+    /// Also run the crash harness until this many crash states are checked (at least 1).
+    #[arg(long, value_parser = super::count_in(1..=u64::MAX))]
     crash: Option<u64>,
     /// A reduced run for CI.
     #[arg(long)]
@@ -228,7 +228,7 @@ pub fn run(args: &BytelogArgs) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("csumkit: bench bytelog: {e}");
-            ExitCode::FAILURE
+            ExitCode::from(2)
         }
     }
 }
@@ -239,13 +239,15 @@ fn run_inner(args: &BytelogArgs) -> Result<(), Error> {
     let shm = Path::new("/dev/shm");
     let dax_dir = if shm.is_dir() { shm.to_path_buf() } else { std::env::temp_dir() };
     let file_dir = args.dir.clone().unwrap_or_else(std::env::temp_dir);
-    let mut targets = vec![(Target::Dax, dax_dir, "DAX stand-in (mmap of /dev/shm, CLWB/CLFLUSH + fence)")];
-    targets.push((Target::File, file_dir, "regular file (ByteLog msync, block log pwrite + fdatasync)"));
-    let pid = std::process::id();
+    // Every file lives in a scratch directory removed on any exit (error,
+    // panic, SIGINT): a failed run must not leave 16 MiB logs in /dev/shm.
+    let dax_scratch = super::scratch(&dax_dir, "bench-bytelog")?;
+    let file_scratch = super::scratch(&file_dir, "bench-bytelog-file")?;
+    let mut targets = vec![(Target::Dax, dax_scratch.path(), "DAX stand-in (mmap of /dev/shm, CLWB/CLFLUSH + fence)")];
+    targets.push((Target::File, file_scratch.path(), "regular file (ByteLog msync, block log pwrite + fdatasync)"));
     let mut p99_at_16 = None;
     for (target, dir, label) in &targets {
-        let (byte_path, block_path) =
-            (dir.join(format!("csumkit-bytelog-{pid}")), dir.join(format!("csumkit-blocklog-{pid}")));
+        let (byte_path, block_path) = (dir.join("bytelog"), dir.join("blocklog"));
         let mut table = Table::new(&[
             "TLVs/commit",
             "writers",
@@ -298,7 +300,7 @@ fn run_inner(args: &BytelogArgs) -> Result<(), Error> {
         p99_at_16.unwrap_or(f64::NAN),
         if p99_at_16.is_some_and(|r| r <= 0.5) { "met" } else { "MISSED" }
     );
-    replay_speed(&targets[0].1, args.quick)?;
+    replay_speed(targets[0].1, args.quick)?;
     if let Some(states) = args.crash {
         let start = Instant::now();
         let mut total = crash::CrashReport::default();
@@ -336,7 +338,7 @@ fn single_tlv_bytes() -> Result<u64, Error> {
 /// handed to a callback in place (no copies).
 fn replay_speed(dir: &Path, quick: bool) -> Result<(), Error> {
     let region: u64 = if quick { 4 << 20 } else { 256 << 20 };
-    let path = dir.join(format!("csumkit-bytelog-replay-{}", std::process::id()));
+    let path = dir.join("replay");
     let mut log = ByteLog::format(MmapMedium::open(&path, region, Persist::Msync)?, 1)?;
     let values: Vec<Vec<u8>> = TLV_VALUE_BYTES.iter().map(|&n| vec![0x5A; n]).collect();
     let mut i = 0usize;

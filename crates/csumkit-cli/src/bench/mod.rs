@@ -85,6 +85,43 @@ pub fn machine_line() -> String {
     )
 }
 
+/// A clap value parser for a whole number in `range` (a count of runs,
+/// rounds, writers…: zero or absurd values are errors at parse time, not
+/// panics or empty tables later).
+pub fn count_in(range: std::ops::RangeInclusive<u64>) -> impl Fn(&str) -> Result<u64, String> + Clone {
+    move |text: &str| {
+        let value: u64 = text.trim().parse().map_err(|_| format!("{text:?} is not a whole number"))?;
+        if range.contains(&value) {
+            Ok(value)
+        } else {
+            Err(format!("{value} is outside {}..={}", range.start(), range.end()))
+        }
+    }
+}
+
+/// [`count_in`] for `usize` fields.
+pub fn usize_in(range: std::ops::RangeInclusive<u64>) -> impl Fn(&str) -> Result<usize, String> + Clone {
+    let parse = count_in(range);
+    move |text: &str| parse(text).map(|v| v as usize)
+}
+
+/// A clap value parser for seconds: finite, above 0 and at most an hour.
+pub fn parse_seconds(text: &str) -> Result<f64, String> {
+    let value: f64 = text.trim().parse().map_err(|_| format!("{text:?} is not a number of seconds"))?;
+    if value.is_finite() && value >= 0.001 && value <= 3600.0 {
+        Ok(value)
+    } else {
+        Err(format!("{text} is not between 0.001 and 3600 seconds"))
+    }
+}
+
+/// The scratch directory of a benchmark in `parent`, removed on every exit
+/// path (see [`crate::files::ScratchDir`]).
+#[cfg(unix)]
+pub fn scratch(parent: &std::path::Path, tag: &str) -> Result<crate::files::ScratchDir, csumkit::Error> {
+    crate::files::ScratchDir::create(parent, tag)
+}
+
 /// A byte count with an optional binary suffix: `4096`, `64K`, `16M`, `2G`.
 pub fn parse_size(text: &str) -> Result<u64, String> {
     let text = text.trim();

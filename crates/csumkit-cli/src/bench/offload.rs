@@ -35,16 +35,16 @@ pub struct OffloadArgs {
     #[arg(long, default_value = "1G", value_parser = parse_size)]
     size: u64,
     /// Writer threads (fio numjobs).
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = super::usize_in(1..=256))]
     writers: usize,
     /// Writes each writer submits per batch (fio iodepth).
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = super::usize_in(1..=4096))]
     iodepth: usize,
     /// Directory for the device files (default: /dev/shm when present, else the temp dir).
     #[arg(long)]
     dir: Option<PathBuf>,
     /// Rounds of the three configs, interleaved; IOPS is the median.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = super::usize_in(1..=1000))]
     rounds: usize,
     /// A reduced run for CI (32 MiB, one round, short PI timing).
     #[arg(long)]
@@ -105,14 +105,14 @@ pub fn run(args: &OffloadArgs) -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("csumkit: bench offload: {e}");
-            ExitCode::FAILURE
+            ExitCode::from(2)
         }
     }
 }
 
 fn run_inner(args: &OffloadArgs) -> Result<ExitCode, Error> {
     let app_bytes = if args.quick { 32 << 20 } else { args.size };
-    let rounds = if args.quick { 1 } else { args.rounds.max(1) };
+    let rounds = if args.quick { 1 } else { args.rounds };
     let blocks = app_bytes / BLOCK_BYTES as u64;
     if blocks < args.writers as u64 || args.writers == 0 || args.iodepth == 0 {
         return Err(Error::Invalid {
@@ -123,13 +123,16 @@ fn run_inner(args: &OffloadArgs) -> Result<ExitCode, Error> {
             ),
         });
     }
-    let dir = args.dir.clone().unwrap_or_else(|| {
+    let parent = args.dir.clone().unwrap_or_else(|| {
         if Path::new("/dev/shm").is_dir() {
             PathBuf::from("/dev/shm")
         } else {
             std::env::temp_dir()
         }
     });
+    // Device files in a scratch directory removed on any exit.
+    let scratch = super::scratch(&parent, "bench-offload")?;
+    let dir = scratch.path().to_path_buf();
     let policy = Policy::scaled(blocks * BLOCK_BYTES as u64);
     println!("{}", machine_line());
     println!(

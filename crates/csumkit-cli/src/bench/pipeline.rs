@@ -75,9 +75,20 @@ pub fn run(args: &PipelineArgs) -> ExitCode {
         return ExitCode::from(2);
     }
     let dir = args.dir.clone().unwrap_or_else(std::env::temp_dir);
-    let mut targets = vec![("file", dir.clone())];
+    let mut parents = vec![("file", dir.clone())];
     if Path::new("/dev/shm").is_dir() {
-        targets.push(("/dev/shm", PathBuf::from("/dev/shm")));
+        parents.push(("/dev/shm", PathBuf::from("/dev/shm")));
+    }
+    // Each target's files in a scratch directory removed on any exit.
+    let mut targets = Vec::new();
+    for (name, parent) in parents {
+        match super::scratch(&parent, &format!("bench-pipeline-{}", name.trim_start_matches('/').replace('/', "-"))) {
+            Ok(scratch) => targets.push((name, scratch)),
+            Err(e) => {
+                eprintln!("csumkit: bench pipeline: {e}");
+                return ExitCode::from(2);
+            }
+        }
     }
 
     println!("# csumkit bench pipeline{}", if quick { " --quick" } else { "" });
@@ -106,8 +117,9 @@ pub fn run(args: &PipelineArgs) -> ExitCode {
     // Whether each async mode met the targets on every target so far.
     let mut met = [true; MODES.len()];
     let mut fell_back = false;
-    for (name, dir) in &targets {
-        let data_path = dir.join(format!("csumkit-bench-pipeline-{}", std::process::id()));
+    for (name, scratch) in &targets {
+        let dir = scratch.path();
+        let data_path = scratch.join("data");
         let outcome = measure_target(&data_path, &source, total, passes, ws, bs, &progress);
         let _ = std::fs::remove_file(data_path.with_extension("raw"));
         for (mode, depth) in MODES {
@@ -118,7 +130,7 @@ pub fn run(args: &PipelineArgs) -> ExitCode {
             Ok(v) => v,
             Err(e) => {
                 eprintln!("csumkit: {name} target in {}: {e}", dir.display());
-                return ExitCode::FAILURE;
+                return ExitCode::from(2);
             }
         };
         fell_back |= uring_fell_back;

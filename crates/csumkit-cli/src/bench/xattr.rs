@@ -35,7 +35,7 @@ const FILES_PER_DIR: usize = 1000;
 #[derive(Args)]
 pub struct XattrArgs {
     /// Files in the generated tree (default 100000; 5000 with --quick).
-    #[arg(long)]
+    #[arg(long, value_parser = super::usize_in(1..=10_000_000))]
     files: Option<usize>,
     /// Work directory for the tree and image (default: the temp dir; must
     /// not be tmpfs for the cold runs to mean anything).
@@ -45,7 +45,7 @@ pub struct XattrArgs {
     #[arg(long)]
     image: Option<PathBuf>,
     /// Measured runs per configuration (median reported).
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, value_parser = super::usize_in(1..=1000))]
     runs: usize,
     /// A reduced run for CI.
     #[arg(long)]
@@ -211,26 +211,19 @@ fn median(v: &mut [f64]) -> f64 {
 fn bench(args: &XattrArgs) -> Result<(), Error> {
     println!("{}", machine_line());
     let files = args.files.unwrap_or(if args.quick { 5_000 } else { 100_000 });
-    let runs = if args.quick { args.runs.min(3) } else { args.runs }.max(1);
-    let (image, work) = match &args.image {
+    let runs = if args.quick { args.runs.min(3) } else { args.runs };
+    // The generated tree and image live in a scratch directory removed on
+    // any exit (error, panic, SIGINT).
+    let (image, _work) = match &args.image {
         Some(image) => (image.clone(), None),
         None => {
-            let dir = args
-                .dir
-                .clone()
-                .unwrap_or_else(std::env::temp_dir)
-                .join(format!("csumkit-bench-xattr-{}", std::process::id()));
-            std::fs::create_dir_all(&dir).map_err(io(dir.display().to_string()))?;
-            let image = make_image(&dir, files)?;
+            let work = super::scratch(&args.dir.clone().unwrap_or_else(std::env::temp_dir), "bench-xattr")?;
+            let image = make_image(work.path(), files)?;
             add_filter(&image)?;
-            (image, Some(dir))
+            (image, Some(work))
         }
     };
-    let result = measure(&image, runs);
-    if let Some(dir) = work {
-        let _ = std::fs::remove_dir_all(dir);
-    }
-    result
+    measure(&image, runs)
 }
 
 fn measure(image: &Path, runs: usize) -> Result<(), Error> {
