@@ -7,11 +7,16 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// Builds the C library into its own target directory (the outer cargo
-/// owns the workspace's) and returns that directory's `debug` folder.
+/// Builds the C library into its own directory inside the target
+/// directory this test runs from (so `CARGO_TARGET_DIR` is honoured: the
+/// outer cargo holds the lock on the workspace's own output) and returns
+/// that directory's `debug` folder.
 fn build_library() -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let target = root.join("../../target/capi-c-tests");
+    // This test binary is <target>/<profile>/deps/c_programs-<hash>.
+    let exe = std::env::current_exe().expect("test executable path");
+    let target_dir = exe.ancestors().nth(3).expect("<target>/<profile>/deps/<test>");
+    let target = target_dir.join("capi-c-tests");
     let status = Command::new(env!("CARGO"))
         .args(["build", "--quiet", "-p", "csumkit-capi", "--target-dir"])
         .arg(&target)
