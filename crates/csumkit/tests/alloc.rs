@@ -338,10 +338,7 @@ fn checksums_match_e2fsprogs() {
     std::fs::create_dir_all(&dir).unwrap();
     let mkfs = ["/usr/sbin/mke2fs", "/sbin/mke2fs"].into_iter().find(|p| std::path::Path::new(p).exists());
     let Some(mkfs) = mkfs else {
-        if std::env::var_os("CI").is_some() {
-            panic!("mke2fs (e2fsprogs) is required in CI");
-        }
-        eprintln!("SKIPPED: mke2fs not installed");
+        common::skip("mke2fs", "apt-get install e2fsprogs");
         return;
     };
     for block_size in [1024u32, 4096] {

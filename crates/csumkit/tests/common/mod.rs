@@ -98,3 +98,13 @@ impl csumkit::csum_tree::NodeStore for MemoryNodes {
         Ok(())
     }
 }
+
+/// Says that the running test skipped itself because `what` is missing, in
+/// the normal `cargo test` output: libtest captures `print!`/`eprint!`, not
+/// writes to the stderr handle. With `CI` set a missing tool is a failure.
+pub fn skip(what: &str, install: &str) {
+    use std::io::Write;
+    assert!(std::env::var_os("CI").is_none(), "{what} is required in CI ({install})");
+    let test = std::thread::current().name().unwrap_or("a test").to_string();
+    let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {what} not found ({install})");
+}
