@@ -108,7 +108,7 @@ pub fn usize_in(range: std::ops::RangeInclusive<u64>) -> impl Fn(&str) -> Result
 /// A clap value parser for seconds: finite, above 0 and at most an hour.
 pub fn parse_seconds(text: &str) -> Result<f64, String> {
     let value: f64 = text.trim().parse().map_err(|_| format!("{text:?} is not a number of seconds"))?;
-    if value.is_finite() && value >= 0.001 && value <= 3600.0 {
+    if value.is_finite() && (0.001..=3600.0).contains(&value) {
         Ok(value)
     } else {
         Err(format!("{text} is not between 0.001 and 3600 seconds"))
