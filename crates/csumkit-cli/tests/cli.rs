@@ -374,7 +374,7 @@ fn bench_numeric_flags_are_checked_when_parsed() {
 fn an_interrupted_benchmark_removes_its_files() {
     let dir = temp_root().join("bench-interrupt");
     std::fs::create_dir_all(&dir).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_csumkit"))
+    let child = Command::new(env!("CARGO_BIN_EXE_csumkit"))
         .args(["bench", "bytelog", "--dir", dir.to_str().unwrap()])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
