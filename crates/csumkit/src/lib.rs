@@ -41,3 +41,8 @@ pub mod xattr_filter;
 pub use arch::{Backend, BACKEND_ENV_VAR};
 pub use crc::Algorithm;
 pub use error::Error;
+
+/// The README's Rust example, compiled and run by `cargo test --doc`.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeExample;
