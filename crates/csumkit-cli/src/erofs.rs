@@ -14,7 +14,7 @@ pub enum ErofsCommand {
     /// Print one xattr's value; "absent" (exit 1) says whether the name filter answered.
     Getxattr(GetxattrArgs),
     /// Check every inode's name filter against its xattrs; exit 1 on a mismatch.
-    Check(ImageArg),
+    Check(CheckArgs),
     /// Write correct name filters and the feature bit in place (keeps the superblock checksum valid).
     AddFilter(ImageArg),
 }
@@ -23,6 +23,15 @@ pub enum ErofsCommand {
 pub struct ImageArg {
     /// The erofs image.
     image: PathBuf,
+}
+
+#[derive(Args)]
+pub struct CheckArgs {
+    /// The erofs image.
+    image: PathBuf,
+    /// Print one JSON document instead of lines.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -51,7 +60,7 @@ pub fn run(command: ErofsCommand) -> ExitCode {
     let result = match &command {
         ErofsCommand::Ls(args) => ls(args),
         ErofsCommand::Getxattr(args) => getxattr(args),
-        ErofsCommand::Check(args) => check(&args.image),
+        ErofsCommand::Check(args) => check(&args.image, args.json),
         ErofsCommand::AddFilter(args) => add_filter(&args.image),
     };
     result.unwrap_or_else(|e| {
@@ -128,12 +137,40 @@ fn getxattr(args: &GetxattrArgs) -> Result<ExitCode, Error> {
     }
 }
 
-fn check(path: &Path) -> Result<ExitCode, Error> {
+fn check(path: &Path, json: bool) -> Result<ExitCode, Error> {
     let bytes = map(path)?;
     let image = Image::open(&bytes)?;
     let report = image.check_filters()?;
     let sb = image.superblock();
     let checksum = if sb.has_checksum() { "valid" } else { "none" };
+    let code = if report.mismatches.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) };
+    if json {
+        use crate::json::{array, number, object, string};
+        let mismatches: Vec<String> = report
+            .mismatches
+            .iter()
+            .map(|m| {
+                object(&[
+                    ("nid", number(m.nid)),
+                    ("path", string(&m.path)),
+                    ("stored", number(u64::from(m.stored.0))),
+                    ("computed", number(u64::from(m.computed.0))),
+                ])
+            })
+            .collect();
+        println!(
+            "{}",
+            object(&[
+                ("image", string(&path.to_string_lossy())),
+                ("inodes", number(report.inodes as u64)),
+                ("with_xattrs", number(report.with_ibody as u64)),
+                ("superblock_checksum", string(checksum)),
+                ("filter_enabled", (if report.enabled { "true" } else { "false" }).to_string()),
+                ("mismatches", array(&mismatches)),
+            ])
+        );
+        return Ok(code);
+    }
     println!(
         "{}: {} inodes, {} with xattrs; superblock checksum {checksum}",
         path.display(),

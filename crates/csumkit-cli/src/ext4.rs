@@ -34,6 +34,9 @@ pub struct CheckArgs {
     /// Do not ask before repairing.
     #[arg(long, requires = "repair")]
     yes: bool,
+    /// Print one JSON document instead of lines (not with --repair).
+    #[arg(long, conflicts_with = "repair")]
+    json: bool,
 }
 
 pub fn run(command: Ext4Command) -> ExitCode {
@@ -80,8 +83,55 @@ fn confirm(count: usize) -> bool {
     std::io::stdin().lock().read_line(&mut answer).is_ok() && matches!(answer.trim(), "y" | "Y" | "yes")
 }
 
+fn print_json(path: &Path, report: &Report) {
+    use crate::json::{array, number, object, string};
+    let c = &report.checked;
+    let checked = object(&[
+        ("descriptors", number(c.descriptors)),
+        ("block_bitmaps", number(c.block_bitmaps)),
+        ("inode_bitmaps", number(c.inode_bitmaps)),
+        ("inodes", number(c.inodes)),
+        ("extent_blocks", number(c.extent_blocks)),
+        ("directory_blocks", number(c.dir_blocks)),
+        ("htree_blocks", number(c.htree_blocks)),
+    ]);
+    let findings: Vec<String> = report
+        .findings
+        .iter()
+        .map(|f| {
+            object(&[
+                ("what", string(f.what)),
+                ("location", string(&f.location)),
+                ("stored", number(u64::from(f.stored))),
+                ("computed", number(u64::from(f.computed))),
+                ("repairable", (if f.repairable() { "true" } else { "false" }).to_string()),
+                ("damage", f.damage.as_deref().map_or("null".to_string(), string)),
+            ])
+        })
+        .collect();
+    let tails: Vec<String> = report
+        .missing_tails
+        .iter()
+        .map(|(inode, block)| object(&[("inode", number(*inode)), ("block", number(*block))]))
+        .collect();
+    println!(
+        "{}",
+        object(&[
+            ("image", string(&path.to_string_lossy())),
+            ("checked", checked),
+            ("findings", array(&findings)),
+            ("missing_tails", array(&tails)),
+        ])
+    );
+}
+
 fn check(args: &CheckArgs) -> Result<ExitCode, Error> {
     let mut report = scan(&args.image)?;
+    if args.json {
+        print_json(&args.image, &report);
+        let clean = report.findings.is_empty() && report.missing_tails.is_empty();
+        return Ok(if clean { ExitCode::SUCCESS } else { ExitCode::from(1) });
+    }
     print(&args.image, &report);
     if report.findings.is_empty() && report.missing_tails.is_empty() {
         println!("all checksums valid");

@@ -9,15 +9,30 @@ mod erofs;
 mod ext4;
 #[cfg(unix)]
 mod files;
+mod json;
 #[cfg(unix)]
 mod pi;
 mod sum;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::process::ExitCode;
 
+/// Shown under every command's --help.
+const AFTER_HELP: &str = "\
+Algorithms: crc32c, crc64nvme, crc16t10dif (case and '-' ignored; no aliases).
+Environment: CSUMKIT_BACKEND pins the CRC engine (a name `csumkit backend` lists);
+an unknown or unsupported name is an error.
+Exit status: 0 success; 1 findings (a mismatch, a wrong checksum, a failed or
+unverified block); 2 usage, input or I/O error.";
+
 #[derive(Parser)]
-#[command(name = "csumkit", version, about = "Fast, verified checksums for storage: CRC32C, CRC64-NVMe, CRC16-T10DIF")]
+#[command(
+    name = "csumkit",
+    version,
+    about = "Fast, verified checksums for storage: CRC32C, CRC64-NVMe, CRC16-T10DIF",
+    subcommand_required = true,
+    arg_required_else_help = true
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -44,6 +59,21 @@ enum Command {
     /// Run a benchmark and print its tables.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff) of csumkit.
+    Man,
+}
+
+/// The command line with [`AFTER_HELP`] under every (sub)command's help.
+fn command() -> clap::Command {
+    fn with_help(command: clap::Command) -> clap::Command {
+        command.after_help(AFTER_HELP).mut_subcommands(with_help)
+    }
+    with_help(Cli::command())
 }
 
 fn main() -> ExitCode {
@@ -56,7 +86,10 @@ fn main() -> ExitCode {
     }
     #[cfg(unix)]
     files::install_cleanup_handler();
-    let cli = Cli::parse();
+    let cli = match Cli::from_arg_matches(&command().get_matches()) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
     // An invalid CSUMKIT_BACKEND is an error here, not a silent fallback.
     match csumkit::Backend::from_env() {
         Ok(Some(backend)) => backend.force().expect("from_env only returns available backends"),
@@ -83,5 +116,16 @@ fn main() -> ExitCode {
         #[cfg(unix)]
         Command::Ext4(command) => ext4::run(command),
         Command::Bench(command) => bench::run(command),
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut command(), "csumkit", &mut std::io::stdout());
+            ExitCode::SUCCESS
+        }
+        Command::Man => match clap_mangen::Man::new(command()).render(&mut std::io::stdout()) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("csumkit: man: {e}");
+                ExitCode::from(2)
+            }
+        },
     }
 }

@@ -32,7 +32,7 @@ pub enum PiCommand {
 pub struct PiArgs {
     /// Guard size in bits: 16 (CRC16 T10-DIF), 32 (CRC32C) or 64 (CRC64-NVMe).
     #[arg(long, default_value_t = 16)]
-    format: u32,
+    guard: u32,
     /// Protection type: 1, 2 or 3.
     #[arg(long = "type", default_value_t = 1)]
     pi_type: u32,
@@ -90,6 +90,9 @@ pub struct VerifyArgs {
     /// Also check the storage tag.
     #[arg(long)]
     check_storage_tag: bool,
+    /// Print one JSON document instead of lines.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -119,7 +122,7 @@ pub fn run(command: PiCommand) -> ExitCode {
 
 /// The protection and tags the arguments describe.
 fn setup(args: &PiArgs) -> Result<(Protection, Tags), Error> {
-    let guard = GuardSize::from_bits(args.format)?;
+    let guard = GuardSize::from_bits(args.guard)?;
     let sts = args.sts.unwrap_or(guard.storage_tag_bits_range().0);
     let format = PiFormat::new(guard, PiType::from_number(args.pi_type)?, sts)?;
     let lba: LbaFormat = args.lba_format.parse()?;
@@ -301,6 +304,7 @@ fn verify(args: &VerifyArgs) -> Result<ExitCode, Error> {
     let dump = open(common, &p, false, false)?;
     let mut failed = 0u64;
     let mut escaped = 0u64;
+    let mut failures_json = Vec::new();
     let unit = if dump.metadata.is_some() { p.lba().data_bytes() } else { p.lba().extended_bytes() } as u64;
     for_each_chunk(common, &p, &dump, |first, data, metadata| {
         let tags = tags.advanced(p.format(), first);
@@ -316,7 +320,15 @@ fn verify(args: &VerifyArgs) -> Result<ExitCode, Error> {
         };
         for mut f in failures {
             f.block += first;
-            println!("{}: {f} (byte offset {})", common.file.display(), f.block * unit);
+            if args.json {
+                failures_json.push(crate::json::object(&[
+                    ("block", crate::json::number(f.block)),
+                    ("byte_offset", crate::json::number(f.block * unit)),
+                    ("message", crate::json::string(&f.to_string())),
+                ]));
+            } else {
+                println!("{}: {f} (byte offset {})", common.file.display(), f.block * unit);
+            }
             failed += 1;
         }
         Ok(false)
@@ -324,11 +336,27 @@ fn verify(args: &VerifyArgs) -> Result<ExitCode, Error> {
     let anything = pi::checks_anything(p.format(), &tags, checks);
     let verified = if anything { dump.blocks - escaped } else { 0 };
     let unchecked = dump.blocks - verified;
-    println!(
-        "{}: {} blocks: {verified} verified, {unchecked} not checked ({escaped} with escape tags), {failed} failed",
-        common.file.display(),
-        dump.blocks
-    );
+    if args.json {
+        use crate::json::{array, number, object, string};
+        println!(
+            "{}",
+            object(&[
+                ("file", string(&common.file.to_string_lossy())),
+                ("blocks", number(dump.blocks)),
+                ("verified", number(verified)),
+                ("not_checked", number(unchecked)),
+                ("escaped", number(escaped)),
+                ("failed", number(failed)),
+                ("failures", array(&failures_json)),
+            ])
+        );
+    } else {
+        println!(
+            "{}: {} blocks: {verified} verified, {unchecked} not checked ({escaped} with escape tags), {failed} failed",
+            common.file.display(),
+            dump.blocks
+        );
+    }
     if failed > 0 {
         return Ok(ExitCode::FAILURE);
     }

@@ -79,6 +79,90 @@ fn sum_reads_stdin_and_matches_the_library() {
 }
 
 #[test]
+fn sum_check_verifies_its_own_output_like_sha256sum() {
+    let a = temp_file("check-a.txt", b"123456789");
+    let odd_name = temp_root().join("odd\nname\\x.txt");
+    std::fs::write(&odd_name, b"hello").unwrap();
+    let (pa, po) = (a.to_str().unwrap(), odd_name.to_str().unwrap());
+    let out = csumkit(&["sum", pa, po], None);
+    assert!(out.status.success());
+    let listing = String::from_utf8(out.stdout).unwrap();
+    // The odd name stays on one line, escaped as coreutils does.
+    assert_eq!(listing.lines().count(), 2, "{listing}");
+    assert!(listing.lines().nth(1).unwrap().starts_with('\\'), "{listing}");
+    let list = temp_file("sums.txt", listing.as_bytes());
+    let l = list.to_str().unwrap();
+    let out = csumkit(&["sum", "--check", l], None);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(stdout.contains(&format!("{pa}: OK")) && stdout.matches(": OK").count() == 2, "{stdout}");
+    // --quiet prints nothing for matches; a changed file is FAILED, exit 1.
+    assert!(csumkit(&["sum", "-c", "--quiet", l], None).stdout.is_empty());
+    std::fs::write(&a, b"123456780").unwrap();
+    let out = csumkit(&["sum", "-c", l], None);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&format!("{pa}: FAILED")));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("1 computed checksum(s) did NOT match"));
+    let out = csumkit(&["sum", "-c", "--status", l], None);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty() && out.stderr.is_empty());
+    // A listed file that is gone, and a malformed line.
+    std::fs::remove_file(&a).unwrap();
+    let out = csumkit(&["sum", "-c", l], None);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&format!("{pa}: FAILED open or read")));
+    let junk = temp_file("junk.txt", b"not a checksum line\n");
+    let out = csumkit(&["sum", "-c", junk.to_str().unwrap()], None);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("improperly formatted"));
+    // Other formats check too; with no file, standard input is read.
+    let b64 = csumkit(&["sum", "-a", "crc64nvme", "-f", "base64", po], None).stdout;
+    let list64 = temp_file("sums64.txt", &b64);
+    assert!(csumkit(&["sum", "-a", "crc64nvme", "-f", "base64", "-c", list64.to_str().unwrap()], None)
+        .status
+        .success());
+    let out = csumkit(&["sum"], Some(b"123456789"));
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), "e3069283  -\n");
+}
+
+#[test]
+fn json_output_is_json() {
+    let a = temp_file("json-a.txt", b"123456789");
+    let out = csumkit(&["sum", "--json", a.to_str().unwrap(), "/nonexistent/csumkit-json"], None);
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v[0]["checksum"], "e3069283");
+    assert_eq!(v[0]["algorithm"], "crc32c");
+    assert!(v[1]["error"].as_str().unwrap().contains("csumkit-json"));
+    let dump: Vec<u8> = (0..2 * 4104).map(|i| (i % 199) as u8).collect();
+    let d = temp_file("json-dump.bin", &dump);
+    let p = d.to_str().unwrap();
+    assert!(csumkit(&["pi", "generate", p], None).status.success());
+    let out = csumkit(&["pi", "verify", "--json", p], None);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((v["blocks"].as_u64(), v["verified"].as_u64(), v["failed"].as_u64()), (Some(2), Some(2), Some(0)));
+    if let Some(image) = shared_erofs("mixed.erofs") {
+        let out = csumkit(&["erofs", "check", "--json", image.to_str().unwrap()], None);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert!(v["inodes"].as_u64().unwrap() > 0 && v["mismatches"].as_array().is_some(), "{v}");
+    }
+}
+
+#[test]
+fn help_completions_and_man_page() {
+    let out = csumkit(&["pi", "verify", "--help"], None);
+    let help = String::from_utf8(out.stdout).unwrap();
+    for needle in ["--guard", "crc64nvme", "CSUMKIT_BACKEND", "Exit status: 0"] {
+        assert!(help.contains(needle), "{needle}: {help}");
+    }
+    for shell in ["bash", "zsh", "fish"] {
+        let out = csumkit(&["completions", shell], None);
+        assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains("csumkit"), "{shell}");
+    }
+    let out = csumkit(&["man"], None);
+    assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains(".TH csumkit 1"));
+}
+
+#[test]
 fn missing_file_is_one_line_and_the_others_still_print() {
     let good = temp_file("good.txt", b"hello");
     let out = csumkit(&["sum", "/nonexistent/csumkit-missing", good.to_str().unwrap()], None);
@@ -222,7 +306,7 @@ fn pi_generate_then_verify_reports_each_failing_block() {
     }
     let path = temp_file("pi-dump.bin", &dump);
     let p = path.to_str().unwrap();
-    let out = csumkit(&["pi", "generate", "--format", "16", "--type", "1", "--lba-format", "4096+8", p], None);
+    let out = csumkit(&["pi", "generate", "--guard", "16", "--type", "1", "--lba-format", "4096+8", p], None);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let out = csumkit(&["pi", "verify", p], None);
     assert!(out.status.success());
@@ -250,10 +334,10 @@ fn pi_generate_then_verify_reports_each_failing_block() {
     let data = temp_file("pi-data.bin", &dump[..4 * 4096]);
     let md = data.with_extension("md");
     let (d, m) = (data.to_str().unwrap(), md.to_str().unwrap());
-    let out = csumkit(&["pi", "generate", "--format", "64", "--lba-format", "4096+16", "--metadata", m, d], None);
+    let out = csumkit(&["pi", "generate", "--guard", "64", "--lba-format", "4096+16", "--metadata", m, d], None);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(std::fs::metadata(&md).unwrap().len(), 64);
-    let out = csumkit(&["pi", "verify", "--format", "64", "--lba-format", "4096+16", "--metadata", m, d], None);
+    let out = csumkit(&["pi", "verify", "--guard", "64", "--lba-format", "4096+16", "--metadata", m, d], None);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
 }
 
@@ -402,12 +486,12 @@ fn pi_bad_parameters_are_one_line_errors() {
     let p = path.to_str().unwrap();
     for (args, message) in [
         (vec!["pi", "verify", p], "5000 bytes is not a whole number of 4104-byte blocks (4096+8)"),
-        (vec!["pi", "verify", "--format", "64", p], "64-bit guard PI needs 16"),
-        (vec!["pi", "verify", "--format", "24", p], "24 bits (expected 16, 32 or 64)"),
+        (vec!["pi", "verify", "--guard", "64", p], "64-bit guard PI needs 16"),
+        (vec!["pi", "verify", "--guard", "24", p], "24 bits (expected 16, 32 or 64)"),
         (vec!["pi", "verify", "--type", "4", p], "4 (expected 1, 2 or 3)"),
         (vec!["pi", "verify", "--lba-format", "4096-8", p], "expected DATA+META"),
         (vec!["pi", "verify", "--app-tag", "70000", p], "--app-tag = 70000 exceeds the limit of 65535"),
-        (vec!["pi", "verify", "--format", "32", "--lba-format", "4096+16", "--sts", "8", p], "allows 16..=64"),
+        (vec!["pi", "verify", "--guard", "32", "--lba-format", "4096+16", "--sts", "8", p], "allows 16..=64"),
     ] {
         let out = csumkit(&args, None);
         assert_eq!(out.status.code(), Some(2), "{args:?}");

@@ -18,17 +18,17 @@ use std::process::ExitCode;
 
 #[derive(Subcommand)]
 pub enum BenchCommand {
-    /// CRC engines and algebra: seed-000 flip table, splice, combine, bulk GB/s vs peers.
+    /// CRC engines and algebra: flip_range vs full CRC, splice, combine, bulk GB/s vs peers.
     Crc(crc::CrcArgs),
-    /// Seed-000 fallocate tables on the checksummed block-group allocator.
+    /// Sequential fallocate on the checksummed block-group allocator, per technique.
     Fallocate(fallocate::FallocateArgs),
-    /// Seed-002 model vs measured sync/async checksummed writes.
+    /// Checksummed writes: sync vs async (worker thread, io_uring), against the model.
     Pipeline(pipeline::PipelineArgs),
-    /// Seed-001 ByteLog vs a block-granular commit log; replay speed; crash harness.
+    /// ByteLog vs a block-granular commit log; replay speed; crash harness.
     Bytelog(bytelog::BytelogArgs),
-    /// Seed-004 write amplification: checksum tree vs checksums inline in PI; PI speed.
+    /// Write amplification: checksum tree vs checksums inline in PI; PI speed.
     Offload(offload::OffloadArgs),
-    /// Seed-003 negative xattr lookups with and without the erofs name filter, cold and warm.
+    /// Absent-xattr lookups with and without the erofs name filter, cold and warm.
     #[cfg(unix)]
     Xattr(xattr::XattrArgs),
 }

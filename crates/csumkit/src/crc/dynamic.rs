@@ -4,6 +4,23 @@
 use super::spec::{Algorithm, Spec};
 use crate::{crc16t10dif, crc32c, crc64nvme, Error};
 
+/// Parses like [`Algorithm::from_name`]. There are no aliases: `crc64` or
+/// `crc16` alone name several different CRCs (ECMA, XZ, NVMe; T10-DIF, CCITT…).
+///
+/// ```
+/// use csumkit::Algorithm;
+/// assert_eq!("crc64nvme".parse::<Algorithm>().unwrap(), Algorithm::Crc64Nvme);
+/// assert_eq!("CRC-32C".parse::<Algorithm>().unwrap(), Algorithm::Crc32c);
+/// assert!("crc64".parse::<Algorithm>().is_err());
+/// ```
+impl std::str::FromStr for Algorithm {
+    type Err = Error;
+
+    fn from_str(name: &str) -> Result<Algorithm, Error> {
+        Algorithm::from_name(name)
+    }
+}
+
 impl Algorithm {
     /// Every algorithm.
     pub const ALL: [Algorithm; 3] = [Algorithm::Crc32c, Algorithm::Crc64Nvme, Algorithm::Crc16T10Dif];
@@ -36,6 +53,9 @@ impl Algorithm {
             .find(|a| a.name() == wanted)
             .ok_or_else(|| Error::UnknownAlgorithm { name: name.to_string() })
     }
+
+    /// Every name [`Algorithm::from_name`] accepts, for help texts.
+    pub const NAMES: [&'static str; 3] = ["crc32c", "crc64nvme", "crc16t10dif"];
 
     /// See [`crc32c::update`].
     #[inline]
