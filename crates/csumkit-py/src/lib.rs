@@ -191,15 +191,16 @@ fn splice(
     .map_err(value_error)
 }
 
-/// Whole-file checksum on all cores (chunks combined in order); `fmt` is
-/// "base64" (the form S3 reports in x-amz-checksum-crc64nvme / -crc32c),
-/// "hex" or "int".
+/// Whole-file checksum on all cores (chunks combined in order). The same
+/// `algorithm` keyword and default as every other function; `format` is
+/// "hex" (as `csumkit sum` prints), "base64" (the form S3 reports in
+/// x-amz-checksum-crc64nvme / -crc32c) or "int".
 #[pyfunction]
-#[pyo3(signature = (path, algo = "crc64nvme", fmt = "base64"))]
-fn file_checksum(py: Python<'_>, path: std::path::PathBuf, algo: &str, fmt: &str) -> PyResult<PyObject> {
-    let a = algorithm(algo)?;
+#[pyo3(signature = (path, algorithm = "crc32c", format = "hex"))]
+fn file_checksum(py: Python<'_>, path: std::path::PathBuf, algorithm: &str, format: &str) -> PyResult<PyObject> {
+    let (a, fmt) = (self::algorithm(algorithm)?, format);
     if !matches!(fmt, "base64" | "hex" | "int") {
-        return Err(PyValueError::new_err(format!("fmt must be 'base64', 'hex' or 'int', got {fmt:?}")));
+        return Err(PyValueError::new_err(format!("format must be 'hex', 'base64' or 'int', got {fmt:?}")));
     }
     let options = csumkit_core::file::Options::default();
     let done =

@@ -126,21 +126,24 @@ def test_bad_arguments_raise_clear_errors():
         csumkit.Crc32c().update(12)
     with pytest.raises(FileNotFoundError, match="no-such-file"):
         csumkit.file_checksum("no-such-file")
-    with pytest.raises(ValueError, match="fmt must be"):
-        csumkit.file_checksum(__file__, fmt="b32")
+    with pytest.raises(ValueError, match="format must be"):
+        csumkit.file_checksum(__file__, format="b32")
 
 
 def test_file_checksum_is_the_s3_form_and_uses_all_cores(tmp_path):
     small = tmp_path / "small"
     small.write_bytes(CHECK)
     # S3 reports x-amz-checksum-crc64nvme as base64 of the big-endian checksum.
-    assert csumkit.file_checksum(small) == base64.b64encode(bytes.fromhex("ae8b14860a799888")).decode()
+    s3 = base64.b64encode(bytes.fromhex("ae8b14860a799888")).decode()
+    assert csumkit.file_checksum(small, algorithm="crc64nvme", format="base64") == s3
+    # The defaults are every function's: CRC32C, and hex as `csumkit sum` prints.
+    assert csumkit.file_checksum(small) == "e3069283"
     assert csumkit.file_checksum(str(small), "crc32c", "hex") == "e3069283"
     big = tmp_path / "big"  # above the multi-core threshold
     data = rand(80 << 20, 6)
     big.write_bytes(data)
     assert csumkit.file_checksum(big, "crc32c", "int") == crc32c_pkg.crc32c(data)
-    assert csumkit.file_checksum(big, fmt="int") == csumkit.crc64nvme(data)
+    assert csumkit.file_checksum(big, algorithm="crc64nvme", format="int") == csumkit.crc64nvme(data)
 
 
 def test_threads_get_the_same_answers():

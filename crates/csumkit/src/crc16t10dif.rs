@@ -6,4 +6,4 @@ use crate::crc::spec::{Algorithm, Spec};
 /// The CRC-16/T10-DIF parameter set.
 pub static SPEC: Spec = Spec::new(Algorithm::Crc16T10Dif, "crc16t10dif", 16, 0x8BB7, false, 0, 0xD0DB);
 
-crate::crc::crc_api!(u16, SPEC, Algorithm::Crc16T10Dif);
+crate::crc::crc_api!(u16, SPEC, Algorithm::Crc16T10Dif, crc16t10dif, 0xD0DB);

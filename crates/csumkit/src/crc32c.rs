@@ -11,4 +11,4 @@ use crate::crc::spec::{Algorithm, Spec};
 /// The CRC-32C parameter set.
 pub static SPEC: Spec = Spec::new(Algorithm::Crc32c, "crc32c", 32, 0x1EDC_6F41, true, 0xFFFF_FFFF, 0xE306_9283);
 
-crate::crc::crc_api!(u32, SPEC, Algorithm::Crc32c);
+crate::crc::crc_api!(u32, SPEC, Algorithm::Crc32c, crc32c, 0xE306_9283);

@@ -8,4 +8,4 @@ use crate::crc::spec::{Algorithm, Spec};
 pub static SPEC: Spec =
     Spec::new(Algorithm::Crc64Nvme, "crc64nvme", 64, 0xAD93_D235_94C9_3659, true, u64::MAX, 0xAE8B_1486_0A79_9888);
 
-crate::crc::crc_api!(u64, SPEC, Algorithm::Crc64Nvme);
+crate::crc::crc_api!(u64, SPEC, Algorithm::Crc64Nvme, crc64nvme, 0xAE8B_1486_0A79_9888);

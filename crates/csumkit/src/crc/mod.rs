@@ -13,17 +13,19 @@ pub use spec::{Algorithm, Spec};
 
 /// Defines the public API of one CRC module over a `static Spec`.
 macro_rules! crc_api {
-    ($T:ty, $spec:path, $algorithm:expr) => {
+    ($T:ty, $spec:path, $algorithm:expr, $m:ident, $check:literal) => {
         use crate::arch::{self, Backend};
         use crate::crc::algebra;
         use crate::Error;
 
         /// The parameter set of this CRC.
+        #[doc = concat!("\n```\n", "assert_eq!(csumkit::", stringify!($m), "::spec().check, ", stringify!($check), " as u64);", "\n```")]
         pub fn spec() -> &'static crate::crc::spec::Spec {
             &$spec
         }
 
         /// Checksum of `data`.
+        #[doc = concat!("\n```\n", "assert_eq!(csumkit::", stringify!($m), "::checksum(b\"123456789\"), ", stringify!($check), ");", "\n```")]
         #[must_use]
         #[inline]
         pub fn checksum(data: &[u8]) -> $T {
@@ -32,6 +34,7 @@ macro_rules! crc_api {
 
         /// Continues a finished checksum, zlib style: `update(0, a) == checksum(a)`
         /// and `update(checksum(a), b) == checksum(a ++ b)`.
+        #[doc = concat!("\n```\n", "use csumkit::", stringify!($m), "::{checksum, update};\nassert_eq!(update(checksum(b\"1234\"), b\"56789\"), ", stringify!($check), ");", "\n```")]
         #[must_use]
         #[inline]
         pub fn update(crc: $T, data: &[u8]) -> $T {
@@ -41,6 +44,7 @@ macro_rules! crc_api {
 
         /// The bare CRC register update: no initial value, no final XOR.
         /// `update(crc, d) == raw_update(crc ^ XOROUT, d) ^ XOROUT`.
+        #[doc = concat!("\n```\n", "use csumkit::", stringify!($m), "::{raw_update, spec};\nlet x = spec().xorout as _;\nassert_eq!(raw_update(x, b\"123456789\") ^ x, ", stringify!($check), ");", "\n```")]
         #[must_use]
         #[inline]
         pub fn raw_update(seed: $T, data: &[u8]) -> $T {
@@ -49,6 +53,7 @@ macro_rules! crc_api {
 
         /// Checksum of `a ++ b` from `checksum(a)`, `checksum(b)` and `b.len()`;
         /// O(log len_b), no data.
+        #[doc = concat!("\n```\n", "use csumkit::", stringify!($m), "::{checksum, combine};\nassert_eq!(combine(checksum(b\"1234\"), checksum(b\"56789\"), 5), ", stringify!($check), ");", "\n```")]
         #[must_use]
         #[inline]
         pub fn combine(crc_a: $T, crc_b: $T, len_b: u64) -> $T {
@@ -56,6 +61,7 @@ macro_rules! crc_api {
         }
 
         /// Checksum of the data whose checksum is `crc` followed by `zeros` zero bytes.
+        #[doc = concat!("\n```\n", "use csumkit::", stringify!($m), "::{checksum, zero_extend};\nassert_eq!(zero_extend(checksum(b\"12\"), 3), checksum(b\"12\0\0\0\"));", "\n```")]
         #[must_use]
         #[inline]
         pub fn zero_extend(crc: $T, zeros: u64) -> $T {
@@ -71,6 +77,7 @@ macro_rules! crc_api {
         /// `total_bits` not a multiple of 8 or above
         /// [`FLIP_TOTAL_BITS_MAX`](crate::crc::FLIP_TOTAL_BITS_MAX), or a range
         /// past the end.
+        #[doc = concat!("\n```\n", "use csumkit::", stringify!($m), "::{checksum, flip_range};\nlet mut bitmap = [0u8; 512];\nlet before = checksum(&bitmap);\nbitmap[1] = 0x0F; // bits 8..12\nassert_eq!(flip_range(before, 512 * 8, 8, 4)?, checksum(&bitmap));\nassert!(flip_range(before, 512 * 8, 4090, 10).is_err()); // past the end\n# Ok::<(), csumkit::Error>(())", "\n```")]
         #[inline]
         pub fn flip_range(crc: $T, total_bits: u64, bit_offset: u64, bit_len: u64) -> Result<$T, Error> {
             Engine::active().flip_range(crc, total_bits, bit_offset, bit_len)
@@ -82,13 +89,15 @@ macro_rules! crc_api {
         ///
         /// # Errors
         /// `old` and `new` of different lengths, or a region past the end.
+        #[doc = concat!("\n```\n", "use csumkit::", stringify!($m), "::{checksum, splice};\nlet old = *b\"hello world\";\nlet new = *b\"hello earth\";\nassert_eq!(splice(checksum(&old), 11, 6, &old[6..], &new[6..])?, checksum(&new));\n# Ok::<(), csumkit::Error>(())", "\n```")]
         #[inline]
         pub fn splice(crc: $T, total_len: u64, offset: u64, old: &[u8], new: &[u8]) -> Result<$T, Error> {
             Engine::active().splice(crc, total_len, offset, old, new)
         }
 
         /// This CRC on one chosen [`Backend`]. The free functions use
-        /// [`Engine::active`]; tests and benchmarks compare engines.
+        /// the active backend; tests and benchmarks compare engines.
+        #[doc = concat!("\n```\n", "use csumkit::{Backend, ", stringify!($m), "::Engine};\nlet portable = Engine::new(Backend::Portable)?;\nassert_eq!(portable.backend(), Backend::Portable);\nassert_eq!(portable.checksum(b\"123456789\"), ", stringify!($check), ");\nlet fastest = Engine::active();\nlet c = fastest.update(fastest.checksum(b\"1234\"), b\"56789\");\nassert_eq!(c, ", stringify!($check), ");\nassert_eq!(fastest.combine(fastest.checksum(b\"1234\"), fastest.checksum(b\"56789\"), 5), c);\nassert_eq!(fastest.zero_extend(c, 0), c);\nassert_eq!(fastest.raw_update(fastest.raw_update(0, b\"12\"), b\"3\"), fastest.raw_update(0, b\"123\"));\nlet bits = fastest.flip_range(fastest.flip_range(c, 72, 3, 9)?, 72, 3, 9)?;\nassert_eq!(bits, c);\nassert_eq!(fastest.splice(c, 9, 0, b\"1\", b\"1\")?, c);\nlet mut d = fastest.digest();\nd.update(b\"123456789\");\nassert_eq!(d.finalize(), ", stringify!($check), ");\n# Ok::<(), csumkit::Error>(())", "\n```")]
         #[derive(Clone, Copy, Debug, PartialEq, Eq)]
         pub struct Engine {
             backend: Backend,
@@ -191,6 +200,7 @@ macro_rules! crc_api {
 
         /// Streaming checksum state; also a [`std::io::Write`] sink and a
         /// [`std::hash::Hasher`].
+        #[doc = concat!("\n```\n", "use csumkit::", stringify!($m), "::Digest;\nuse std::io::Write;\nlet mut d = Digest::new();\nassert!(d.is_empty());\nd.update(b\"1234\");\nd.write_all(b\"56789\").unwrap();\nassert_eq!((d.finalize(), d.len()), (", stringify!($check), ", 9));\nd.reset();\nassert_eq!(d.finalize(), 0);", "\n```")]
         #[derive(Clone, Debug)]
         pub struct Digest {
             engine: Engine,
