@@ -104,12 +104,14 @@ const char *csumkit_version(void);
 const char *csumkit_backend(void);
 
 /**
- * CRC32C of `data`, continuing from `crc` (0 to start).
+ * CRC32C of `data`, continuing from `crc` (0 to start), written to `out`.
+ * `CSUMKIT_NULL_POINTER` when `out` is NULL, or `data` is NULL with `len` > 0
+ * (then nothing is written).
  *
  * # Safety
- * `data` is NULL or points to `len` readable bytes.
+ * `data` is NULL or points to `len` readable bytes; `out` is NULL or writable.
  */
-uint32_t csumkit_crc32c(uint32_t crc, const uint8_t *data, size_t len);
+enum csumkit_status csumkit_crc32c(uint32_t crc, const uint8_t *data, size_t len, uint32_t *out);
 
 /**
  * CRC32C of A||B from crc(A), crc(B) and len(B), in O(log len_b).
@@ -170,12 +172,14 @@ enum csumkit_status csumkit_crc32c_update(struct csumkit_crc32c_state *state,
 uint32_t csumkit_crc32c_final(const struct csumkit_crc32c_state *state);
 
 /**
- * CRC64-NVMe of `data`, continuing from `crc` (0 to start).
+ * CRC64-NVMe of `data`, continuing from `crc` (0 to start), written to `out`.
+ * `CSUMKIT_NULL_POINTER` when `out` is NULL, or `data` is NULL with `len` > 0
+ * (then nothing is written).
  *
  * # Safety
- * `data` is NULL or points to `len` readable bytes.
+ * `data` is NULL or points to `len` readable bytes; `out` is NULL or writable.
  */
-uint64_t csumkit_crc64nvme(uint64_t crc, const uint8_t *data, size_t len);
+enum csumkit_status csumkit_crc64nvme(uint64_t crc, const uint8_t *data, size_t len, uint64_t *out);
 
 /**
  * CRC64-NVMe of A||B from crc(A), crc(B) and len(B).
@@ -234,12 +238,17 @@ enum csumkit_status csumkit_crc64nvme_update(struct csumkit_crc64nvme_state *sta
 uint64_t csumkit_crc64nvme_final(const struct csumkit_crc64nvme_state *state);
 
 /**
- * CRC16-T10DIF of `data`, continuing from `crc` (0 to start).
+ * CRC16-T10DIF of `data`, continuing from `crc` (0 to start), written to `out`.
+ * `CSUMKIT_NULL_POINTER` when `out` is NULL, or `data` is NULL with `len` > 0
+ * (then nothing is written).
  *
  * # Safety
- * `data` is NULL or points to `len` readable bytes.
+ * `data` is NULL or points to `len` readable bytes; `out` is NULL or writable.
  */
-uint16_t csumkit_crc16t10dif(uint16_t crc, const uint8_t *data, size_t len);
+enum csumkit_status csumkit_crc16t10dif(uint16_t crc,
+                                        const uint8_t *data,
+                                        size_t len,
+                                        uint16_t *out);
 
 /**
  * CRC16-T10DIF of A||B from crc(A), crc(B) and len(B).

@@ -4,8 +4,9 @@
 //!
 //! Conventions: `csumkit_` prefix; checksums in zlib style (start from 0,
 //! pass the previous value to continue); `data` may be NULL only when `len`
-//! is 0 (a NULL buffer is treated as empty); operations that can fail return
-//! a `csumkit_status` and write their result through an out pointer;
+//! is 0, and a NULL `data` with a length is `CSUMKIT_NULL_POINTER`, never
+//! read as empty; so every function that takes a buffer returns a
+//! `csumkit_status` and writes its result through an out pointer;
 //! streaming state is caller-allocated (no heap). Nothing panics across the
 //! boundary: the wrapped functions cannot panic on any input.
 
@@ -123,14 +124,19 @@ pub struct csumkit_crc32c_state {
     pub length: u64,
 }
 
-/// CRC32C of `data`, continuing from `crc` (0 to start).
+/// CRC32C of `data`, continuing from `crc` (0 to start), written to `out`.
+/// `CSUMKIT_NULL_POINTER` when `out` is NULL, or `data` is NULL with `len` > 0
+/// (then nothing is written).
 ///
 /// # Safety
-/// `data` is NULL or points to `len` readable bytes.
+/// `data` is NULL or points to `len` readable bytes; `out` is NULL or writable.
 #[no_mangle]
-pub unsafe extern "C" fn csumkit_crc32c(crc: u32, data: *const u8, len: usize) -> u32 {
+pub unsafe extern "C" fn csumkit_crc32c(crc: u32, data: *const u8, len: usize, out: *mut u32) -> csumkit_status {
+    if data.is_null() && len > 0 {
+        return CSUMKIT_NULL_POINTER;
+    }
     // SAFETY: forwarded caller guarantee.
-    crc32c::update(crc, unsafe { bytes(data, len) })
+    write_out(out, Ok(crc32c::update(crc, unsafe { bytes(data, len) })))
 }
 
 /// CRC32C of A||B from crc(A), crc(B) and len(B), in O(log len_b).
@@ -226,14 +232,19 @@ pub struct csumkit_crc64nvme_state {
     pub length: u64,
 }
 
-/// CRC64-NVMe of `data`, continuing from `crc` (0 to start).
+/// CRC64-NVMe of `data`, continuing from `crc` (0 to start), written to `out`.
+/// `CSUMKIT_NULL_POINTER` when `out` is NULL, or `data` is NULL with `len` > 0
+/// (then nothing is written).
 ///
 /// # Safety
-/// `data` is NULL or points to `len` readable bytes.
+/// `data` is NULL or points to `len` readable bytes; `out` is NULL or writable.
 #[no_mangle]
-pub unsafe extern "C" fn csumkit_crc64nvme(crc: u64, data: *const u8, len: usize) -> u64 {
+pub unsafe extern "C" fn csumkit_crc64nvme(crc: u64, data: *const u8, len: usize, out: *mut u64) -> csumkit_status {
+    if data.is_null() && len > 0 {
+        return CSUMKIT_NULL_POINTER;
+    }
     // SAFETY: forwarded caller guarantee.
-    crc64nvme::update(crc, unsafe { bytes(data, len) })
+    write_out(out, Ok(crc64nvme::update(crc, unsafe { bytes(data, len) })))
 }
 
 /// CRC64-NVMe of A||B from crc(A), crc(B) and len(B).
@@ -327,14 +338,19 @@ pub struct csumkit_crc16t10dif_state {
     pub length: u64,
 }
 
-/// CRC16-T10DIF of `data`, continuing from `crc` (0 to start).
+/// CRC16-T10DIF of `data`, continuing from `crc` (0 to start), written to `out`.
+/// `CSUMKIT_NULL_POINTER` when `out` is NULL, or `data` is NULL with `len` > 0
+/// (then nothing is written).
 ///
 /// # Safety
-/// `data` is NULL or points to `len` readable bytes.
+/// `data` is NULL or points to `len` readable bytes; `out` is NULL or writable.
 #[no_mangle]
-pub unsafe extern "C" fn csumkit_crc16t10dif(crc: u16, data: *const u8, len: usize) -> u16 {
+pub unsafe extern "C" fn csumkit_crc16t10dif(crc: u16, data: *const u8, len: usize, out: *mut u16) -> csumkit_status {
+    if data.is_null() && len > 0 {
+        return CSUMKIT_NULL_POINTER;
+    }
     // SAFETY: forwarded caller guarantee.
-    crc16t10dif::update(crc, unsafe { bytes(data, len) })
+    write_out(out, Ok(crc16t10dif::update(crc, unsafe { bytes(data, len) })))
 }
 
 /// CRC16-T10DIF of A||B from crc(A), crc(B) and len(B).
