@@ -21,7 +21,7 @@ use std::process::ExitCode;
 const AFTER_HELP: &str = "\
 Algorithms: crc32c, crc64nvme, crc16t10dif (case and '-' ignored; no aliases).
 Environment: CSUMKIT_BACKEND pins the CRC engine (a name `csumkit backend` lists);
-an unknown or unsupported name is an error.
+an unknown or unsupported name is reported on stderr and the detected engine used.
 Exit status: 0 success; 1 findings (a mismatch, a wrong checksum, a failed or
 unverified block); 2 usage, input or I/O error.";
 
@@ -90,15 +90,10 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => e.exit(),
     };
-    // An invalid CSUMKIT_BACKEND is an error here, not a silent fallback.
-    match csumkit::Backend::from_env() {
-        Ok(Some(backend)) => backend.force().expect("from_env only returns available backends"),
-        Ok(None) => {}
-        Err(e) => {
-            eprintln!("csumkit: {}: {e}", csumkit::BACKEND_ENV_VAR);
-            return ExitCode::from(2);
-        }
-    }
+    // CSUMKIT_BACKEND as everywhere csumkit runs (library, C, Python): a
+    // valid name pins the engine; an invalid one is reported once on stderr
+    // and the detected engine is used. Decided now, so the warning comes first.
+    let _ = csumkit::Backend::active();
     match cli.command {
         Command::Sum(args) => sum::run(&args),
         Command::Backend => {

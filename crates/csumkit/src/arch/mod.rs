@@ -128,8 +128,9 @@ impl Backend {
 
     /// The backend the free functions use: `CSUMKIT_BACKEND` if valid, else
     /// the fastest available. Decided on first use and cached. An invalid
-    /// `CSUMKIT_BACKEND` is reported once on stderr (the CLI turns it into an
-    /// error instead).
+    /// `CSUMKIT_BACKEND` is reported once on stderr and ignored — the one
+    /// behaviour of the library, the command, C and Python (a checksum call
+    /// has no way to fail).
     #[inline(always)]
     pub fn active() -> Backend {
         match ACTIVE.load(Ordering::Relaxed) {
