@@ -269,7 +269,7 @@ fn bench_pipeline_quick_prints_rates_model_and_both_modes() {
         "in 5 passes",
         "async, io_uring, 4 in flight",
         "model before",
-        "seed 002 example",
+        "published example (M=50 C=45 S=8)",
         "5.980",
         "6.897",
     ] {

@@ -136,7 +136,7 @@ fn run_inner(args: &OffloadArgs) -> Result<ExitCode, Error> {
     let policy = Policy::scaled(blocks * BLOCK_BYTES as u64);
     println!("{}", machine_line());
     println!(
-        "seed 004 randwrite: {} of 4 KiB writes, {} writers x iodepth {} (each writer writes every block of its quarter once, \
+        "random 4 KiB writes: {} of 4 KiB writes, {} writers x iodepth {} (each writer writes every block of its quarter once, \
          in random order, like fio's random map); device files in {}",
         size(blocks * BLOCK_BYTES as u64),
         args.writers,
@@ -199,9 +199,7 @@ fn run_inner(args: &OffloadArgs) -> Result<ExitCode, Error> {
             ratio(seed_iops / SEED_DIRECT[0].0),
         ]);
     }
-    table.print(&format!(
-        "seed 004 write amplification, median IOPS of {rounds} round(s), direct-IO seed values beside"
-    ));
+    table.print(&format!("write amplification, median IOPS of {rounds} round(s), direct-IO seed values beside"));
     let extra = |i: usize| (summary[i].1.data_bytes - summary[i].1.app_bytes) as f64;
     let extra_ratio = extra(2) / extra(0);
     let highest = summary[2].0 > summary[0].0 && summary[2].0 > summary[1].0;

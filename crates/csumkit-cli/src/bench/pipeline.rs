@@ -174,7 +174,7 @@ pub fn run(args: &PipelineArgs) -> ExitCode {
     let (sm, sc, ss) = SEED_RATES;
     let (seed_before, seed_after) = model(sm, sc, ss);
     models.row(vec![
-        "seed 002 example".into(),
+        "published example (M=50 C=45 S=8)".into(),
         num(ss),
         num(seed_before),
         num(seed_after),
