@@ -256,7 +256,7 @@ fn bench_fallocate_rejects_impossible_sizes() {
 
 #[test]
 fn bench_pipeline_quick_prints_rates_model_and_both_modes() {
-    let dir = std::env::temp_dir().join(format!("csumkit-cli-pipeline-{}", std::process::id()));
+    let dir = temp_root().join("pipeline");
     std::fs::create_dir_all(&dir).unwrap();
     let out = csumkit(&["bench", "pipeline", "--quick", "--size", "8M", "--dir", dir.to_str().unwrap()], None);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -287,7 +287,7 @@ fn bench_pipeline_quick_prints_rates_model_and_both_modes() {
 
 #[test]
 fn bench_offload_quick_prints_the_three_configs_and_pi_speed() {
-    let dir = std::env::temp_dir().join(format!("csumkit-cli-offload-{}", std::process::id()));
+    let dir = temp_root().join("offload");
     std::fs::create_dir_all(&dir).unwrap();
     let out = csumkit(&["bench", "offload", "--quick", "--dir", dir.to_str().unwrap()], None);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

@@ -324,10 +324,17 @@ impl<'a> Checker<'a> {
         self.extent_node(inum, seed, &raw[0x28..0x28 + 60], None, EXTENT_DEPTH_MAX, &mut leaves)?;
         self.claim_leaves(inum, &leaves)?;
         if is_dir {
-            let indexed = flags & INODE_FLAG_INDEX != 0;
+            // As the kernel's __ext4_read_dirblock: in an indexed directory
+            // the root (logical block 0) and the interior nodes are index
+            // blocks whatever their last bytes say (a root the kernel made
+            // by make_indexed_dir keeps the old leaf's dirent tail).
+            let index =
+                if flags & INODE_FLAG_INDEX != 0 { self.htree_index_blocks(inum, &leaves)? } else { HashMap::new() };
             for (logical, physical, len) in leaves {
                 for k in 0..u64::from(len) {
-                    self.dir_block(inum, seed, indexed, u64::from(logical) + k, physical + k)?;
+                    let logical = u64::from(logical) + k;
+                    let count_offset = index.get(&logical).copied();
+                    self.dir_block(inum, seed, count_offset, logical, physical + k)?;
                 }
             }
         }
@@ -410,20 +417,67 @@ impl<'a> Checker<'a> {
         Ok(())
     }
 
-    fn rec_len(&self, raw: u16) -> u64 {
-        match raw {
-            0 | 65535 if self.layout.block_size == 65536 => 65536,
-            n => u64::from(n),
+    /// The index blocks of an htree directory, by logical block, with the
+    /// offset of their count/limit header: the root (logical 0, after its
+    /// `dx_root_info`) and, level by level down to `indirect_levels`, the
+    /// interior nodes its entries point at (after an 8-byte empty dirent).
+    fn htree_index_blocks(&self, inum: u64, leaves: &[(u32, u64, u16)]) -> Result<HashMap<u64, usize>, Error> {
+        let bs = self.layout.block_size as usize;
+        let physical = |logical: u64| {
+            leaves.iter().find_map(|&(first, start, len)| {
+                let first = u64::from(first);
+                (first..first + u64::from(len)).contains(&logical).then(|| start + logical - first)
+            })
+        };
+        let where_ = || format!("inode {inum} htree");
+        let root_block = physical(0).ok_or_else(|| corrupt(&where_(), "no block 0".into()))?;
+        let root = self.block(root_block, &where_)?;
+        let (info_length, levels) = (usize::from(root[0x1D]), root[0x1E]);
+        if info_length != 8 || levels > 2 {
+            return Err(corrupt(&where_(), format!("dx_root info length {info_length}, {levels} indirect levels")));
         }
+        let mut index = HashMap::from([(0u64, 0x18 + info_length)]);
+        let mut level = vec![(0u64, 0x18 + info_length)];
+        for _ in 0..levels {
+            let mut next = Vec::new();
+            for (logical, count_offset) in level {
+                let block = physical(logical).ok_or_else(|| corrupt(&where_(), format!("no block {logical}")))?;
+                let node = self.block(block, &where_)?;
+                let (limit, count) = (usize::from(le16(node, count_offset)), usize::from(le16(node, count_offset + 2)));
+                if count > limit || count_offset + 8 * limit > bs {
+                    return Err(corrupt(&where_(), format!("count {count} / limit {limit} at block {logical}")));
+                }
+                for e in 0..count {
+                    // Entry 0's block follows count/limit; entry e's follows its hash.
+                    let child = u64::from(le32(node, count_offset + 8 * e + 4));
+                    if index.insert(child, 8).is_none() {
+                        next.push((child, 8));
+                    }
+                }
+            }
+            level = next;
+        }
+        Ok(index)
     }
 
-    fn dir_block(&mut self, inum: u64, seed: u32, indexed: bool, logical: u64, block: u64) -> Result<(), Error> {
+    fn dir_block(
+        &mut self,
+        inum: u64,
+        seed: u32,
+        index_count_offset: Option<usize>,
+        logical: u64,
+        block: u64,
+    ) -> Result<(), Error> {
         let bs = self.layout.block_size as usize;
         let data = self.block(block, &|| format!("inode {inum} directory block {block}"))?;
         let location = format!("inode {inum} block {block} (logical {logical})");
-        let tail = &data[bs - 12..];
-        let has_tail = le32(tail, 0) == 0 && le16(tail, 4) == 12 && tail[6] == 0 && tail[7] == 0xDE;
-        if has_tail {
+        let Some(count_offset) = index_count_offset else {
+            let tail = &data[bs - 12..];
+            let has_tail = le32(tail, 0) == 0 && le16(tail, 4) == 12 && tail[6] == 0 && tail[7] == 0xDE;
+            if !has_tail {
+                self.report.missing_tails.push((inum, block));
+                return Ok(());
+            }
             let computed = crc32c::raw_update(seed, &data[..bs - 12]);
             let at = block * bs as u64 + bs as u64 - 4;
             self.report.checked.dir_blocks += 1;
@@ -438,23 +492,6 @@ impl<'a> Checker<'a> {
                 f.damage = damage;
                 f.inode = Some(inum);
             }
-            return Ok(());
-        }
-        // An htree root or interior node (the kernel's get_dx_countlimit).
-        let first_rec = self.rec_len(le16(data, 4));
-        let count_offset = if first_rec == bs as u64 {
-            Some(8)
-        } else if first_rec == 12
-            && self.rec_len(le16(data, 12 + 4)) == bs as u64 - 12
-            && le32(data, 24) == 0
-            && data[24 + 5] == 8
-        {
-            Some(32)
-        } else {
-            None
-        };
-        let Some(count_offset) = count_offset.filter(|_| indexed) else {
-            self.report.missing_tails.push((inum, block));
             return Ok(());
         };
         let (limit, count) = (usize::from(le16(data, count_offset)), usize::from(le16(data, count_offset + 2)));
