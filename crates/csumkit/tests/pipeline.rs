@@ -315,6 +315,32 @@ fn writes_in_flight_complete_in_order_and_fail_alone() {
     }
 }
 
+/// A checksum is recorded when its write completes, never when it is
+/// submitted: until then the device may still fail it (a checksum of data
+/// that never reached the medium would bless whatever is there).
+#[test]
+fn checksums_are_recorded_at_completion_not_at_submission() {
+    let shm = std::path::Path::new("/dev/shm");
+    let place = if shm.is_dir() { shm.to_path_buf() } else { std::env::temp_dir() };
+    for mode in [Mode::Uring, Mode::Async, Mode::Sync] {
+        let path = place.join(format!("csumkit-pipeline-record-{}-{}", std::process::id(), mode.name()));
+        let sink = FileSink::create(&path, true).unwrap();
+        let mut writer = Writer::with_depth(sink, MemoryStore::default(), mode, 4096, Algorithm::Crc32c, 2).unwrap();
+        writer.submit(0, buffer_of(&bytes(1, 8192))).unwrap();
+        assert!(writer.store().is_empty(), "{mode:?}: recorded at submission");
+        writer.submit(1 << 16, buffer_of(&bytes(2, 4096))).unwrap();
+        assert!(writer.store().is_empty(), "{mode:?}: recorded at submission");
+        writer.complete().unwrap().unwrap();
+        assert_eq!(writer.store().len(), 2, "{mode:?}: the first write's two blocks");
+        assert_eq!(writer.store().get(0), Some(bitwise(CRC32C, &bytes(1, 8192)[..4096])));
+        assert_eq!(writer.store().get(16), None, "{mode:?}: the second write is still in flight");
+        writer.complete().unwrap().unwrap();
+        assert_eq!(writer.store().get(16), Some(bitwise(CRC32C, &bytes(2, 4096))));
+        drop(writer);
+        std::fs::remove_file(&path).unwrap();
+    }
+}
+
 #[test]
 fn submissions_past_the_depth_or_over_a_range_in_flight_are_refused() {
     let path = std::env::temp_dir().join(format!("csumkit-pipeline-refuse-{}", std::process::id()));

@@ -168,12 +168,50 @@ fn check(model: &Model, image: Vec<u8>) -> Result<(), String> {
 /// checked at every event, until `states_max` crash states; `seed` picks
 /// the workload.
 pub fn run(ops: u64, seed: u64, states_max: u64) -> Result<CrashReport, Error> {
+    run_with(Config { ops, seed, states_max, ..Config::default() })
+}
+
+/// A harness run's shape.
+#[derive(Clone, Copy, Debug)]
+pub struct Config {
+    /// Random operations at most.
+    pub ops: u64,
+    /// Picks the workload.
+    pub seed: u64,
+    /// Crash states to check at most.
+    pub states_max: u64,
+    /// Ring bytes ([`super::RING_BYTES_MIN`] by default: it wraps often).
+    pub ring_bytes: u64,
+    /// Bytes of log between periodic anchors (the log's default when `None`).
+    pub anchor_every: Option<u64>,
+    /// In every hundred operations, how many truncate or checkpoint (8).
+    pub truncate_percent: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            ops: 1_000_000,
+            seed: 1,
+            states_max: 30_000,
+            ring_bytes: super::RING_BYTES_MIN,
+            anchor_every: None,
+            truncate_percent: 8,
+        }
+    }
+}
+
+/// [`run`] with a chosen ring size, anchor interval and truncation rate:
+/// a large ring with a small anchor interval and few truncations puts the
+/// periodic anchor under crash testing (with the defaults it never occurs).
+pub fn run_with(config: Config) -> Result<CrashReport, Error> {
+    let Config { ops, seed, states_max, ring_bytes, anchor_every, truncate_percent } = config;
     let model = Rc::new(RefCell::new(Model::default()));
     let report = Rc::new(RefCell::new(CrashReport::default()));
     let failure = Rc::new(RefCell::new(None));
     let armed = Rc::new(std::cell::Cell::new(false));
     let probe = Probe {
-        sim: SimMedium::new((super::format::RING_OFFSET + super::RING_BYTES_MIN) as usize),
+        sim: SimMedium::new((super::format::RING_OFFSET + ring_bytes) as usize),
         model: model.clone(),
         rng: Rng(seed | 1),
         report: report.clone(),
@@ -183,17 +221,23 @@ pub fn run(ops: u64, seed: u64, states_max: u64) -> Result<CrashReport, Error> {
     };
     let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
     let mut log = ByteLog::format(probe, 1)?;
+    if let Some(bytes) = anchor_every {
+        log.set_anchor_interval(bytes);
+    }
     armed.set(true);
     for _ in 0..ops {
         if failure.borrow().is_some() || report.borrow().states >= states_max {
             break;
         }
         let choice = rng.below(100);
-        if choice < 8 && log.next_seq() > 1 {
+        if choice < truncate_percent && log.next_seq() > 1 {
             let truncated = model.borrow().truncated;
             let acked: Vec<u64> = model.borrow().acked.keys().copied().filter(|&s| s > truncated).collect();
-            let through =
-                if choice < 3 || acked.is_empty() { None } else { Some(acked[rng.below(acked.len() as u64) as usize]) };
+            let through = if choice < truncate_percent.min(3) || acked.is_empty() {
+                None
+            } else {
+                Some(acked[rng.below(acked.len() as u64) as usize])
+            };
             let target = through.unwrap_or(log.next_seq() - 1);
             model.borrow_mut().truncating = Some(target.max(truncated));
             match through {
@@ -237,4 +281,43 @@ pub fn run(ops: u64, seed: u64, states_max: u64) -> Result<CrashReport, Error> {
     }
     let result = *report.borrow();
     Ok(result)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A log with records 1..=3 and the model that says so.
+    fn committed() -> (Vec<u8>, Model) {
+        let mut log = ByteLog::format(SimMedium::new((super::super::RING_OFFSET + 8192) as usize), 1).unwrap();
+        let mut model = Model::default();
+        for i in 0..3u8 {
+            let payload = encode_tlvs(&[Tlv { tag: 1, value: &[i; 30] }]).unwrap();
+            let seq = log.append_tlvs(&[Tlv { tag: 1, value: &[i; 30] }]).unwrap();
+            model.acked.insert(seq, payload);
+        }
+        (log.into_medium().durable().to_vec(), model)
+    }
+
+    /// Negative controls: each oracle of `check` fails when its property is
+    /// broken (a harness whose checks never fire proves nothing).
+    #[test]
+    fn every_oracle_fires() {
+        let (image, model) = committed();
+        check(&model, image.clone()).expect("the committed log passes");
+        let mut lost = Model { acked: model.acked.clone(), ..Model::default() };
+        lost.acked.insert(4, vec![1, 2, 3]);
+        assert!(check(&lost, image.clone()).unwrap_err().contains("acknowledged record 4 lost"));
+        let mut changed = Model { acked: model.acked.clone(), ..Model::default() };
+        changed.acked.insert(2, vec![9]);
+        assert!(check(&changed, image.clone()).unwrap_err().contains("replayed with different bytes"));
+        let truncated = Model { acked: model.acked.clone(), truncated: 2, ..Model::default() };
+        assert!(check(&truncated, image.clone()).unwrap_err().contains("truncated but replayed"));
+        let mut never = Model { acked: model.acked.clone(), ..Model::default() };
+        never.acked.remove(&3);
+        assert!(check(&never, image.clone()).unwrap_err().contains("never committed"));
+        let mut unreadable = image;
+        unreadable[0] ^= 1; // the superblock
+        assert!(check(&model, unreadable).unwrap_err().contains("replay failed"));
+    }
 }

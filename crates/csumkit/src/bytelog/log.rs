@@ -132,6 +132,8 @@ pub struct ByteLog<M: Medium> {
     folded: usize,
     anchor_seq: u64,
     anchored_tail: u64,
+    /// Bytes of log between periodic anchors ([`ANCHOR_EVERY_BYTES`]).
+    anchor_every: u64,
     stats: LogStats,
 }
 
@@ -166,6 +168,7 @@ impl<M: Medium> ByteLog<M> {
             folded: 0,
             anchor_seq: 0,
             anchored_tail: 0,
+            anchor_every: ANCHOR_EVERY_BYTES,
             stats: LogStats::default(),
         };
         log.medium.flush(0, RING_OFFSET)?;
@@ -234,6 +237,7 @@ impl<M: Medium> ByteLog<M> {
             folded: 0,
             anchor_seq: anchor.anchor_seq,
             anchored_tail: anchor.tail,
+            anchor_every: ANCHOR_EVERY_BYTES,
             stats: LogStats::default(),
         };
         log.replay(&anchor, apply)?;
@@ -337,7 +341,7 @@ impl<M: Medium> ByteLog<M> {
         let seq = self.next_seq;
         let end = self.tail + span;
         self.put_record(tag, flags, payload, end)?;
-        if self.tail - self.anchored_tail >= ANCHOR_EVERY_BYTES {
+        if self.tail - self.anchored_tail >= self.anchor_every {
             self.write_anchor()?;
         }
         Ok(seq)
@@ -431,6 +435,14 @@ impl<M: Medium> ByteLog<M> {
             Some(last) if last >= self.head_seq => self.truncate(last),
             _ => self.write_anchor(),
         }
+    }
+
+    /// Writes the periodic anchor every `bytes` of log instead of every
+    /// [`ANCHOR_EVERY_BYTES`] (at least one line): a smaller interval makes
+    /// replay shorter and commits costlier. The crash harness uses it so that
+    /// periodic anchors happen under crash testing.
+    pub fn set_anchor_interval(&mut self, bytes: u64) {
+        self.anchor_every = bytes.max(LINE_BYTES);
     }
 
     /// Bytes free in the ring.

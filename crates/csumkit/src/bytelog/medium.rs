@@ -243,8 +243,7 @@ impl Medium for MmapMedium {
                 .flush_range(offset as usize, len as usize)
                 .map_err(|source| Error::Io { context: "msync".into(), source }),
             Persist::CacheLines => {
-                let start = offset as usize / LINE * LINE;
-                for line in (start..(offset + len) as usize).step_by(LINE) {
+                for line in lines_covering(offset, len) {
                     cache::write_back(self.map[line..].as_ptr());
                 }
                 Ok(())
@@ -258,6 +257,14 @@ impl Medium for MmapMedium {
         }
         Ok(())
     }
+}
+
+/// The start of every cache line holding a byte of `[offset, offset + len)`:
+/// what a cache-line flush must write back (a line missed here is a
+/// commit acknowledged but not durable, which no page-cache read can see).
+fn lines_covering(offset: u64, len: u64) -> impl Iterator<Item = usize> {
+    let start = offset as usize / LINE * LINE;
+    (start..(offset + len) as usize).step_by(LINE)
 }
 
 /// Whether `file` is on a DAX filesystem: Linux maps it with `MAP_SYNC`
@@ -345,5 +352,31 @@ mod cache {
         }
         #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
         std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{lines_covering, LINE};
+
+    /// Every byte of a flushed range lies in a written-back line, and no
+    /// line outside the range is written back: ranges of every length
+    /// 0..=300 at every offset 0..200 (line-aligned or not, ending on a
+    /// line boundary or not).
+    #[test]
+    fn cache_line_write_back_covers_exactly_the_range() {
+        for offset in 0..200u64 {
+            for len in 0..=300u64 {
+                let lines: Vec<usize> = lines_covering(offset, len).collect();
+                for byte in offset..offset + len {
+                    let line = byte as usize / LINE * LINE;
+                    assert!(lines.contains(&line), "[{offset}, +{len}): line {line} of byte {byte} not written back");
+                }
+                for &line in &lines {
+                    let (from, to) = (line as u64, (line + LINE) as u64);
+                    assert!(from < offset + len && offset < to, "[{offset}, +{len}): line {line} is outside it");
+                }
+            }
+        }
     }
 }
