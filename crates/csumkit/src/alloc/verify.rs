@@ -160,4 +160,29 @@ mod tests {
         let err = volume.verify().unwrap_err().to_string();
         assert!(err.contains("free-space tree"), "{err}");
     }
+
+    /// BLOCK_UNINIT means "nothing but the group's fixed metadata in use":
+    /// a group that holds metadata (group 0) may carry it while nothing else
+    /// is allocated, and may not once a block is (cargo-mutants found the
+    /// first half untested: `len - reserved` and `len + reserved` agreed on
+    /// every group the allocator itself marks, which hold no metadata).
+    #[test]
+    fn block_uninit_allows_the_fixed_metadata_and_nothing_more() {
+        let geometry = Geometry::ext4(4096, 32768, 2).unwrap();
+        let mut volume = Volume::new(geometry, [7; 16], Strategy::FREE_SPACE_TREE).unwrap();
+        assert!(geometry.reserved_blocks(0) > 0);
+        let seed = volume.csum_seed();
+        let uninit = |volume: &mut Volume| {
+            let desc = &mut volume.groups[0].desc;
+            desc.set_flags(desc.flags() | super::BG_BLOCK_UNINIT);
+            desc.seal(seed, 0);
+        };
+        uninit(&mut volume);
+        volume.verify().expect("group 0 with only its fixed metadata in use");
+        let mut volume = Volume::new(geometry, [7; 16], Strategy::FREE_SPACE_TREE).unwrap();
+        volume.allocate(0, 1).unwrap();
+        uninit(&mut volume);
+        let err = volume.verify().unwrap_err().to_string();
+        assert!(err.contains("BLOCK_UNINIT"), "{err}");
+    }
 }
