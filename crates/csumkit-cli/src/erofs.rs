@@ -202,7 +202,7 @@ fn add_filter(path: &Path) -> Result<ExitCode, Error> {
         println!("{}: already has correct name filters; nothing written", path.display());
         return Ok(ExitCode::SUCCESS);
     }
-    let file = crate::files::open_input(path, crate::files::InputKind::FileOrBlockDevice, true)?;
+    let file = crate::files::open_input(path, true)?;
     plan.write_to(&file)?;
     // Re-read what was written: the result must check clean.
     let bytes = map(path)?;

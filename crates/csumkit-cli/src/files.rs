@@ -108,17 +108,11 @@ impl ScratchDir {
     }
 }
 
-/// What kind of file a command accepts as an input image or dump.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum InputKind {
-    /// A regular file or a block device.
-    FileOrBlockDevice,
-}
-
-/// Opens an input for reading (and writing with `write`) after checking
-/// its type, so that a directory, FIFO or character device gets a clear
-/// error instead of a hang or an unrelated one.
-pub fn open_input(path: &Path, kind: InputKind, write: bool) -> Result<File, Error> {
+/// Opens an input image or dump — a regular file or a block device — for
+/// reading (and writing with `write`) after checking its type, so that a
+/// directory, FIFO or character device gets a clear error instead of a
+/// hang or an unrelated one.
+pub fn open_input(path: &Path, write: bool) -> Result<File, Error> {
     let io = |context: &str| {
         let context = format!("{}: {context}", path.display());
         move |source| Error::Io { context, source }
@@ -136,14 +130,11 @@ pub fn open_input(path: &Path, kind: InputKind, write: bool) -> Result<File, Err
     } else {
         None
     };
-    match (kind, what) {
-        (InputKind::FileOrBlockDevice, Some(what)) => {
-            return Err(Error::Invalid {
-                what: "input",
-                detail: format!("{} is {what}, not a regular file or block device", path.display()),
-            })
-        }
-        (InputKind::FileOrBlockDevice, None) => {}
+    if let Some(what) = what {
+        return Err(Error::Invalid {
+            what: "input",
+            detail: format!("{} is {what}, not a regular file or block device", path.display()),
+        });
     }
     OpenOptions::new().read(true).write(write).open(path).map_err(io("open"))
 }
@@ -231,7 +222,7 @@ impl AtomicOutput {
 
 /// Maps an input image read-only (a block device by its capacity).
 pub fn map_input(path: &Path) -> Result<memmap2::Mmap, Error> {
-    let file = open_input(path, InputKind::FileOrBlockDevice, false)?;
+    let file = open_input(path, false)?;
     let len = input_len(&file, path)?;
     let len = usize::try_from(len).map_err(|_| Error::Invalid {
         what: "input",

@@ -2,7 +2,7 @@
 //! PI-formatted device — an extended-LBA file (data + metadata per block)
 //! or a data file with a separate metadata file.
 
-use crate::files::{self, AtomicOutput, InputKind};
+use crate::files::{self, AtomicOutput};
 use clap::{Args, Subcommand};
 use csumkit::pi::{self, Checks, GuardSize, LbaFormat, PiFormat, PiLocation, PiType, Protection, Tags};
 use csumkit::Error;
@@ -167,7 +167,7 @@ fn io_err(path: &Path, context: &str) -> impl FnOnce(std::io::Error) -> Error {
 /// metadata file when `force` allows replacing an existing one).
 fn open(args: &PiArgs, p: &Protection, write: bool, force: bool) -> Result<Dump, Error> {
     let lba = p.lba();
-    let data = files::open_input(&args.file, InputKind::FileOrBlockDevice, write && args.metadata.is_none())?;
+    let data = files::open_input(&args.file, write && args.metadata.is_none())?;
     let len = files::input_len(&data, &args.file)?;
     let block = if args.metadata.is_some() { lba.data_bytes() } else { lba.extended_bytes() } as u64;
     if !len.is_multiple_of(block) {
@@ -195,7 +195,7 @@ fn open(args: &PiArgs, p: &Protection, write: bool, force: bool) -> Result<Dump,
         None => None,
         Some(path) => {
             let file = {
-                let f = files::open_input(path, InputKind::FileOrBlockDevice, false)?;
+                let f = files::open_input(path, false)?;
                 let md_len = files::input_len(&f, path)?;
                 if md_len != blocks * lba.metadata_bytes() as u64 {
                     return Err(Error::Invalid {
