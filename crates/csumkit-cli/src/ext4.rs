@@ -53,17 +53,29 @@ fn scan(path: &Path) -> Result<Report, Error> {
 
 fn print(path: &Path, report: &Report) {
     let c = &report.checked;
-    println!(
-        "{}: checked superblock, {} descriptors, {} block bitmaps, {} inode bitmaps, {} inodes, {} extent blocks, {} directory blocks, {} htree blocks",
-        path.display(),
-        c.descriptors,
-        c.block_bitmaps,
-        c.inode_bitmaps,
-        c.inodes,
-        c.extent_blocks,
-        c.dir_blocks,
-        c.htree_blocks
-    );
+    let mut parts = vec![
+        format!("{} descriptors", c.descriptors),
+        format!("{} block bitmaps", c.block_bitmaps),
+        format!("{} inode bitmaps", c.inode_bitmaps),
+        format!("{} inodes", c.inodes),
+        format!("{} extent blocks", c.extent_blocks),
+        format!("{} directory blocks", c.dir_blocks),
+        format!("{} htree blocks", c.htree_blocks),
+        format!("{} xattr blocks", c.xattr_blocks),
+    ];
+    for (count, what) in [
+        (c.journal_superblocks, "journal superblock"),
+        (c.orphan_blocks, "orphan file blocks"),
+        (c.mmp_blocks, "MMP block"),
+    ] {
+        if count > 0 {
+            parts.push(format!("{count} {what}"));
+        }
+    }
+    println!("{}: checked superblock, {}", path.display(), parts.join(", "));
+    for u in &report.unchecked {
+        println!("NOT CHECKED {} {}: {}", u.count, u.what, u.why);
+    }
     for f in &report.findings {
         print!("BAD {} {}: stored {:#010x}, computed {:#010x}", f.what, f.location, f.stored, f.computed);
         match &f.damage {
@@ -74,6 +86,16 @@ fn print(path: &Path, report: &Report) {
     for (inode, block) in &report.missing_tails {
         println!("BAD directory block {block} of inode {inode}: no checksum tail");
     }
+}
+
+/// The verdict on a report without wrong checksums: "all checksums valid"
+/// only when nothing was left unchecked.
+fn verdict(report: &Report) -> String {
+    if report.unchecked.is_empty() {
+        return "all checksums valid".into();
+    }
+    let list: Vec<String> = report.unchecked.iter().map(|u| format!("{} {}", u.count, u.what)).collect();
+    format!("all checked checksums valid; not checked: {}", list.join(", "))
 }
 
 fn confirm(count: usize) -> bool {
@@ -94,7 +116,16 @@ fn print_json(path: &Path, report: &Report) {
         ("extent_blocks", number(c.extent_blocks)),
         ("directory_blocks", number(c.dir_blocks)),
         ("htree_blocks", number(c.htree_blocks)),
+        ("xattr_blocks", number(c.xattr_blocks)),
+        ("journal_superblocks", number(c.journal_superblocks)),
+        ("orphan_blocks", number(c.orphan_blocks)),
+        ("mmp_blocks", number(c.mmp_blocks)),
     ]);
+    let unchecked: Vec<String> = report
+        .unchecked
+        .iter()
+        .map(|u| object(&[("what", string(u.what)), ("count", number(u.count)), ("why", string(u.why))]))
+        .collect();
     let findings: Vec<String> = report
         .findings
         .iter()
@@ -121,6 +152,7 @@ fn print_json(path: &Path, report: &Report) {
             ("checked", checked),
             ("findings", array(&findings)),
             ("missing_tails", array(&tails)),
+            ("not_checked", array(&unchecked)),
         ])
     );
 }
@@ -129,12 +161,11 @@ fn check(args: &CheckArgs) -> Result<ExitCode, Error> {
     let mut report = scan(&args.image)?;
     if args.json {
         print_json(&args.image, &report);
-        let clean = report.findings.is_empty() && report.missing_tails.is_empty();
-        return Ok(if clean { ExitCode::SUCCESS } else { ExitCode::from(1) });
+        return Ok(if report.clean() { ExitCode::SUCCESS } else { ExitCode::from(1) });
     }
     print(&args.image, &report);
-    if report.findings.is_empty() && report.missing_tails.is_empty() {
-        println!("all checksums valid");
+    if report.clean() {
+        println!("{}", verdict(&report));
         return Ok(ExitCode::SUCCESS);
     }
     if !args.repair {
@@ -177,8 +208,8 @@ fn check(args: &CheckArgs) -> Result<ExitCode, Error> {
     }
     println!("rewrote {written} checksums");
     print(&args.image, &report);
-    if report.findings.is_empty() && report.missing_tails.is_empty() {
-        println!("all checksums valid");
+    if report.clean() {
+        println!("{}", verdict(&report));
         Ok(ExitCode::SUCCESS)
     } else {
         println!(

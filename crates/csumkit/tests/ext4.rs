@@ -6,65 +6,12 @@
 
 mod common;
 
+use common::ext4::{checksum_only_damage_is_repairable, debugfs, e2fsck_reports, le16, le32, mke2fs, tool, Scratch};
+
 use csumkit::crc32c;
 use csumkit::ext4::{check, Layout};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
-
-fn tool(name: &str) -> Option<PathBuf> {
-    let found = ["/usr/sbin", "/sbin", "/usr/bin"].iter().map(|d| Path::new(d).join(name)).find(|p| p.exists());
-    if found.is_none() {
-        common::skip(name, "apt-get install e2fsprogs");
-    }
-    found
-}
-
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Scratch {
-        let dir = std::env::temp_dir().join(format!("csumkit-ext4-{tag}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn mke2fs(image: &Path, block_size: u32, features: &str, extra: &[&str], size: &str) -> bool {
-    let Some(mkfs) = tool("mke2fs") else { return false };
-    let _ = std::fs::remove_file(image);
-    let out = Command::new(mkfs)
-        .args(["-q", "-F", "-t", "ext4", "-O", features, "-b", &block_size.to_string()])
-        .args(["-U", "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0", "-E", "lazy_itable_init=1"])
-        .args(extra)
-        .arg(image)
-        .arg(size)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "mke2fs {features}: {}", String::from_utf8_lossy(&out.stderr));
-    true
-}
-
-fn debugfs(image: &Path, commands: &str) {
-    let script = image.with_extension("cmds");
-    std::fs::write(&script, commands).unwrap();
-    let out = Command::new(tool("debugfs").unwrap()).args(["-w", "-f"]).arg(&script).arg(image).output().unwrap();
-    assert!(out.status.success(), "debugfs: {}", String::from_utf8_lossy(&out.stderr));
-}
-
-/// Whether `e2fsck -fn` reports a problem: a non-zero exit, or a problem
-/// it declined to fix (a bad descriptor checksum alone is "IGNORED" with
-/// exit 0).
-fn e2fsck_reports(image: &Path) -> bool {
-    let out = Command::new(tool("e2fsck").unwrap()).arg("-fn").arg(image).output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    out.status.code() != Some(0) || text.contains("IGNORED") || text.contains("? no")
-}
 
 /// A directory of many entries, a file whose extents need a leaf block,
 /// then `e2fsck -fyD` to index the big directory as an htree.
@@ -116,47 +63,6 @@ fn clean_images_check_clean_in_every_layout() {
         assert!(!e2fsck_reports(&image), "{bs} {features}: e2fsck disagrees");
         checksum_only_damage_is_repairable(&bytes, &format!("{bs} {features}"));
     }
-}
-
-/// Wrong checksums over sound content are never called structural damage,
-/// in any layout: every in-use inode's stored checksum and every
-/// initialised group's bitmap checksums corrupted at once must all come
-/// back as repairable findings.
-fn checksum_only_damage_is_repairable(clean: &[u8], label: &str) {
-    let layout = Layout::parse(clean).unwrap();
-    let mut bytes = clean.to_vec();
-    let mut inodes = 0;
-    for g in 0..layout.groups {
-        let group = layout.group(clean, g).unwrap();
-        if !group.block_uninit() {
-            bytes[group.desc_offset as usize + 0x18] ^= 0x01;
-        }
-        if group.inode_uninit() {
-            continue;
-        }
-        bytes[group.desc_offset as usize + 0x1A] ^= 0x01;
-        let bitmap = &clean[(group.inode_bitmap * layout.block_size) as usize..];
-        for i in 0..layout.inodes_per_group {
-            if bitmap[(i / 8) as usize] >> (i % 8) & 1 == 1 {
-                let at = (group.inode_table * layout.block_size + i * layout.inode_size) as usize;
-                bytes[at + 0x7C] ^= 0x01;
-                inodes += 1;
-            }
-        }
-    }
-    let report = check(&bytes).unwrap();
-    let damaged: Vec<_> = report.findings.iter().filter(|f| !f.repairable()).collect();
-    assert!(damaged.is_empty(), "{label}: sound content called damaged: {damaged:?}");
-    let inode_findings = report.findings.iter().filter(|f| f.what == "inode").count();
-    assert_eq!(inode_findings, inodes, "{label}");
-}
-
-fn le16(b: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes([b[at], b[at + 1]])
-}
-
-fn le32(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(b[at..at + 4].try_into().unwrap())
 }
 
 /// Group 0's block bitmap bytes and stored checksum.

@@ -1,16 +1,18 @@
 //! The checks: every checksummed structure found from the superblock and
 //! descriptors, its checksum recomputed and compared.
 
-use super::layout::{superblock_checksum, Group, Layout, SUPER_OFFSET};
+use super::layout::{superblock_checksum, Features, Group, Layout, SUPER_OFFSET};
+use super::special;
 use super::structure::{self, Claim};
 use super::{bytes, corrupt};
 use crate::le::{le16, le32};
 use crate::{crc32c, Error};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 const INODE_FLAG_INDEX: u32 = 0x1000;
 const INODE_FLAG_EXTENTS: u32 = 0x8_0000;
 const INODE_FLAG_INLINE_DATA: u32 = 0x1000_0000;
+const INODE_FLAG_EA_INODE: u32 = 0x20_0000;
 const EXTENT_MAGIC: u16 = 0xF30A;
 /// Deeper extent trees than this are corrupt (ext4 allows 5 levels).
 const EXTENT_DEPTH_MAX: u16 = 5;
@@ -66,6 +68,26 @@ pub struct Checked {
     pub dir_blocks: u64,
     /// Directory htree index blocks.
     pub htree_blocks: u64,
+    /// External xattr blocks (`i_file_acl`; a shared block once).
+    pub xattr_blocks: u64,
+    /// The jbd2 superblock (checksum v2/v3).
+    pub journal_superblocks: u64,
+    /// Blocks of the orphan file.
+    pub orphan_blocks: u64,
+    /// The MMP block.
+    pub mmp_blocks: u64,
+}
+
+/// Structures found but not checked, by kind: a report with any of these
+/// is not "all checksums valid".
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unchecked {
+    /// What: `ea_inode values`, `journal transactions`, `external journal`.
+    pub what: &'static str,
+    /// How many.
+    pub count: u64,
+    /// Why, and what checks them.
+    pub why: &'static str,
 }
 
 /// What [`check`] found.
@@ -78,16 +100,32 @@ pub struct Report {
     /// Directory blocks without a checksum tail or htree tail (kernel
     /// would refuse them): (inode, block).
     pub missing_tails: Vec<(u64, u64)>,
+    /// Structures present but not checked.
+    pub unchecked: Vec<Unchecked>,
 }
 
-struct Checker<'a> {
-    image: &'a [u8],
-    layout: Layout,
-    report: Report,
+impl Report {
+    /// No wrong checksum, no missing tail.
+    pub fn clean(&self) -> bool {
+        self.findings.is_empty() && self.missing_tails.is_empty()
+    }
+}
+
+pub(super) struct Checker<'a> {
+    pub(super) image: &'a [u8],
+    pub(super) layout: Layout,
+    pub(super) report: Report,
     /// Blocks each inode's extent trees claim (overlaps found after the scan).
     claims: Vec<Claim>,
     /// Inodes whose extents are out of range or not marked in use.
-    inode_damage: HashMap<u64, String>,
+    pub(super) inode_damage: HashMap<u64, String>,
+    /// External xattr blocks already checked (they may be shared).
+    pub(super) xattr_seen: HashSet<u64>,
+    /// The journal inode (an internal journal) and the orphan file's.
+    journal_inum: Option<u64>,
+    orphan_inum: Option<u64>,
+    /// Inodes holding one large xattr value each (`ea_inode`).
+    ea_inodes: u64,
 }
 
 /// Checks every metadata checksum of an ext4 image.
@@ -98,13 +136,32 @@ struct Checker<'a> {
 /// [`Report::findings`]).
 pub fn check(image: &[u8]) -> Result<Report, Error> {
     let layout = Layout::parse(image)?;
-    let mut checker =
-        Checker { image, layout, report: Report::default(), claims: Vec::new(), inode_damage: HashMap::new() };
+    let sb = &image[SUPER_OFFSET as usize..][..1024];
+    let features = layout.features;
+    let journal_inum = (features.compat & Features::COMPAT_HAS_JOURNAL != 0
+        && features.incompat & Features::INCOMPAT_JOURNAL_DEV == 0)
+        .then(|| u64::from(le32(sb, 0xE0)))
+        .filter(|&i| i != 0);
+    let orphan_inum =
+        (features.compat & Features::COMPAT_ORPHAN_FILE != 0).then(|| u64::from(le32(sb, 0x280))).filter(|&i| i != 0);
+    let mut checker = Checker {
+        image,
+        layout,
+        report: Report::default(),
+        claims: Vec::new(),
+        inode_damage: HashMap::new(),
+        xattr_seen: HashSet::new(),
+        journal_inum,
+        orphan_inum,
+        ea_inodes: 0,
+    };
     checker.superblock();
+    checker.mmp()?;
     for g in 0..checker.layout.groups {
         let group = checker.layout.group(image, g)?;
         checker.group(&group)?;
     }
+    checker.note_unchecked(sb);
     let mut damage = structure::shared_blocks(&mut checker.claims);
     for (inode, why) in checker.inode_damage {
         damage.entry(inode).or_insert(why);
@@ -124,7 +181,7 @@ fn lo16(v: u32) -> Vec<u8> {
 impl<'a> Checker<'a> {
     /// Records a wrong checksum; returns it so the caller can say whether
     /// the structure is otherwise damaged.
-    fn finding(
+    pub(super) fn finding(
         &mut self,
         what: &'static str,
         location: String,
@@ -153,6 +210,31 @@ impl<'a> Checker<'a> {
         Ok(bitmap[(bit / 8) as usize] >> (bit % 8) & 1 == 1)
     }
 
+    /// What the check found but could not verify.
+    fn note_unchecked(&mut self, sb: &[u8]) {
+        let features = self.layout.features;
+        let mut note = |what, count, why| {
+            if count > 0 {
+                self.report.unchecked.push(Unchecked { what, count, why });
+            }
+        };
+        note(
+            "ea_inode values",
+            self.ea_inodes,
+            "a large xattr value's hash in its inode and entry is not verified: e2fsck -fn checks it",
+        );
+        let recover = features.incompat & Features::INCOMPAT_RECOVER != 0;
+        note(
+            "journal awaiting replay",
+            u64::from(recover),
+            "transactions not yet replayed (descriptor and commit block checksums): mount or e2fsck replays them",
+        );
+        let external = features.incompat & Features::INCOMPAT_JOURNAL_DEV == 0
+            && features.compat & Features::COMPAT_HAS_JOURNAL != 0
+            && le32(sb, 0xE0) == 0;
+        note("external journal", u64::from(external), "the journal is on another device: check that device");
+    }
+
     fn superblock(&mut self) {
         let sb = &self.image[SUPER_OFFSET as usize..SUPER_OFFSET as usize + 1024];
         let computed = superblock_checksum(sb);
@@ -173,7 +255,7 @@ impl<'a> Checker<'a> {
         }
     }
 
-    fn block(&self, block: u64, what: &dyn Fn() -> String) -> Result<&'a [u8], Error> {
+    pub(super) fn block(&self, block: u64, what: &dyn Fn() -> String) -> Result<&'a [u8], Error> {
         let bs = self.layout.block_size;
         if block >= self.layout.blocks_count {
             return Err(corrupt(
@@ -315,14 +397,36 @@ impl<'a> Checker<'a> {
             f.inode = Some(inum);
         }
 
+        self.xattr_block(inum, raw)?;
         let flags = le32(raw, 0x20);
-        if flags & INODE_FLAG_EXTENTS == 0 || flags & INODE_FLAG_INLINE_DATA != 0 {
+        if flags & INODE_FLAG_EA_INODE != 0 {
+            self.ea_inodes += 1;
+        }
+        if flags & INODE_FLAG_INLINE_DATA != 0 {
+            // Inline data (a small file or directory) lives in the inode
+            // and its system.data xattr: the inode checksum covers it.
             return Ok(());
         }
         let is_dir = le16(raw, 0) & 0xF000 == 0x4000;
-        let mut leaves = Vec::new();
-        self.extent_node(inum, seed, &raw[0x28..0x28 + 60], None, EXTENT_DEPTH_MAX, &mut leaves)?;
+        let special = Some(inum) == self.journal_inum || Some(inum) == self.orphan_inum;
+        let leaves = if flags & INODE_FLAG_EXTENTS != 0 {
+            let mut leaves = Vec::new();
+            self.extent_node(inum, seed, &raw[0x28..0x28 + 60], None, EXTENT_DEPTH_MAX, &mut leaves)?;
+            leaves
+        } else if is_dir || special {
+            // Block-mapped (no `extents`): indirect blocks carry no
+            // checksum, but the directory blocks they reach do.
+            self.block_map(inum, raw)?
+        } else {
+            return Ok(());
+        };
         self.claim_leaves(inum, &leaves)?;
+        if Some(inum) == self.journal_inum {
+            self.journal_superblock(inum, &leaves)?;
+        }
+        if Some(inum) == self.orphan_inum {
+            self.orphan_blocks(inum, seed, &leaves)?;
+        }
         if is_dir {
             // As the kernel's __ext4_read_dirblock: in an indexed directory
             // the root (logical block 0) and the interior nodes are index
@@ -423,12 +527,7 @@ impl<'a> Checker<'a> {
     /// interior nodes its entries point at (after an 8-byte empty dirent).
     fn htree_index_blocks(&self, inum: u64, leaves: &[(u32, u64, u16)]) -> Result<HashMap<u64, usize>, Error> {
         let bs = self.layout.block_size as usize;
-        let physical = |logical: u64| {
-            leaves.iter().find_map(|&(first, start, len)| {
-                let first = u64::from(first);
-                (first..first + u64::from(len)).contains(&logical).then(|| start + logical - first)
-            })
-        };
+        let physical = |logical: u64| special::physical(leaves, logical);
         let where_ = || format!("inode {inum} htree");
         let root_block = physical(0).ok_or_else(|| corrupt(&where_(), "no block 0".into()))?;
         let root = self.block(root_block, &where_)?;

@@ -14,6 +14,7 @@
 //! | 0x68 | `s_uuid` |
 //! | 0xFE | `s_desc_size` |
 //! | 0x104 | `s_first_meta_bg` |
+//! | 0x24C | `s_backup_bgs[2]` (groups with backups, `sparse_super2`) |
 //! | 0x175 | `s_checksum_type` (1 = CRC32C) |
 //! | 0x270 | `s_checksum_seed` |
 //! | 0x3FC | `s_checksum` = CRC32C(!0, bytes 0..0x3FC) |
@@ -60,6 +61,64 @@ pub struct Layout {
     pub csum_seed: u32,
     /// Byte offset of each group's descriptor.
     pub desc_offsets: Vec<u64>,
+    /// `s_feature_compat`, `s_feature_incompat`, `s_feature_ro_compat`.
+    pub features: Features,
+}
+
+/// The superblock's three feature words.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Features {
+    /// `s_feature_compat`.
+    pub compat: u32,
+    /// `s_feature_incompat`.
+    pub incompat: u32,
+    /// `s_feature_ro_compat`.
+    pub ro_compat: u32,
+}
+
+impl Features {
+    /// `has_journal`.
+    pub const COMPAT_HAS_JOURNAL: u32 = 0x4;
+    /// `orphan_file`.
+    pub const COMPAT_ORPHAN_FILE: u32 = 0x1000;
+    /// The journal holds transactions not yet replayed.
+    pub const INCOMPAT_RECOVER: u32 = 0x4;
+    /// The journal is on another device.
+    pub const INCOMPAT_JOURNAL_DEV: u32 = 0x8;
+    /// Multiple mount protection.
+    pub const INCOMPAT_MMP: u32 = 0x100;
+    /// 64-bit block numbers.
+    pub const INCOMPAT_64BIT: u32 = INCOMPAT_64BIT;
+    /// Large xattr values in inodes of their own.
+    pub const INCOMPAT_EA_INODE: u32 = 0x400;
+}
+
+/// Which groups hold a superblock backup (the kernel's `ext4_bg_has_super`).
+#[derive(Clone, Copy, Debug)]
+enum Backups {
+    /// No `sparse_super`: every group.
+    Every,
+    /// `sparse_super`: groups 0, 1 and the powers of 3, 5 and 7.
+    Sparse,
+    /// `sparse_super2`: group 0 and the (up to) two groups in `s_backup_bgs`.
+    Listed([u64; 2]),
+}
+
+impl Backups {
+    fn has_super(self, g: u64) -> bool {
+        let power_of = |mut n: u64, base: u64| {
+            while n > 1 && n.is_multiple_of(base) {
+                n /= base;
+            }
+            n == 1
+        };
+        match self {
+            _ if g == 0 => true,
+            Backups::Every => true,
+            Backups::Sparse => g == 1 || power_of(g, 3) || power_of(g, 5) || power_of(g, 7),
+            Backups::Listed(groups) => groups.contains(&g),
+        }
+    }
 }
 
 /// One group's metadata locations and state, from its descriptor.
@@ -206,40 +265,47 @@ impl Layout {
             groups,
             csum_seed,
             desc_offsets: Vec::new(),
+            features: Features { compat, incompat, ro_compat },
         };
         let meta_bg = (incompat & INCOMPAT_META_BG != 0).then(|| u64::from(le32(sb, 0x104)));
-        let sparse = ro_compat & RO_COMPAT_SPARSE_SUPER != 0 && compat & COMPAT_SPARSE_SUPER2 == 0;
-        layout.desc_offsets = layout.descriptor_offsets(meta_bg, sparse);
+        let backups = if compat & COMPAT_SPARSE_SUPER2 != 0 {
+            Backups::Listed([u64::from(le32(sb, 0x24C)), u64::from(le32(sb, 0x250))])
+        } else if ro_compat & RO_COMPAT_SPARSE_SUPER != 0 {
+            Backups::Sparse
+        } else {
+            Backups::Every
+        };
+        layout.desc_offsets = layout.descriptor_offsets(meta_bg, backups);
         let last = layout.desc_offsets.last().copied().unwrap_or(0);
         bytes(image, last, desc_size as usize, &|| "group descriptors".into())?;
         Ok(layout)
     }
 
-    /// Whether group `g` holds a superblock backup (and so, with
-    /// `meta_bg`, pushes its descriptor block one block on).
-    fn has_super(g: u64, sparse: bool) -> bool {
-        let power_of = |mut n: u64, base: u64| {
-            while n > 1 && n.is_multiple_of(base) {
-                n /= base;
-            }
-            n == 1
-        };
-        !sparse || g <= 1 || power_of(g, 3) || power_of(g, 5) || power_of(g, 7)
-    }
-
-    fn descriptor_offsets(&self, first_meta_bg: Option<u64>, sparse: bool) -> Vec<u64> {
+    /// Byte offset of each group's descriptor, as the kernel's
+    /// `descriptor_loc` places them: without `meta_bg` (or below
+    /// `s_first_meta_bg`) the table follows the superblock's block — block
+    /// 2 with 1 KiB blocks even when bigalloc makes `s_first_data_block` 0;
+    /// with `meta_bg` each table block sits in the first group it
+    /// describes, after that group's superblock backup if it has one.
+    fn descriptor_offsets(&self, first_meta_bg: Option<u64>, backups: Backups) -> Vec<u64> {
         let per_block = self.block_size / self.desc_size;
+        // The block holding byte 1024: 1 with 1 KiB blocks, else 0.
+        let super_block = SUPER_OFFSET / self.block_size;
         (0..self.groups)
             .map(|g| {
                 let (table_block, index) = (g / per_block, g % per_block);
                 let block = match first_meta_bg {
                     Some(first) if table_block >= first => {
                         let lead = table_block * per_block;
+                        let mut has_super = u64::from(backups.has_super(lead));
+                        if self.block_size == 1024 && table_block == 0 && self.first_data_block == 0 {
+                            has_super += 1;
+                        }
                         let first_block =
                             lead.saturating_mul(self.blocks_per_group).saturating_add(self.first_data_block);
-                        first_block.saturating_add(u64::from(Self::has_super(lead, sparse)))
+                        first_block.saturating_add(has_super)
                     }
-                    _ => self.first_data_block + 1 + table_block,
+                    _ => super_block + 1 + table_block,
                 };
                 // Saturates on a forged geometry; `parse` then finds it outside the image.
                 block.saturating_mul(self.block_size).saturating_add(index * self.desc_size)

@@ -1,26 +1,33 @@
 //! ext4 `metadata_csum` checking and repair: every checksum an ext4 image
 //! carries, recomputed from the bytes and compared with what is stored —
 //! superblock, group descriptors, block and inode bitmaps, inodes, extent
-//! tree blocks, directory leaf blocks and htree index blocks.
+//! tree blocks, directory leaf blocks and htree index blocks (extent-mapped
+//! and block-mapped directories), external xattr blocks, the jbd2
+//! superblock, the orphan file's blocks and the MMP block.
 //!
-//! All of them are the raw CRC32C (Linux `crc32c()`: no final inversion)
-//! seeded with the volume's checksum seed — `s_checksum_seed` with the
-//! `csum_seed` feature, else the CRC of the UUID — except the superblock,
-//! seeded with `!0`. Per-inode structures (extent blocks, directory blocks)
-//! are seeded with the inode's seed: the CRC of its number and generation.
-//! Block sizes 1–64 KiB, 32- and 64-byte descriptors, `meta_bg`, bigalloc
-//! (cluster bitmaps) and uninitialised groups are handled; images without
-//! `metadata_csum` are refused with a clear error.
+//! All of them but the superblock's and the journal's are the raw CRC32C
+//! (Linux `crc32c()`: no final inversion) seeded with the volume's
+//! checksum seed — `s_checksum_seed` with the `csum_seed` feature, else the
+//! CRC of the UUID; the superblock and the jbd2 superblock are seeded with
+//! `!0`. Per-inode structures (extent blocks, directory blocks, orphan
+//! blocks) are seeded with the inode's seed: the CRC of its number and
+//! generation. Block sizes 1–64 KiB, 32- and 64-byte descriptors,
+//! `meta_bg`, `sparse_super2`, bigalloc (cluster bitmaps) and uninitialised
+//! groups are handled; images without `metadata_csum` are refused with a
+//! clear error. What is found but not verified (ea_inode value hashes, a
+//! journal awaiting replay, an external journal) is listed in
+//! [`Report::unchecked`], never passed over in silence.
 //!
 //! A damaged image never panics: every read is bounds-checked and reported
 //! as [`Error::Corrupt`] (fuzzed by the `ext4_image` target).
 
 mod check;
 mod layout;
+mod special;
 mod structure;
 
-pub use check::{check, Checked, Finding, Report};
-pub use layout::{Group, Layout};
+pub use check::{check, Checked, Finding, Report, Unchecked};
+pub use layout::{Features, Group, Layout};
 
 use crate::Error;
 

@@ -1,6 +1,8 @@
 //! Obviously-correct references shared by the integration tests.
 #![allow(dead_code)]
 
+pub mod ext4;
+
 use csumkit::{crc16t10dif, crc32c, crc64nvme, Backend};
 
 /// A CRC described the way the CRC catalogue does.

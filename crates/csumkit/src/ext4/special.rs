@@ -1,0 +1,226 @@
+//! The checksummed structures outside the inode/extent/directory tree:
+//! external xattr blocks, the jbd2 superblock, the orphan file's blocks and
+//! the MMP block. Each is checked as the kernel verifies it:
+//!
+//! | structure | checksum | covers |
+//! |---|---|---|
+//! | xattr block (`ext4_xattr_block_csum`) | le32 at 0x10 | fs seed, le64 block number, the block with 0x10..0x14 read as zero |
+//! | jbd2 superblock (`jbd2_superblock_csum`, v2/v3) | **be32** at 0xFC | `!0`, 1024 bytes with 0xFC..0x100 read as zero |
+//! | orphan file block (`ext4_orphan_file_block_csum_verify`) | le32 at bs-4 | the orphan inode's seed, le64 block number, bytes 0..bs-8 |
+//! | MMP block (`ext4_mmp_csum`) | le32 at 0x3FC | fs seed, bytes 0..0x3FC |
+
+use super::check::Checker;
+use super::layout::Features;
+use super::structure;
+use crate::crc32c;
+use crate::le::{le16, le32};
+use crate::Error;
+
+const XATTR_MAGIC: u32 = 0xEA02_0000;
+const JBD2_MAGIC: u32 = 0xC03B_3998;
+const JBD2_CSUM_V2: u32 = 0x8;
+const JBD2_CSUM_V3: u32 = 0x10;
+const ORPHAN_MAGIC: u32 = 0x0B10_CA04;
+const MMP_MAGIC: u32 = 0x004D_4D50;
+
+fn be32(b: &[u8], at: usize) -> u32 {
+    u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+/// The physical block of `logical` among leaf runs (logical, physical, length).
+pub(super) fn physical(leaves: &[(u32, u64, u16)], logical: u64) -> Option<u64> {
+    leaves.iter().find_map(|&(first, start, len)| {
+        let first = u64::from(first);
+        (first..first + u64::from(len)).contains(&logical).then(|| start + logical - first)
+    })
+}
+
+impl Checker<'_> {
+    /// The inode's external xattr block (`i_file_acl`), once per block.
+    pub(super) fn xattr_block(&mut self, inum: u64, raw: &[u8]) -> Result<(), Error> {
+        let hi = if self.layout.features.incompat & Features::INCOMPAT_64BIT != 0 { le16(raw, 0x76) } else { 0 };
+        let block = u64::from(le32(raw, 0x68)) | u64::from(hi) << 32;
+        if block == 0 {
+            return Ok(());
+        }
+        if let Some(why) = structure::out_of_range(&self.layout, block, 1) {
+            self.inode_damage.entry(inum).or_insert(format!("xattr block: {why}"));
+            return Ok(());
+        }
+        if !self.xattr_seen.insert(block) {
+            return Ok(());
+        }
+        let bs = self.layout.block_size;
+        let data = self.block(block, &|| format!("inode {inum} xattr block {block}"))?;
+        let (magic, blocks) = (le32(data, 0), le32(data, 8));
+        let crc = crc32c::raw_update(self.layout.csum_seed, &block.to_le_bytes());
+        let crc = crc32c::raw_update(crc, &data[..0x10]);
+        let crc = crc32c::raw_update(crc, &[0; 4]);
+        let computed = crc32c::raw_update(crc, &data[0x14..]);
+        self.report.checked.xattr_blocks += 1;
+        let damage = (magic != XATTR_MAGIC || blocks != 1)
+            .then(|| format!("not an xattr block (magic {magic:#010x}, h_blocks {blocks}): run e2fsck"));
+        if let Some(f) = self.finding(
+            "xattr block",
+            format!("block {block} (inode {inum})"),
+            le32(data, 0x10),
+            computed,
+            vec![(block * bs + 0x10, computed.to_le_bytes().to_vec())],
+        ) {
+            f.damage = damage;
+            f.inode = Some(inum);
+        }
+        Ok(())
+    }
+
+    /// The jbd2 superblock: the journal inode's first block.
+    pub(super) fn journal_superblock(&mut self, inum: u64, leaves: &[(u32, u64, u16)]) -> Result<(), Error> {
+        let where_ = || format!("journal (inode {inum})");
+        let Some(block) = physical(leaves, 0) else {
+            return Err(super::corrupt(&where_(), "the journal inode has no block 0".into()));
+        };
+        let data = self.block(block, &where_)?;
+        if be32(data, 0) != JBD2_MAGIC {
+            return Err(super::corrupt(&where_(), format!("block {block}: no jbd2 magic ({:#010x})", be32(data, 0))));
+        }
+        if be32(data, 0x28) & (JBD2_CSUM_V2 | JBD2_CSUM_V3) == 0 {
+            return Ok(()); // A journal without checksums: nothing to check.
+        }
+        let sb = &data[..1024];
+        let crc = crc32c::raw_update(!0, &sb[..0xFC]);
+        let crc = crc32c::raw_update(crc, &[0; 4]);
+        let computed = crc32c::raw_update(crc, &sb[0x100..]);
+        self.report.checked.journal_superblocks += 1;
+        let damage = (sb[0x50] != 4).then(|| format!("jbd2 checksum type {} is not CRC32C (4)", sb[0x50]));
+        let at = block * self.layout.block_size + 0xFC;
+        if let Some(f) = self.finding(
+            "journal superblock",
+            format!("block {block} (inode {inum})"),
+            be32(sb, 0xFC),
+            computed,
+            vec![(at, computed.to_be_bytes().to_vec())],
+        ) {
+            f.damage = damage;
+        }
+        Ok(())
+    }
+
+    /// Every block of the orphan file: magic and checksum in its tail.
+    pub(super) fn orphan_blocks(&mut self, inum: u64, seed: u32, leaves: &[(u32, u64, u16)]) -> Result<(), Error> {
+        let bs = self.layout.block_size as usize;
+        for &(first, start, len) in leaves {
+            for k in 0..u64::from(len) {
+                let block = start + k;
+                let data = self.block(block, &|| format!("orphan file (inode {inum}) block {block}"))?;
+                let crc = crc32c::raw_update(seed, &block.to_le_bytes());
+                let computed = crc32c::raw_update(crc, &data[..bs - 8]);
+                self.report.checked.orphan_blocks += 1;
+                let magic = le32(data, bs - 8);
+                let damage = (magic != ORPHAN_MAGIC).then(|| format!("orphan block tail magic {magic:#010x}"));
+                if let Some(f) = self.finding(
+                    "orphan file block",
+                    format!("block {block} (inode {inum}, logical {})", u64::from(first) + k),
+                    le32(data, bs - 4),
+                    computed,
+                    vec![(block * bs as u64 + bs as u64 - 4, computed.to_le_bytes().to_vec())],
+                ) {
+                    f.damage = damage;
+                    f.inode = Some(inum);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The multiple-mount-protection block (`s_mmp_block`).
+    pub(super) fn mmp(&mut self) -> Result<(), Error> {
+        if self.layout.features.incompat & Features::INCOMPAT_MMP == 0 {
+            return Ok(());
+        }
+        let sb = &self.image[super::layout::SUPER_OFFSET as usize..][..1024];
+        let block = u64::from(le32(sb, 0x168)) | u64::from(le32(sb, 0x16C)) << 32;
+        if structure::out_of_range(&self.layout, block, 1).is_some() {
+            return Err(super::corrupt("MMP block", format!("s_mmp_block {block} is outside the filesystem")));
+        }
+        let data = self.block(block, &|| format!("MMP block {block}"))?;
+        let computed = crc32c::raw_update(self.layout.csum_seed, &data[..0x3FC]);
+        self.report.checked.mmp_blocks += 1;
+        let magic = le32(data, 0);
+        let damage = (magic != MMP_MAGIC).then(|| format!("MMP magic {magic:#010x}"));
+        if let Some(f) = self.finding(
+            "MMP block",
+            format!("block {block}"),
+            le32(data, 0x3FC),
+            computed,
+            vec![(block * self.layout.block_size + 0x3FC, computed.to_le_bytes().to_vec())],
+        ) {
+            f.damage = damage;
+        }
+        Ok(())
+    }
+
+    /// The data blocks of a block-mapped inode (`i_block`: 12 direct, then
+    /// single, double and triple indirect), as leaf runs of one block, up
+    /// to its size. Holes are skipped.
+    pub(super) fn block_map(&self, inum: u64, raw: &[u8]) -> Result<Vec<(u32, u64, u16)>, Error> {
+        let bs = self.layout.block_size;
+        let size = u64::from(le32(raw, 0x04)) | u64::from(le32(raw, 0x6C)) << 32;
+        let blocks = size.div_ceil(bs);
+        if blocks > self.layout.blocks_count || blocks > u64::from(u32::MAX) {
+            return Err(super::corrupt(
+                &format!("inode {inum}"),
+                format!("size {size} is more blocks than the filesystem has"),
+            ));
+        }
+        let pointer = |i: usize| u64::from(le32(raw, 0x28 + 4 * i));
+        let mut leaves = Vec::new();
+        for i in 0..12u64 {
+            if i < blocks && pointer(i as usize) != 0 {
+                leaves.push((i as u32, pointer(i as usize), 1));
+            }
+        }
+        let per = bs / 4;
+        let mut first = 12u64;
+        for level in 1..=3u32 {
+            if first >= blocks {
+                break;
+            }
+            self.indirect(inum, pointer(11 + level as usize), level, first, blocks, &mut leaves)?;
+            first += per.pow(level);
+        }
+        Ok(leaves)
+    }
+
+    fn indirect(
+        &self,
+        inum: u64,
+        block: u64,
+        level: u32,
+        first: u64,
+        blocks: u64,
+        leaves: &mut Vec<(u32, u64, u16)>,
+    ) -> Result<(), Error> {
+        if block == 0 {
+            return Ok(());
+        }
+        let data = self.block(block, &|| format!("inode {inum} indirect block {block}"))?;
+        let per = self.layout.block_size / 4;
+        let span = per.pow(level - 1);
+        for k in 0..per {
+            let logical = first + k * span;
+            let child = u64::from(le32(data, 4 * k as usize));
+            if logical >= blocks {
+                break;
+            }
+            if child == 0 {
+                continue;
+            }
+            if level == 1 {
+                leaves.push((logical as u32, child, 1));
+            } else {
+                self.indirect(inum, child, level - 1, logical, blocks, leaves)?;
+            }
+        }
+        Ok(())
+    }
+}
