@@ -363,6 +363,21 @@ fn wrong_content_is_damage_and_truncation_is_an_error() {
     assert!(why.contains("also claimed by inode 13"), "{why}");
     std::fs::write(&image, &bad).unwrap();
     assert!(e2fsck_reports(&image), "e2fsck -fn must see the shared block");
+    // a's last block marked free in the block bitmap, and a's checksum wrong:
+    // the checksum covers an extent onto a free block — damage.
+    let a_start = u64::from(le32(&clean, ino(12) + start_lo));
+    let a_last = a_start + u64::from(le16(&clean, ino(12) + 0x28 + 12 + 4)) - 1;
+    let bit = (a_last - layout.first_data_block) % layout.blocks_per_group;
+    let group = layout.group(&clean, (a_last - layout.first_data_block) / layout.blocks_per_group).unwrap();
+    let mut bad = clean.clone();
+    bad[(group.block_bitmap * layout.block_size + bit / 8) as usize] &= !(1 << (bit % 8));
+    bad[ino(12) + 0x7C] ^= 0x01;
+    let report = check(&bad).unwrap();
+    let f = report.findings.iter().find(|f| f.what == "inode" && f.inode == Some(12)).expect("inode 12 checksum");
+    let why = f.damage.as_deref().expect("structural damage");
+    assert_eq!(why, format!("block {a_last} is free in the block bitmap"));
+    std::fs::write(&image, &bad).unwrap();
+    assert!(e2fsck_reports(&image), "e2fsck -fn must see the block marked free");
     // Truncated images: half, and one byte short.
     for len in [clean.len() / 2, clean.len() - 1] {
         let err = check(&clean[..len]).unwrap_err().to_string();

@@ -196,18 +196,32 @@ impl<'a> Checker<'a> {
         self.report.findings.last_mut()
     }
 
-    /// Whether block `b` is marked in use in its group's block bitmap
-    /// (`false` in a group whose bitmap is uninitialised).
-    fn block_marked(&self, b: u64) -> Result<bool, Error> {
+    /// The first block of `start..start + len` not marked in use in its
+    /// group's block bitmap (every block of a group whose bitmap is
+    /// uninitialised is unmarked): one descriptor and bitmap read per group
+    /// the run crosses.
+    fn first_unmarked(&self, start: u64, len: u64) -> Result<Option<u64>, Error> {
         let l = &self.layout;
-        let rel = b - l.first_data_block;
-        let group = l.group(self.image, rel / l.blocks_per_group)?;
-        if group.block_uninit() {
-            return Ok(false);
+        let ratio = l.blocks_per_group / l.clusters_per_group;
+        let (mut b, end) = (start, start + len);
+        while b < end {
+            let g = (b - l.first_data_block) / l.blocks_per_group;
+            let stop = end.min((g + 1) * l.blocks_per_group + l.first_data_block);
+            let group = l.group(self.image, g)?;
+            if group.block_uninit() {
+                return Ok(Some(b));
+            }
+            let bitmap = self.block(group.block_bitmap, &|| format!("group {g} block bitmap"))?;
+            let marked = |x: u64| {
+                let bit = ((x - l.first_data_block) % l.blocks_per_group) / ratio;
+                bitmap[(bit / 8) as usize] >> (bit % 8) & 1 == 1
+            };
+            if let Some(x) = (b..stop).find(|&x| !marked(x)) {
+                return Ok(Some(x));
+            }
+            b = stop;
         }
-        let bit = (rel % l.blocks_per_group) / (l.blocks_per_group / l.clusters_per_group);
-        let bitmap = self.block(group.block_bitmap, &|| format!("group {} block bitmap", group.number))?;
-        Ok(bitmap[(bit / 8) as usize] >> (bit % 8) & 1 == 1)
+        Ok(None)
     }
 
     /// What the check found but could not verify.
@@ -511,11 +525,8 @@ impl<'a> Checker<'a> {
                 continue;
             }
             self.claims.push(Claim { start, len, inode: inum });
-            for b in start..start + len {
-                if !self.block_marked(b)? {
-                    self.inode_damage.entry(inum).or_insert_with(|| format!("block {b} is free in the block bitmap"));
-                    break;
-                }
+            if let Some(b) = self.first_unmarked(start, len)? {
+                self.inode_damage.entry(inum).or_insert_with(|| format!("block {b} is free in the block bitmap"));
             }
         }
         Ok(())
