@@ -129,7 +129,7 @@ fn a_wrong_filter_is_reported_and_repaired() {
     assert_eq!(report.mismatches.len(), 1);
     assert_eq!(report.mismatches[0].path, path);
     let plan = image.plan_filters().unwrap();
-    assert!(plan.filters.is_empty() && plan.block0_tail.is_some(), "the filter is in block 0");
+    assert!(plan.filters.is_empty() && plan.superblock_span.is_some(), "the filter is in block 0");
     plan.apply(&mut bytes);
     assert!(Image::open(&bytes).unwrap().check_filters().unwrap().mismatches.is_empty());
 }
@@ -270,7 +270,7 @@ fn add_filter_on_mkfs_erofs_1_5_images_then_check() {
         assert_eq!(image.getxattr(&inode, "security.capability", true).unwrap(), Lookup::Absent { filtered: false });
 
         let plan = image.plan_filters().unwrap();
-        assert!(plan.block0_tail.is_some());
+        assert!(plan.superblock_span.is_some());
         assert_eq!(plan.with_ibody, report.with_ibody);
         let file = std::fs::OpenOptions::new().read(true).write(true).open(&image_path).unwrap();
         plan.write_to(&file).unwrap();

@@ -1,7 +1,7 @@
 //! Checking every inode's xattr name filter, and retrofitting filters onto
 //! an image built without them (e.g. by mkfs.erofs 1.5).
 
-use super::superblock::SUPER_OFFSET;
+use super::superblock::{Superblock, SUPER_OFFSET};
 use super::Image;
 use crate::xattr_filter::{Filter, FEATURE_COMPAT_XATTR_FILTER};
 use crate::Error;
@@ -36,12 +36,15 @@ pub struct FilterReport {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FilterRetrofit {
     /// (byte offset of `h_name_filter`, new value) for every filter that
-    /// changes outside block 0.
+    /// changes outside what the superblock checksum covers.
     pub filters: Vec<(u64, Filter)>,
-    /// The new bytes `[1024, block size)` of block 0: superblock with the
-    /// feature bit and re-sealed checksum, and the filters of inodes stored
-    /// there (the checksum covers them). `None` when none of it changes.
-    pub block0_tail: Option<Vec<u8>>,
+    /// The new bytes from 1024 to [`Superblock::checksum_end`]: superblock
+    /// with the feature bit and re-sealed checksum, and the filters of
+    /// inodes stored there (the checksum covers them). `None` when none of
+    /// it changes.
+    ///
+    /// [`Superblock::checksum_end`]: super::Superblock::checksum_end
+    pub superblock_span: Option<Vec<u8>>,
     /// Inodes with an ibody.
     pub with_ibody: usize,
 }
@@ -71,10 +74,11 @@ impl Image<'_> {
     }
 
     /// The writes that make every filter correct and turn the feature on.
-    /// Filters outside block 0 are written first: until the superblock bit
-    /// is set the kernel ignores them, so a crash before the second step
-    /// leaves a valid image. Block 0's changes (the superblock, and filters
-    /// of inodes the superblock checksum covers) go in one write.
+    /// Filters outside the superblock checksum's span are written first:
+    /// until the superblock bit is set the kernel ignores them, so a crash
+    /// before the second step leaves a valid image. The span's changes (the
+    /// superblock, and filters of inodes the checksum covers) go in one
+    /// write.
     ///
     /// # Errors
     /// [`Error::Corrupt`] for a damaged image; [`Error::Invalid`] when
@@ -89,10 +93,10 @@ impl Image<'_> {
                 ),
             });
         }
-        let bs = self.sb.block_size as usize;
-        let mut block0 = self.bytes(0, bs, &|| "superblock".into())?.to_vec();
-        let mut block0_changed = self.sb.feature_compat & FEATURE_COMPAT_XATTR_FILTER == 0;
-        let mut plan = FilterRetrofit { filters: Vec::new(), block0_tail: None, with_ibody: 0 };
+        let end = Superblock::checksum_end(self.sb.block_size);
+        let mut head = self.bytes(0, end, &|| "superblock".into())?.to_vec();
+        let mut head_changed = self.sb.feature_compat & FEATURE_COMPAT_XATTR_FILTER == 0;
+        let mut plan = FilterRetrofit { filters: Vec::new(), superblock_span: None, with_ibody: 0 };
         for (_, inode) in self.walk()? {
             let (Some(stored), Some(computed)) = (inode.name_filter, self.computed_filter(&inode)?) else {
                 continue;
@@ -100,17 +104,18 @@ impl Image<'_> {
             plan.with_ibody += 1;
             if stored != computed {
                 let at = inode.xattr_offset().expect("an inode with a filter has an ibody");
-                if at as usize + 4 <= bs {
-                    block0[at as usize..at as usize + 4].copy_from_slice(&computed.0.to_le_bytes());
-                    block0_changed = true;
+                let at_usize = at as usize;
+                if at_usize + 4 <= end && at_usize >= SUPER_OFFSET {
+                    head[at_usize..at_usize + 4].copy_from_slice(&computed.0.to_le_bytes());
+                    head_changed = true;
                 } else {
                     plan.filters.push((at, computed));
                 }
             }
         }
-        if block0_changed {
-            self.sb.set_compat_and_seal(&mut block0, FEATURE_COMPAT_XATTR_FILTER)?;
-            plan.block0_tail = Some(block0[SUPER_OFFSET..].to_vec());
+        if head_changed {
+            self.sb.set_compat_and_seal(&mut head, FEATURE_COMPAT_XATTR_FILTER)?;
+            plan.superblock_span = Some(head[SUPER_OFFSET..].to_vec());
         }
         Ok(plan)
     }
@@ -119,7 +124,7 @@ impl Image<'_> {
 impl FilterRetrofit {
     /// True when the image already has the feature and correct filters.
     pub fn is_empty(&self) -> bool {
-        self.filters.is_empty() && self.block0_tail.is_none()
+        self.filters.is_empty() && self.superblock_span.is_none()
     }
 
     /// Applies the plan to an in-memory image.
@@ -127,13 +132,13 @@ impl FilterRetrofit {
         for &(at, filter) in &self.filters {
             image[at as usize..at as usize + 4].copy_from_slice(&filter.0.to_le_bytes());
         }
-        if let Some(tail) = &self.block0_tail {
-            image[SUPER_OFFSET..SUPER_OFFSET + tail.len()].copy_from_slice(tail);
+        if let Some(span) = &self.superblock_span {
+            image[SUPER_OFFSET..SUPER_OFFSET + span.len()].copy_from_slice(span);
         }
     }
 
-    /// Applies the plan to the image file in place: filters outside block
-    /// 0, `fdatasync`, then block 0 in one write, `fdatasync`.
+    /// Applies the plan to the image file in place: filters outside the
+    /// superblock's span, `fdatasync`, then the span in one write, `fdatasync`.
     ///
     /// # Errors
     /// [`Error::Io`] when a write or sync fails.
@@ -148,8 +153,8 @@ impl FilterRetrofit {
             file.write_all_at(&filter.0.to_le_bytes(), at).map_err(io("writing a filter"))?;
         }
         file.sync_data().map_err(io("syncing filters"))?;
-        if let Some(tail) = &self.block0_tail {
-            file.write_all_at(tail, SUPER_OFFSET as u64).map_err(io("writing the superblock"))?;
+        if let Some(span) = &self.superblock_span {
+            file.write_all_at(span, SUPER_OFFSET as u64).map_err(io("writing the superblock"))?;
             file.sync_data().map_err(io("syncing the superblock"))?;
         }
         Ok(())

@@ -3,10 +3,10 @@
 //!
 //! | compact | extended | field                                        |
 //! |--------:|---------:|----------------------------------------------|
-//! | 0 (2)   | 0 (2)    | `i_format`: bit 0 extended, bits 1–3 layout  |
+//! | 0 (2)   | 0 (2)    | `i_format`: bit 0 extended, bits 1–3 layout, 4 nlink is 1 / no `.` |
 //! | 2 (2)   | 2 (2)    | `i_xattr_icount`                             |
 //! | 4 (2)   | 4 (2)    | `i_mode`                                     |
-//! | 6 (2)   | 44 (4)   | `i_nlink`                                    |
+//! | 6 (2)   | 44 (4)   | `i_nlink`; `i_nb` at 6: start block bits 32–47 (extended; compact with bit 4) |
 //! | 8 (4)   | 8 (8)    | `i_size`                                     |
 //! | 16 (4)  | 16 (4)   | `i_u` (`raw_blkaddr` for flat layouts)       |
 //! | 24 (2)  | 24 (4)   | `i_uid`                                      |
@@ -57,8 +57,9 @@ pub struct Inode {
     pub nlink: u32,
     /// Size in bytes.
     pub size: u64,
-    /// First data block (flat layouts).
-    pub raw_blkaddr: u32,
+    /// First data block (flat layouts): `i_u` with, in 48-bit images, the
+    /// high 16 bits from `i_nb`.
+    pub raw_blkaddr: u64,
     /// Owner.
     pub uid: u32,
     /// Group.
@@ -70,6 +71,12 @@ pub struct Inode {
     pub name_filter: Option<Filter>,
 }
 
+/// `i_format` bits: version (0), data layout (1–3), and bit 4, which is
+/// `EROFS_I_NLINK_1_BIT` for compact non-directories (one link) and
+/// `EROFS_I_DOT_OMITTED_BIT` for directories (no `.` entry, which this
+/// reader never needs). The kernel refuses any other bit.
+const I_FORMAT_ALL: u16 = 0x1F;
+const I_BIT_4: u16 = 1 << 4;
 const S_IFMT: u16 = 0o170_000;
 const S_IFDIR: u16 = 0o040_000;
 const S_IFLNK: u16 = 0o120_000;
@@ -132,10 +139,17 @@ impl<'a> Image<'a> {
             4 => Layout::ChunkBased,
             other => return Err(super::corrupt(&where_(), format!("unknown data layout {other}"))),
         };
-        if format >> 4 != 0 && !extended {
-            // Bits above the layout are reserved in the formats this reads.
-            return Err(super::corrupt(&where_(), format!("i_format {format:#06x} has reserved bits set")));
+        if format & !I_FORMAT_ALL != 0 {
+            // As the kernel's erofs_read_inode: bits it does not know are refused.
+            return Err(Error::Invalid {
+                what: "erofs inode",
+                detail: format!("nid {nid}: i_format {format:#06x} has bits this reader does not know"),
+            });
         }
+        // Bit 4 of a compact non-directory: nlink is 1, and `i_nb` holds
+        // the high start-block bits (48bit images) instead of the count.
+        // Of a directory: its `.` entry is omitted (nothing to do here).
+        let nlink_is_1 = !extended && format & I_BIT_4 != 0 && le16(head, 4) & S_IFMT != S_IFDIR;
         let mut inode = if extended {
             let raw = self.bytes(offset, 64, &where_)?;
             Inode {
@@ -147,7 +161,7 @@ impl<'a> Image<'a> {
                 mode: le16(raw, 4),
                 nlink: le32(raw, 44),
                 size: le64(raw, 8),
-                raw_blkaddr: le32(raw, 16),
+                raw_blkaddr: u64::from(le32(raw, 16)) | u64::from(le16(raw, 6)) << 32,
                 uid: le32(raw, 24),
                 gid: le32(raw, 28),
                 name_filter: None,
@@ -160,9 +174,9 @@ impl<'a> Image<'a> {
                 layout,
                 xattr_icount: le16(head, 2),
                 mode: le16(head, 4),
-                nlink: u32::from(le16(head, 6)),
+                nlink: if nlink_is_1 { 1 } else { u32::from(le16(head, 6)) },
                 size: u64::from(le32(head, 8)),
-                raw_blkaddr: le32(head, 16),
+                raw_blkaddr: u64::from(le32(head, 16)) | if nlink_is_1 { u64::from(le16(head, 6)) << 32 } else { 0 },
                 uid: u32::from(le16(head, 24)),
                 gid: u32::from(le16(head, 26)),
                 name_filter: None,
@@ -189,10 +203,17 @@ impl<'a> Image<'a> {
             Layout::FlatPlain => (inode.size.div_ceil(bs), 0),
             Layout::FlatInline => (inode.size / bs, inode.size % bs),
             other => {
+                let what = if inode.is_dir() {
+                    "a compressed or chunked directory"
+                } else if inode.is_symlink() {
+                    "a compressed or chunked symlink"
+                } else {
+                    "compressed or chunked data"
+                };
                 return Err(Error::Invalid {
                     what: "erofs inode",
-                    detail: format!("nid {}: {other:?} data is not read by this reader", inode.nid),
-                })
+                    detail: format!("nid {}: {what} ({other:?}) is not read by this reader", inode.nid),
+                });
             }
         };
         // Bounded by the image itself before anything is allocated per block.
@@ -203,7 +224,7 @@ impl<'a> Image<'a> {
         let mut left = inode.size;
         for i in 0..whole_blocks {
             let len = left.min(bs);
-            let at = (u64::from(inode.raw_blkaddr) + i) * bs;
+            let at = inode.raw_blkaddr.saturating_add(i).saturating_mul(bs);
             pieces.push(self.bytes(at, len as usize, &where_)?);
             left -= len;
         }

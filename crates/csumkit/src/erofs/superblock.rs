@@ -7,7 +7,7 @@
 //! | 8      | 4    | `feature_compat`                        |
 //! | 12     | 1    | `blkszbits`                             |
 //! | 13     | 1    | `sb_extslots`                           |
-//! | 14     | 2    | `root_nid`                              |
+//! | 14     | 2    | `root_nid` (48bit: `blocks_hi`)         |
 //! | 16     | 8    | `inos`                                  |
 //! | 36     | 4    | `blocks`                                |
 //! | 40     | 4    | `meta_blkaddr`                          |
@@ -19,10 +19,14 @@
 //! | 92     | 4    | `xattr_prefix_start` (in 4-byte units)  |
 //! | 96     | 8    | `packed_nid`                            |
 //! | 104    | 1    | `xattr_filter_reserved`                 |
+//! | 112    | 8    | `rootnid_8b` (48bit, when nonzero)      |
 //!
 //! With `SB_CHKSUM` (compat 0x1), `checksum` is the raw CRC32C (seed
-//! `!0`, no final inversion: the kernel's `crc32c()`) of bytes
-//! `[1024, block size)` with the checksum field read as zero.
+//! `!0`, no final inversion: the kernel's `crc32c()`) of the bytes from
+//! 1024 with the checksum field read as zero: to the end of block 0 with
+//! blocks over 1 KiB, else one block's worth (`[1024, 1024 + block size)`,
+//! as the kernel's `erofs_superblock_csum_verify` takes it: with 512 B and
+//! 1 KiB blocks the superblock is not in block 0).
 
 use super::corrupt;
 use crate::le::{le16, le32, le64};
@@ -39,9 +43,16 @@ pub const COMPAT_SB_CHKSUM: u32 = 0x1;
 pub const COMPAT_PLAIN_XATTR_PFX: u32 = 0x10;
 /// Incompat features whose metadata this reader understands (zero padding,
 /// compression configs, chunked files, device table, tail packing,
-/// fragments, dedupe, long xattr prefixes). Later ones (48-bit layout,
-/// metabox) move inodes or names, so images with them are refused.
+/// fragments, dedupe, long xattr prefixes, the 48-bit layout). Later ones
+/// move inodes or names, so images with them are refused, by name
+/// ([`INCOMPAT_NAMES`]).
 pub const INCOMPAT_KNOWN: u32 = 0xFF;
+/// `EROFS_FEATURE_INCOMPAT_48BIT`: an 8-byte root nid (`rootnid_8b`), block
+/// counts and start blocks with 16 more high bits.
+pub const INCOMPAT_48BIT: u32 = 0x80;
+/// Incompat features this reader refuses, with mkfs.erofs's names for them.
+pub const INCOMPAT_NAMES: [(u32, &str); 1] =
+    [(0x100, "metabox (inode metadata kept in a metabox inode, mkfs.erofs -m)")];
 const CHECKSUM_AT: usize = 4;
 
 /// The fields csumkit uses.
@@ -92,14 +103,19 @@ impl Superblock {
             return Err(corrupt("superblock", format!("magic {:#010x} is not erofs ({MAGIC:#010x})", le32(sb, 0))));
         }
         let blkszbits = sb[12];
-        if !(10..=16).contains(&blkszbits) {
-            return Err(corrupt("superblock", format!("block size 2^{blkszbits} is outside 1 KiB..64 KiB")));
+        if !(9..=16).contains(&blkszbits) {
+            return Err(corrupt("superblock", format!("block size 2^{blkszbits} is outside 512 B..64 KiB")));
         }
         let parsed = Superblock {
             feature_compat: le32(sb, 8),
             feature_incompat: le32(sb, 80),
             block_size: 1 << blkszbits,
-            root_nid: u64::from(le16(sb, 14)),
+            // As the kernel: with 48bit, a nonzero `rootnid_8b` wins (mkfs
+            // writes it only when the nid or block count outgrows 16/32 bits).
+            root_nid: match le64(sb, 112) {
+                wide if le32(sb, 80) & INCOMPAT_48BIT != 0 && wide != 0 => wide,
+                _ => u64::from(le16(sb, 14)),
+            },
             inos: le64(sb, 16),
             blocks: le32(sb, 36),
             meta_blkaddr: le32(sb, 40),
@@ -113,16 +129,22 @@ impl Superblock {
         };
         let unknown = parsed.feature_incompat & !INCOMPAT_KNOWN;
         if unknown != 0 {
+            let mut names: Vec<String> =
+                INCOMPAT_NAMES.iter().filter(|(bit, _)| unknown & bit != 0).map(|(_, name)| (*name).into()).collect();
+            let named = INCOMPAT_NAMES.iter().fold(0, |bits, (bit, _)| bits | bit);
+            if unknown & !named != 0 {
+                names.push(format!("unknown bits {:#x}", unknown & !named));
+            }
             return Err(Error::Invalid {
                 what: "erofs image",
-                detail: format!("incompatible features {unknown:#x} are not supported by this reader"),
+                detail: format!(
+                    "incompatible feature {} is not supported by this reader (make the image without it)",
+                    names.join(", ")
+                ),
             });
         }
         if sb[90] != 0 {
             return Err(Error::Invalid { what: "erofs image", detail: "directory blocks larger than blocks".into() });
-        }
-        if parsed.block_size as usize <= SUPER_OFFSET && parsed.has_checksum() {
-            return Err(Error::Invalid { what: "erofs image", detail: "superblock checksum with 1 KiB blocks".into() });
         }
         if parsed.has_checksum() {
             let computed = Superblock::compute_checksum(image, parsed.block_size)?;
@@ -146,14 +168,28 @@ impl Superblock {
         self.feature_compat & crate::xattr_filter::FEATURE_COMPAT_XATTR_FILTER != 0 && self.xattr_filter_reserved == 0
     }
 
+    /// End of the bytes the superblock checksum covers (they start at 1024):
+    /// the end of block 0 with blocks over 1 KiB, else `1024 + block size`.
+    pub fn checksum_end(block_size: u32) -> usize {
+        let bs = block_size as usize;
+        if bs > SUPER_OFFSET {
+            bs
+        } else {
+            SUPER_OFFSET + bs
+        }
+    }
+
     /// The superblock checksum of `image` as it should be stored.
     ///
     /// # Errors
-    /// [`Error::Corrupt`] when the image is shorter than one block.
+    /// [`Error::Corrupt`] when the image ends before what the checksum covers.
     pub fn compute_checksum(image: &[u8], block_size: u32) -> Result<u32, Error> {
-        let end = block_size as usize;
+        let end = Superblock::checksum_end(block_size);
         if image.len() < end {
-            return Err(corrupt("superblock", format!("image is {} bytes, shorter than one block", image.len())));
+            return Err(corrupt(
+                "superblock",
+                format!("image is {} bytes, shorter than the {end} the superblock checksum covers", image.len()),
+            ));
         }
         let covered = &image[SUPER_OFFSET..end];
         let crc = crc32c::raw_update(!0, &covered[..CHECKSUM_AT]);
@@ -161,18 +197,23 @@ impl Superblock {
         Ok(crc32c::raw_update(crc, &covered[CHECKSUM_AT + 4..]))
     }
 
-    /// Sets compat feature bits in `block0` (the image's first block, whose
-    /// bytes from 1024 on the checksum covers: small images keep inodes
-    /// there) and re-seals the checksum when the image has one.
+    /// Sets compat feature bits in `head` (the image's first
+    /// [`checksum_end`](Self::checksum_end) bytes: the checksum covers those
+    /// from 1024 on, and small images keep inodes there) and re-seals the
+    /// checksum when the image has one.
     ///
     /// # Errors
-    /// [`Error::Corrupt`] when `block0` is not a whole first block.
-    pub fn set_compat_and_seal(&self, block0: &mut [u8], bits: u32) -> Result<(), Error> {
+    /// [`Error::Corrupt`] when `head` is shorter than that.
+    pub fn set_compat_and_seal(&self, head: &mut [u8], bits: u32) -> Result<(), Error> {
+        let end = Superblock::checksum_end(self.block_size);
+        if head.len() < end {
+            return Err(corrupt("superblock", format!("{} bytes given, the checksum covers to {end}", head.len())));
+        }
         let compat = self.feature_compat | bits;
-        block0[SUPER_OFFSET + 8..SUPER_OFFSET + 12].copy_from_slice(&compat.to_le_bytes());
+        head[SUPER_OFFSET + 8..SUPER_OFFSET + 12].copy_from_slice(&compat.to_le_bytes());
         if self.has_checksum() {
-            let crc = Superblock::compute_checksum(block0, self.block_size)?;
-            block0[SUPER_OFFSET + CHECKSUM_AT..SUPER_OFFSET + CHECKSUM_AT + 4].copy_from_slice(&crc.to_le_bytes());
+            let crc = Superblock::compute_checksum(head, self.block_size)?;
+            head[SUPER_OFFSET + CHECKSUM_AT..SUPER_OFFSET + CHECKSUM_AT + 4].copy_from_slice(&crc.to_le_bytes());
         }
         Ok(())
     }

@@ -59,6 +59,13 @@ pub struct Xattr<'a> {
 }
 
 impl Xattr<'_> {
+    /// Whether its name index has a namespace (user, trusted, security,
+    /// the POSIX ACLs, lustre): entries with other indexes are skipped, as
+    /// the kernel skips them.
+    pub fn is_known(&self) -> bool {
+        xattr_filter::prefix_of(self.base_index).is_some() || self.base_index == 5
+    }
+
     /// The full name, e.g. `user.mime_type`.
     pub fn full_name(&self) -> String {
         let prefix = xattr_filter::prefix_of(self.base_index).unwrap_or("lustre.");
@@ -134,10 +141,10 @@ impl<'a> Image<'a> {
                 .get(n)
                 .ok_or_else(|| corrupt(&where_(), format!("long prefix {n} of {} defined", self.prefixes.len())))?;
             (prefix.base_index, prefix.infix.as_slice())
-        } else if xattr_filter::prefix_of(index).is_some() || index == 5 {
-            (index, &[][..])
         } else {
-            return Err(corrupt(&where_(), format!("entry at {at}: unknown name index {index}")));
+            // An index the kernel has no handler for (0: the zero padding
+            // `--root-xattr-isize` leaves) is valid and skipped by readers.
+            (index, &[][..])
         };
         let xattr = Xattr {
             base_index,
@@ -149,15 +156,16 @@ impl<'a> Image<'a> {
         Ok((xattr, (end - at).next_multiple_of(4)))
     }
 
-    /// Calls `visit` on each xattr of `inode` (inline first, then shared, as
-    /// the kernel searches) until it returns `true`; returns whether it did.
+    /// Calls `visit` on each xattr of `inode` with a known name index (inline
+    /// first, then shared, as the kernel searches) until it returns `true`;
+    /// returns whether it did.
     fn visit_xattrs<'s>(&'s self, inode: &Inode, mut visit: impl FnMut(Xattr<'s>) -> bool) -> Result<bool, Error> {
         let Some(body) = self.ibody(inode)? else { return Ok(false) };
         let where_ = || format!("inline xattrs of nid {} (at byte {})", inode.nid, body.inline_at);
         let mut at = 0;
         while at < body.inline.len() {
             let (xattr, size) = self.entry(body.inline, at, false, &where_)?;
-            if visit(xattr) {
+            if xattr.is_known() && visit(xattr) {
                 return Ok(true);
             }
             at += size;
@@ -171,7 +179,7 @@ impl<'a> Image<'a> {
             let len = 4 + usize::from(rest[0]) + usize::from(le16(rest, 2));
             let bytes = self.bytes(start, len, &where_)?;
             let (xattr, _) = self.entry(bytes, 0, true, &where_)?;
-            if visit(xattr) {
+            if xattr.is_known() && visit(xattr) {
                 return Ok(true);
             }
         }
@@ -255,11 +263,19 @@ pub(super) fn long_prefixes(image: &Image<'_>) -> Result<Vec<LongPrefix>, Error>
         return Ok(Vec::new());
     }
     let plain = sb.feature_compat & super::superblock::COMPAT_PLAIN_XATTR_PFX != 0 || sb.packed_nid == 0;
-    let table: Vec<u8> = if plain {
-        image.data.to_vec()
+    let table: std::borrow::Cow<'_, [u8]> = if plain {
+        image.data.into()
     } else {
         let packed = image.inode(sb.packed_nid)?;
-        image.data_pieces(&packed)?.concat()
+        if !matches!(packed.layout, super::Layout::FlatPlain | super::Layout::FlatInline) {
+            return Err(Error::Invalid {
+                what: "erofs image",
+                detail: "long xattr prefixes kept in the compressed packed inode (mkfs.erofs -Efragments without \
+                         plain prefixes) are not supported by this reader"
+                    .into(),
+            });
+        }
+        image.data_pieces(&packed)?.concat().into()
     };
     let mut at = sb.xattr_prefix_start as usize * 4;
     let mut prefixes = Vec::with_capacity(usize::from(sb.xattr_prefix_count));
