@@ -6,7 +6,7 @@
 #![no_main]
 
 use csumkit::csum_tree::{ChecksumTree, NodeStore, NODE_BYTES};
-use csumkit::pi::{self, Checks, GuardSize, LbaFormat, PiFormat, PiLocation, PiType, Protection, Tags};
+use csumkit::pi::{self, Checks, GuardSize, LbaFormat, Order, PiFormat, PiLocation, PiType, Protection, Tags};
 use csumkit::Error;
 use libfuzzer_sys::fuzz_target;
 
@@ -39,8 +39,10 @@ fuzz_target!(|input: (u8, u8, u8, u8, u64, u16, u16, u64, Vec<u8>)| {
         app_tag,
         app_tag_mask,
         storage_tag: storage_tag & format.storage_tag_mask(),
+        storage_tag_mask: if md & 16 == 0 { u64::MAX } else { storage_tag.rotate_left(17) },
     };
-    let checks = Checks { storage_tag: md & 8 != 0, ..Checks::ALL };
+    let order = if md & 32 == 0 { Order::Spdk } else { Order::Kernel };
+    let checks = Checks { storage_tag: md & 8 != 0, order, ..Checks::ALL };
 
     let dif: Vec<_> = pi::verify_each(&p, &raw, &tags, checks).collect();
     let ext = lba.extended_bytes();

@@ -4,7 +4,7 @@
 
 use crate::files::{self, AtomicOutput};
 use clap::{Args, Subcommand};
-use csumkit::pi::{self, Checks, GuardSize, LbaFormat, PiFormat, PiLocation, PiType, Protection, Tags};
+use csumkit::pi::{self, Checks, GuardSize, LbaFormat, Order, PiFormat, PiLocation, PiType, Protection, Tags};
 use csumkit::Error;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::fs::File;
@@ -45,7 +45,9 @@ pub struct PiArgs {
     /// Storage-tag size in bits (default: the smallest the guard size allows).
     #[arg(long)]
     sts: Option<u32>,
-    /// Reference tag of the first block (its LBA for type 1).
+    /// Reference tag of the first block. Type 1: its LBA — a full 64-bit
+    /// LBA is accepted and its low 32/48 bits (the tag's width) are used,
+    /// as the kernel does; types 2 and 3: a value that fits the tag.
     #[arg(long, default_value = "0", value_parser = parse_number)]
     ref_tag: u64,
     /// Application tag.
@@ -57,6 +59,10 @@ pub struct PiArgs {
     /// Storage tag.
     #[arg(long, default_value = "0", value_parser = parse_number)]
     storage_tag: u64,
+    /// Storage-tag bits that verify compares with --check-storage-tag
+    /// (default: all).
+    #[arg(long, value_parser = parse_number)]
+    storage_tag_mask: Option<u64>,
     /// Separate metadata file (DIX): FILE then holds data only.
     #[arg(long)]
     metadata: Option<PathBuf>,
@@ -87,12 +93,23 @@ pub struct VerifyArgs {
     /// Do not check the reference tag.
     #[arg(long)]
     no_ref_tag: bool,
-    /// Also check the storage tag.
+    /// Also check the storage tag (under --storage-tag-mask).
     #[arg(long)]
     check_storage_tag: bool,
+    /// Whose rules: spdk (guard, app tag, ref tag, storage tag; type-3
+    /// escape needs the storage tag all ones too) or kernel (Linux
+    /// t10_pi_verify: ref tag, then guard; no app or storage tag check).
+    #[arg(long, value_enum, default_value_t = CheckOrder::Spdk)]
+    order: CheckOrder,
     /// Print one JSON document instead of lines.
     #[arg(long)]
     json: bool,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum CheckOrder {
+    Spdk,
+    Kernel,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -138,11 +155,21 @@ fn setup(args: &PiArgs) -> Result<(Protection, Tags), Error> {
             Ok(value)
         }
     };
+    // Type 1 tags are the LBA's low bits (the kernel's lower_32_bits /
+    // lower_48_bits of the seed): a full LBA is the natural input.
+    let ref_tag = match format.pi_type() {
+        PiType::Type1 => args.ref_tag & format.ref_tag_mask(),
+        _ => narrow("--ref-tag", args.ref_tag, format.ref_tag_mask())?,
+    };
     let tags = Tags {
-        ref_tag: narrow("--ref-tag", args.ref_tag, format.ref_tag_mask())?,
+        ref_tag,
         app_tag: narrow("--app-tag", args.app_tag, 0xFFFF)? as u16,
         app_tag_mask: narrow("--app-tag-mask", args.app_tag_mask, 0xFFFF)? as u16,
         storage_tag: narrow("--storage-tag", args.storage_tag, format.storage_tag_mask())?,
+        storage_tag_mask: match args.storage_tag_mask {
+            Some(mask) => narrow("--storage-tag-mask", mask, format.storage_tag_mask())?,
+            None => u64::MAX,
+        },
     };
     Ok((p, tags))
 }
@@ -300,6 +327,10 @@ fn verify(args: &VerifyArgs) -> Result<ExitCode, Error> {
         app_tag: !args.no_app_tag,
         ref_tag: !args.no_ref_tag,
         storage_tag: args.check_storage_tag,
+        order: match args.order {
+            CheckOrder::Spdk => Order::Spdk,
+            CheckOrder::Kernel => Order::Kernel,
+        },
     };
     let dump = open(common, &p, false, false)?;
     let mut failed = 0u64;
@@ -310,11 +341,11 @@ fn verify(args: &VerifyArgs) -> Result<ExitCode, Error> {
         let tags = tags.advanced(p.format(), first);
         let failures: Vec<_> = match &metadata {
             Some(md) => {
-                escaped += pi::count_escapes_separate(&p, md);
+                escaped += pi::count_escapes_separate(&p, md, checks);
                 pi::verify_separate_each(&p, data, md, &tags, checks).collect::<Result<_, _>>()?
             }
             None => {
-                escaped += pi::count_escapes(&p, data);
+                escaped += pi::count_escapes(&p, data, checks);
                 pi::verify_each(&p, data, &tags, checks).collect::<Result<_, _>>()?
             }
         };

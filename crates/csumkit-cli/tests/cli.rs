@@ -344,6 +344,42 @@ fn pi_generate_then_verify_reports_each_failing_block() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
 }
 
+/// `--ref-tag` takes a full LBA for type 1 (its low 32 bits, as the
+/// kernel), not for type 3; `--order kernel` never compares the
+/// application tag and reports a wrong reference tag before a wrong guard.
+#[test]
+fn pi_verify_full_lba_ref_tags_and_the_kernels_order() {
+    let dump: Vec<u8> = (0..4 * 4104).map(|i| (i * 13 % 251) as u8).collect();
+    let path = temp_file("pi-order.bin", &dump);
+    let p = path.to_str().unwrap();
+    let lba = "0x1200000005"; // an LBA past 2^32: its tag is 5
+    let out = csumkit(&["pi", "generate", "--ref-tag", lba, p], None);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for tag in [lba, "5"] {
+        let out = csumkit(&["pi", "verify", "--ref-tag", tag, p], None);
+        assert!(out.status.success(), "{tag}: {}", String::from_utf8_lossy(&out.stdout));
+    }
+    let out = csumkit(&["pi", "verify", "--type", "3", "--ref-tag", lba, p], None);
+    assert_eq!(out.status.code(), Some(2), "type 3 tags are opaque values, not LBAs");
+    // Block 1: a data bit and a reference-tag bit; block 3: an application-tag bit.
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[4104 + 10] ^= 1;
+    bytes[4104 + 4103] ^= 1;
+    bytes[3 * 4104 + 4098] ^= 1;
+    std::fs::write(&path, &bytes).unwrap();
+    let verify = |order: &str| {
+        let out = csumkit(&["pi", "verify", "--ref-tag", "5", "--order", order, p], None);
+        assert_eq!(out.status.code(), Some(1));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let spdk = verify("spdk");
+    assert!(spdk.contains("block 1: guard check failed"), "{spdk}");
+    assert!(spdk.contains("block 3: application tag check failed"), "{spdk}");
+    let kernel = verify("kernel");
+    assert!(kernel.contains("block 1: reference tag check failed"), "{kernel}");
+    assert!(!kernel.contains("block 3"), "{kernel}");
+}
+
 #[test]
 fn pi_generate_never_destroys_an_input_or_an_existing_file() {
     let dump: Vec<u8> = (0..4 * 4096).map(|i| (i * 13 % 251) as u8).collect();

@@ -7,7 +7,8 @@ mod common;
 use common::{bitwise, bytes, proptest_config, MemoryNodes, CRC16T10DIF, CRC32C, CRC64NVME};
 use csumkit::csum_tree::{ChecksumTree, NodeStore, NODE_BYTES};
 use csumkit::pi::{
-    self, Checks, Device, Fault, GuardSize, Io, LbaFormat, PiField, PiFormat, PiLocation, PiType, Protection, Tags,
+    self, Checks, Device, Fault, GuardSize, Io, LbaFormat, Order, PiField, PiFormat, PiLocation, PiType, Protection,
+    Tags,
 };
 use csumkit::Error;
 use proptest::prelude::*;
@@ -123,6 +124,7 @@ fn any_tags(p: Protection) -> impl Strategy<Value = Tags> {
         app_tag: if app == 0xFFFF { 0 } else { app },
         app_tag_mask: 0xFFFF,
         storage_tag: st & f.storage_tag_mask(),
+        storage_tag_mask: u64::MAX,
     })
 }
 
@@ -269,6 +271,71 @@ fn mutation_verdicts() {
         b[p.lba().extended_bytes() + 3] ^= 1;
     };
     assert_eq!(verdict(PiType::Type3, full_escape, tags, all), None);
+}
+
+/// The kernel's rules (block/t10-pi.c `t10_pi_verify`, `ext_pi_crc64_verify`)
+/// beside SPDK's: reference tag before guard, application and storage tags
+/// never compared, a type-3 escape without the storage tag; and the
+/// storage-tag mask.
+#[test]
+fn kernel_order_and_storage_tag_mask() {
+    let tags = Tags { app_tag: 0x1234, storage_tag: 0xAB, ..Tags::for_lba(100) };
+    let spdk = Checks { storage_tag: true, ..Checks::ALL };
+    let kernel = Checks { order: Order::Kernel, ..spdk };
+    // Data and reference tag of block 2 both wrong: each reports its first check.
+    let data_and_ref = |p: &Protection, b: &mut [u8]| {
+        b[2 * p.lba().extended_bytes() + 5] ^= 1;
+        b[tuple_at(p, 2).end - 1] ^= 1;
+    };
+    assert_eq!(verdict(PiType::Type1, data_and_ref, tags, spdk), Some((2, PiField::Guard)));
+    assert_eq!(verdict(PiType::Type1, data_and_ref, tags, kernel), Some((2, PiField::RefTag)));
+    let data = |p: &Protection, b: &mut [u8]| b[p.lba().extended_bytes() + 5] ^= 1;
+    assert_eq!(verdict(PiType::Type2, data, tags, kernel), Some((1, PiField::Guard)));
+    assert_eq!(verdict(PiType::Type3, data, tags, kernel), Some((1, PiField::Guard)));
+    // The application and storage tags: SPDK compares them, the kernel never does.
+    let app = |p: &Protection, b: &mut [u8]| b[tuple_at(p, 2).start + 9] ^= 1;
+    assert_eq!(verdict(PiType::Type1, app, tags, spdk), Some((2, PiField::AppTag)));
+    assert_eq!(verdict(PiType::Type1, app, tags, kernel), None);
+    let stag = |p: &Protection, b: &mut [u8]| b[tuple_at(p, 3).start + 10] ^= 1;
+    assert_eq!(verdict(PiType::Type1, stag, tags, spdk), Some((3, PiField::StorageTag)));
+    assert_eq!(verdict(PiType::Type1, stag, tags, kernel), None);
+    // The storage-tag mask: a flipped bit outside it is not compared.
+    let bit = |p: &Protection, b: &mut [u8]| -> u64 {
+        let before = p.format().decode(&b[tuple_at(p, 3)]).storage_tag;
+        b[tuple_at(p, 3).start + 10] ^= 1;
+        before ^ p.format().decode(&b[tuple_at(p, 3)]).storage_tag
+    };
+    let mut flipped = 0;
+    let probe = |p: &Protection, b: &mut [u8]| flipped = bit(p, b);
+    assert_eq!(verdict(PiType::Type1, probe, tags, spdk), Some((3, PiField::StorageTag)));
+    assert_ne!(flipped, 0);
+    let outside = Tags { storage_tag_mask: !flipped, ..tags };
+    assert_eq!(verdict(PiType::Type1, stag, outside, spdk), None, "flipped bit outside the storage-tag mask");
+    let inside = Tags { storage_tag_mask: flipped, ..tags };
+    assert_eq!(verdict(PiType::Type1, stag, inside, spdk), Some((3, PiField::StorageTag)));
+    // Type 3 escape: app FFFFh and reference tag all ones over rotten data,
+    // the storage tag not all ones: SPDK checks the block, the kernel skips it.
+    let ref_escape = |p: &Protection, b: &mut [u8]| {
+        let f = p.format();
+        set_tuple(p, b, 1, |t| {
+            t.app_tag = 0xFFFF;
+            t.ref_tag = f.ref_tag_mask();
+        });
+        b[p.lba().extended_bytes() + 3] ^= 1;
+    };
+    assert_eq!(verdict(PiType::Type3, ref_escape, tags, spdk), Some((1, PiField::Guard)));
+    assert_eq!(verdict(PiType::Type3, ref_escape, tags, kernel), None);
+    // Types 1 and 2: app FFFFh alone is an escape under both.
+    let app_escape = |p: &Protection, b: &mut [u8]| {
+        set_tuple(p, b, 1, |t| t.app_tag = 0xFFFF);
+        b[p.lba().extended_bytes() + 3] ^= 1;
+    };
+    assert_eq!(verdict(PiType::Type1, app_escape, tags, kernel), None);
+    assert!(!pi::checks_anything(p_any(), &tags, Checks { guard: false, ref_tag: false, ..kernel }));
+}
+
+fn p_any() -> PiFormat {
+    protection(GuardSize::Crc64, PiType::Type1, 8, "4096+24", PiLocation::Last).format()
 }
 
 #[test]

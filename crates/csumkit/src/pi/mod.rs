@@ -35,6 +35,6 @@ pub use format::{GuardSize, PiFormat, PiType, Tuple, APP_TAG_ESCAPE};
 pub use layout::{LbaFormat, PiLocation, Protection, DATA_BYTES_MAX, DATA_BYTES_MIN, METADATA_BYTES_MAX};
 pub use protect::{
     checks_anything, count_escapes, count_escapes_separate, generate, generate_separate, remap_ref_tags,
-    remap_ref_tags_separate, verify, verify_each, verify_separate, verify_separate_each, Checks, Failure, PiField,
-    Tags,
+    remap_ref_tags_separate, verify, verify_each, verify_separate, verify_separate_each, Checks, Failure, Order,
+    PiField, Tags,
 };

@@ -8,7 +8,7 @@ use crate::Error;
 use std::fmt;
 
 /// Which fields a verify compares (the NVMe PRCHK bits, plus the storage
-/// tag check STC).
+/// tag check STC), and in which order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Checks {
     /// Compare the guard with the CRC of the block.
@@ -17,15 +17,50 @@ pub struct Checks {
     pub app_tag: bool,
     /// Compare the reference tag (never for type 3, where it is opaque).
     pub ref_tag: bool,
-    /// Compare the storage tag.
+    /// Compare the storage tag under [`Tags::storage_tag_mask`].
     pub storage_tag: bool,
+    /// Whose rules: the order fields are checked in, which are, and the
+    /// type-3 escape.
+    pub order: Order,
+}
+
+/// How a verifier walks one tuple. Both skip escaped blocks; they differ
+/// in the first field reported when several are wrong, and in what they
+/// compare at all.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Order {
+    /// SPDK's `spdk_dif_verify` (and the NVMe field order): guard,
+    /// application tag, reference tag, storage tag, each when its check is
+    /// on. Type-3 escape: application tag FFFFh with the whole storage and
+    /// reference space all ones.
+    #[default]
+    Spdk,
+    /// Linux's `t10_pi_verify` / `ext_pi_crc64_verify` (block/t10-pi.c):
+    /// reference tag (types 1 and 2), then guard; the application and
+    /// storage tags are never compared. Type-3 escape: application tag
+    /// FFFFh with the reference tag all ones (the kernel has no storage tag).
+    Kernel,
 }
 
 impl Checks {
-    /// Guard, application tag and reference tag (PRCHK = 111b); storage tag off.
-    pub const ALL: Checks = Checks { guard: true, app_tag: true, ref_tag: true, storage_tag: false };
+    /// Guard, application tag and reference tag (PRCHK = 111b); storage tag
+    /// off; SPDK's order.
+    pub const ALL: Checks =
+        Checks { guard: true, app_tag: true, ref_tag: true, storage_tag: false, order: Order::Spdk };
     /// Nothing is compared.
-    pub const NONE: Checks = Checks { guard: false, app_tag: false, ref_tag: false, storage_tag: false };
+    pub const NONE: Checks =
+        Checks { guard: false, app_tag: false, ref_tag: false, storage_tag: false, order: Order::Spdk };
+
+    /// Whether `tuple` is an escape under these rules: no check applies.
+    pub fn is_escape(&self, format: PiFormat, tuple: &Tuple) -> bool {
+        match self.order {
+            Order::Spdk => format.is_escape(tuple),
+            Order::Kernel => {
+                tuple.app_tag == super::format::APP_TAG_ESCAPE
+                    && (format.pi_type() != PiType::Type3 || tuple.ref_tag == format.ref_tag_mask())
+            }
+        }
+    }
 }
 
 impl Default for Checks {
@@ -48,6 +83,8 @@ pub struct Tags {
     pub app_tag_mask: u16,
     /// Storage tag (0 when the format has none).
     pub storage_tag: u64,
+    /// Bits of the storage tag that verify compares (all by default).
+    pub storage_tag_mask: u64,
 }
 
 impl Default for Tags {
@@ -60,7 +97,7 @@ impl Tags {
     /// Tags for a command starting at `lba`: reference tag = LBA, application
     /// tag 0 compared in full.
     pub fn for_lba(lba: u64) -> Tags {
-        Tags { ref_tag: lba, app_tag: 0, app_tag_mask: 0xFFFF, storage_tag: 0 }
+        Tags { ref_tag: lba, app_tag: 0, app_tag_mask: 0xFFFF, storage_tag: 0, storage_tag_mask: u64::MAX }
     }
 
     /// The tags of the block `blocks` further on (the reference tag moves on
@@ -155,10 +192,20 @@ fn whole_blocks(len: usize, block_bytes: usize, what: &'static str) -> Result<us
 /// is an escape.
 fn check_tuple(p: &Protection, tuple: &Tuple, guard: u64, tags: &Tags, block: u64, checks: Checks) -> Option<Failure> {
     let format = p.format();
-    if format.is_escape(tuple) {
+    if checks.is_escape(format, tuple) {
         return None;
     }
     let fail = |field, expected, actual| Some(Failure { block, field, expected, actual });
+    let expected_ref = expected_ref_tag(format, tags, block);
+    if checks.order == Order::Kernel {
+        if checks.ref_tag && format.pi_type() != PiType::Type3 && tuple.ref_tag != expected_ref {
+            return fail(PiField::RefTag, expected_ref, tuple.ref_tag);
+        }
+        if checks.guard && tuple.guard != guard {
+            return fail(PiField::Guard, guard, tuple.guard);
+        }
+        return None;
+    }
     if checks.guard && tuple.guard != guard {
         return fail(PiField::Guard, guard, tuple.guard);
     }
@@ -166,11 +213,10 @@ fn check_tuple(p: &Protection, tuple: &Tuple, guard: u64, tags: &Tags, block: u6
     if checks.app_tag && tuple.app_tag & mask != tags.app_tag & mask {
         return fail(PiField::AppTag, tags.app_tag as u64, tuple.app_tag as u64);
     }
-    let expected_ref = expected_ref_tag(format, tags, block);
     if checks.ref_tag && format.pi_type() != PiType::Type3 && tuple.ref_tag != expected_ref {
         return fail(PiField::RefTag, expected_ref, tuple.ref_tag);
     }
-    if checks.storage_tag && tuple.storage_tag != tags.storage_tag {
+    if checks.storage_tag && (tuple.storage_tag ^ tags.storage_tag) & tags.storage_tag_mask != 0 {
         return fail(PiField::StorageTag, tags.storage_tag, tuple.storage_tag);
     }
     None
@@ -286,7 +332,7 @@ pub fn verify_each<'a>(
     };
     setup.err().map(Err).into_iter().chain(blocks.enumerate().filter_map(move |(i, block)| {
         let tuple = format.decode(&block[at..at + format.tuple_bytes()]);
-        let guard = if checks.guard && !format.is_escape(&tuple) { interleaved_guard(p, block) } else { 0 };
+        let guard = if checks.guard && !checks.is_escape(format, &tuple) { interleaved_guard(p, block) } else { 0 };
         check_tuple(p, &tuple, guard, tags, i as u64, checks).map(Ok)
     }))
 }
@@ -305,7 +351,7 @@ pub fn verify_separate_each<'a>(
     setup.err().map(Err).into_iter().chain((0..blocks).filter_map(move |i| {
         let block_md = &metadata[i * md..][..md];
         let tuple = format.decode(&block_md[at..at + format.tuple_bytes()]);
-        let guard = if checks.guard && !format.is_escape(&tuple) {
+        let guard = if checks.guard && !checks.is_escape(format, &tuple) {
             separate_guard(p, &data[i * db..][..db], block_md)
         } else {
             0
@@ -314,29 +360,32 @@ pub fn verify_separate_each<'a>(
     }))
 }
 
-/// How many blocks of an extended-LBA buffer carry escape tags, which
-/// verify skips (whole blocks only; a partial last block is not counted).
-pub fn count_escapes(p: &Protection, buffer: &[u8]) -> u64 {
+/// How many blocks of an extended-LBA buffer carry escape tags under
+/// `checks`' rules, which verify skips (whole blocks only; a partial last
+/// block is not counted).
+pub fn count_escapes(p: &Protection, buffer: &[u8], checks: Checks) -> u64 {
     let (format, at) = (p.format(), p.lba().data_bytes() + p.tuple_offset());
     let escapes = buffer.chunks_exact(p.lba().extended_bytes());
-    escapes.filter(|block| format.is_escape(&format.decode(&block[at..at + format.tuple_bytes()]))).count() as u64
+    escapes.filter(|block| checks.is_escape(format, &format.decode(&block[at..at + format.tuple_bytes()]))).count()
+        as u64
 }
 
 /// How many blocks of a separate metadata buffer carry escape tags.
-pub fn count_escapes_separate(p: &Protection, metadata: &[u8]) -> u64 {
+pub fn count_escapes_separate(p: &Protection, metadata: &[u8], checks: Checks) -> u64 {
     let (format, at) = (p.format(), p.tuple_offset());
     let escapes = metadata.chunks_exact(p.lba().metadata_bytes());
-    escapes.filter(|md| format.is_escape(&format.decode(&md[at..at + format.tuple_bytes()]))).count() as u64
+    escapes.filter(|md| checks.is_escape(format, &format.decode(&md[at..at + format.tuple_bytes()]))).count() as u64
 }
 
 /// Whether `checks` compares anything at all for blocks of `format` with
-/// `tags` (the reference tag is opaque for type 3; an application-tag mask
-/// of zero compares no bit).
+/// `tags` (the reference tag is opaque for type 3; a mask of zero compares
+/// no bit; the kernel's rules never compare the application or storage tag).
 pub fn checks_anything(format: PiFormat, tags: &Tags, checks: Checks) -> bool {
+    let spdk = checks.order == Order::Spdk;
     checks.guard
-        || (checks.app_tag && tags.app_tag_mask != 0)
+        || (spdk && checks.app_tag && tags.app_tag_mask != 0)
         || (checks.ref_tag && format.pi_type() != PiType::Type3)
-        || checks.storage_tag
+        || (spdk && checks.storage_tag && tags.storage_tag_mask & format.storage_tag_mask() != 0)
 }
 
 /// Rewrites reference tags from one numbering to another, as the Linux
