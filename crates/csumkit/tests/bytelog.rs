@@ -89,6 +89,14 @@ fn errors_are_typed() {
     let mut log = small_log();
     let big = vec![0u8; 5000];
     assert!(matches!(log.append(1, 0, &big), Err(Error::TooLarge { .. })));
+    // The largest record is one 4 KiB page: 4064 payload bytes fit, 4065 do not.
+    let largest = vec![7u8; 4096 - 32];
+    let seq = log.append(1, 0, &largest).unwrap();
+    assert!(matches!(log.append(1, 0, &[0u8; 4096 - 31]), Err(Error::TooLarge { max: 4064, .. })));
+    let (_, records) = ByteLog::open(durable(log.into_medium())).unwrap();
+    assert_eq!(records.len(), 1);
+    assert_eq!((records[0].seq, records[0].payload.as_slice()), (seq, largest.as_slice()));
+    let mut log = small_log();
     assert!(matches!(log.append(0xFFFF, 0, b"x"), Err(Error::Invalid { .. })));
     assert!(matches!(log.truncate(5), Err(Error::Invalid { .. })));
     let mut filled = 0;
