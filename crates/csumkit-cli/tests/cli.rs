@@ -626,6 +626,11 @@ fn ext4_check_names_what_it_did_not_check() {
     let out = csumkit(&["ext4", "check", "--json", path], None);
     let json = String::from_utf8_lossy(&out.stdout);
     assert!(json.contains(r#""not_checked":[{"what":"ea_inode values","count":1"#), "{json}");
+    // A clean image: --repair --yes succeeds and changes no byte.
+    let before = std::fs::read(&image).unwrap();
+    let out = csumkit(&["ext4", "check", "--repair", "--yes", path], None);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(std::fs::read(&image).unwrap() == before, "--repair --yes changed a clean image");
 }
 
 #[test]

@@ -543,7 +543,10 @@ impl<'a> Checker<'a> {
         let root_block = physical(0).ok_or_else(|| corrupt(&where_(), "no block 0".into()))?;
         let root = self.block(root_block, &where_)?;
         let (info_length, levels) = (usize::from(root[0x1D]), root[0x1E]);
-        if info_length != 8 || levels > 2 {
+        // As dx_probe: indirect_levels below ext4_dir_htree_level (3 index
+        // levels with large_dir, else 2).
+        let htree_levels = if self.layout.features.incompat & Features::INCOMPAT_LARGEDIR != 0 { 3 } else { 2 };
+        if info_length != 8 || levels >= htree_levels {
             return Err(corrupt(&where_(), format!("dx_root info length {info_length}, {levels} indirect levels")));
         }
         let mut index = HashMap::from([(0u64, 0x18 + info_length)]);

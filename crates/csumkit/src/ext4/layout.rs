@@ -91,6 +91,8 @@ impl Features {
     pub const INCOMPAT_64BIT: u32 = INCOMPAT_64BIT;
     /// Large xattr values in inodes of their own.
     pub const INCOMPAT_EA_INODE: u32 = 0x400;
+    /// Directories over 2 GiB and htrees of 3 index levels.
+    pub const INCOMPAT_LARGEDIR: u32 = 0x4000;
 }
 
 /// Which groups hold a superblock backup (the kernel's `ext4_bg_has_super`).
