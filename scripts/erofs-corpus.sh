@@ -98,29 +98,7 @@ images=(
 )
 
 oracle() { # the kernel's view of the mounted tree, as JSON
-  python3 - "$1" <<'PY'
-import json, os, stat, sys
-root = sys.argv[1]
-entries = []
-for dirpath, dirnames, filenames in os.walk(root):
-    dirnames.sort()
-    for name in [""] + sorted(dirnames) + sorted(filenames):
-        if name == "" and dirpath != root:
-            continue
-        path = os.path.join(dirpath, name) if name else root
-        st = os.lstat(path)
-        rel = "/" + os.path.relpath(path, root) if path != root else "/"
-        xattrs = {}
-        for x in sorted(os.listxattr(path, follow_symlinks=False)):
-            xattrs[x] = os.getxattr(path, x, follow_symlinks=False).hex()
-        entries.append({
-            "path": rel, "mode": st.st_mode, "uid": st.st_uid, "gid": st.st_gid,
-            "size": st.st_size, "nlink": st.st_nlink, "ino": st.st_ino,
-            "target": os.readlink(path) if stat.S_ISLNK(st.st_mode) else None,
-            "xattrs": xattrs,
-        })
-print(json.dumps(entries, sort_keys=True))
-PY
+  python3 scripts/kernel-view.py "$1"
 }
 
 for entry in "${images[@]}"; do

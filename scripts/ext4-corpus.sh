@@ -10,14 +10,17 @@
 #
 #   scripts/ext4-corpus.sh [OUTDIR] [LAYOUT...]   # default: the test data dir, every layout
 #
-# Writes OUTDIR/LAYOUT.img.gz and one line per image to OUTDIR/VERDICTS
-# (layout, block size, features, e2fsck verdict, kernel, mke2fs version).
+# Writes OUTDIR/LAYOUT.img.gz, the kernel's view of its tree while mounted
+# (OUTDIR/LAYOUT.view.json.gz: every path's attributes, symlink target,
+# xattrs and content CRC-32, from scripts/kernel-view.py) and one line per
+# image to OUTDIR/VERDICTS (layout, block size, features, e2fsck verdict,
+# kernel, mke2fs version).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-crates/csumkit/tests/data/ext4}
 shift || true
 [ "$(id -u)" = 0 ] || { echo "ext4-corpus: needs root (loop mounts)" >&2; exit 2; }
-for tool in mke2fs e2fsck tune2fs setfattr setfacl gzip; do
+for tool in mke2fs e2fsck tune2fs setfattr setfacl gzip python3; do
   command -v "$tool" >/dev/null || { echo "ext4-corpus: $tool not found (apt-get install e2fsprogs attr acl)" >&2; exit 2; }
 done
 
@@ -107,6 +110,7 @@ for entry in "${layouts[@]}"; do
   fi
   mount -t ext4 -o loop "$img" "$mnt"
   workload "$mnt" "$features" "$bs"
+  python3 scripts/kernel-view.py "$mnt" | gzip -9 -n >"$work/$name.view.json.gz"
   umount "$mnt"
   if e2fsck -fn "$img" >"$work/e2fsck.log" 2>&1; then
     verdict=clean
@@ -116,6 +120,7 @@ for entry in "${layouts[@]}"; do
     continue
   fi
   gzip -9 -n -c "$img" >"$out/$name.img.gz"
+  mv "$work/$name.view.json.gz" "$out/$name.view.json.gz"
   printf '%s\t%s\t%s\t%s\te2fsck=%s\tkernel=%s\tmke2fs=%s\n' "$name" "$bs" "$features" "$extra" "$verdict" \
     "$kernel" "$mke2fs_version" >>"$work/VERDICTS"
   echo "$name: $(du -h "$out/$name.img.gz" | cut -f1)" >&2
