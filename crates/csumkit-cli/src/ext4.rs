@@ -1,5 +1,6 @@
 //! `csumkit ext4 check IMAGE [--repair [--yes]]`: every metadata_csum
 //! checksum of an ext4 image; wrong ones printed and optionally rewritten.
+//! The reading commands (`ls`, `cat`, `stat`, `getfattr`) are in `ext4_read`.
 
 use clap::{Args, Subcommand};
 use csumkit::ext4::{self, Report};
@@ -17,6 +18,14 @@ const REPAIR_PASSES_MAX: usize = 4;
 pub enum Ext4Command {
     /// Verify every metadata checksum; exit 1 when one is wrong.
     Check(CheckArgs),
+    /// List a directory (or show one entry) like `ls -l`.
+    Ls(crate::ext4_read::PathArgs),
+    /// Write a file's content to stdout.
+    Cat(crate::ext4_read::PathArgs),
+    /// Show an inode: type, mode, owner, size, times with nanoseconds.
+    Stat(crate::ext4_read::PathArgs),
+    /// Show extended attributes (all, or one with -n NAME).
+    Getfattr(crate::ext4_read::GetfattrArgs),
 }
 
 #[derive(Args)]
@@ -40,11 +49,17 @@ pub struct CheckArgs {
 }
 
 pub fn run(command: Ext4Command) -> ExitCode {
-    let Ext4Command::Check(args) = command;
-    check(&args).unwrap_or_else(|e| {
-        eprintln!("csumkit ext4: {e}");
-        ExitCode::from(2)
-    })
+    use crate::ext4_read::{run as read, Read};
+    match &command {
+        Ext4Command::Check(args) => check(args).unwrap_or_else(|e| {
+            eprintln!("csumkit ext4: {e}");
+            ExitCode::from(2)
+        }),
+        Ext4Command::Ls(args) => read(Read::Ls(args)),
+        Ext4Command::Cat(args) => read(Read::Cat(args)),
+        Ext4Command::Stat(args) => read(Read::Stat(args)),
+        Ext4Command::Getfattr(args) => read(Read::Getfattr(args)),
+    }
 }
 
 fn scan(path: &Path) -> Result<Report, Error> {

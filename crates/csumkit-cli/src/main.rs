@@ -1,5 +1,6 @@
 //! `csumkit`: checksum files, show the CRC backend, run benchmarks.
-//! Argument parsing and printing only; the work is in the `csumkit` library.
+//! Argument parsing and printing only; the work is in the `csumkit` and
+//! `csumfs` libraries.
 
 mod bench;
 mod encode;
@@ -7,6 +8,8 @@ mod encode;
 mod erofs;
 #[cfg(unix)]
 mod ext4;
+#[cfg(unix)]
+mod ext4_read;
 #[cfg(unix)]
 mod files;
 mod json;
@@ -52,7 +55,8 @@ enum Command {
     #[cfg(unix)]
     #[command(subcommand)]
     Erofs(erofs::ErofsCommand),
-    /// Verify (and repair) every metadata_csum checksum of an ext4 image.
+    /// Check (and repair) the metadata_csum checksums of an ext4 image, or
+    /// read it without mounting: ls, cat, stat, getfattr.
     #[cfg(unix)]
     #[command(subcommand)]
     Ext4(ext4::Ext4Command),

@@ -633,6 +633,49 @@ fn ext4_check_names_what_it_did_not_check() {
     assert!(std::fs::read(&image).unwrap() == before, "--repair --yes changed a clean image");
 }
 
+/// `ext4 ls|cat|stat|getfattr` read a kernel-made image without mounting
+/// it; a missing path or attribute is exit 1, a damaged inode exit 2.
+#[test]
+fn ext4_read_commands_on_a_kernel_made_image() {
+    let packed = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../csumkit/tests/data/ext4/4k.img.gz");
+    let Ok(out) = Command::new("gzip").arg("-dc").arg(&packed).output() else {
+        skip("gzip", "apt-get install gzip");
+        return;
+    };
+    let image = temp_file("read.img", &out.stdout);
+    let img = image.to_str().unwrap();
+    let text = |args: &[&str]| {
+        let out = csumkit(args, None);
+        (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let (code, ls) = text(&["ext4", "ls", img, "/small"]);
+    assert_eq!(code, Some(0));
+    assert!(ls.lines().any(|l| l.starts_with("-rw-r--r--   2 ") && l.ends_with(" file")), "{ls}");
+    assert!(ls.lines().any(|l| l.starts_with("lrwxrwxrwx") && l.ends_with("fast-symlink -> file")), "{ls}");
+    assert_eq!(ls.lines().count(), 2 + 40 + 3, "., .., 40 entries, file and two symlinks: {ls}");
+    assert_eq!(text(&["ext4", "cat", img, "/small/file"]), (Some(0), "hello\n".to_string()));
+    let (code, stat) = text(&["ext4", "stat", img, "/small/file"]);
+    assert!(code == Some(0) && stat.contains("Links: 2") && stat.contains("Size: 6"), "{stat}");
+    assert_eq!(
+        text(&["ext4", "getfattr", "-n", "user.small", img, "/small/file"]),
+        (Some(0), "user.small=\"x\"\n".into())
+    );
+    assert_eq!(text(&["ext4", "getfattr", "-n", "user.none", img, "/small/file"]).0, Some(1));
+    assert_eq!(text(&["ext4", "cat", img, "/no/such"]).0, Some(1));
+    // The inode of /small/file with one byte changed: its checksum fails.
+    let ino: u64 = stat.split("Inode: ").nth(1).unwrap().split_whitespace().next().unwrap().parse().unwrap();
+    let mut bytes = std::fs::read(&image).unwrap();
+    let layout = csumkit::ext4::Layout::parse(&bytes).unwrap();
+    let group = layout.group(&bytes, (ino - 1) / layout.inodes_per_group).unwrap();
+    let at = group.inode_table * layout.block_size + (ino - 1) % layout.inodes_per_group * layout.inode_size;
+    bytes[at as usize + 0x10] ^= 1;
+    std::fs::write(&image, &bytes).unwrap();
+    let out = csumkit(&["ext4", "cat", img, "/small/file"], None);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("checksum"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(text(&["ext4", "cat", "--no-verify", img, "/small/file"]), (Some(0), "hello\n".to_string()));
+}
+
 #[test]
 fn ext4_check_reports_then_repairs_with_yes() {
     let Some(mkfs) = ["/usr/sbin/mke2fs", "/sbin/mke2fs"].into_iter().find(|p| std::path::Path::new(p).exists()) else {

@@ -1,0 +1,209 @@
+//! Inodes: the fields a filesystem call reports, read from the inode table
+//! with the inode checksum verified (as the kernel's `ext4_iget` does).
+
+use crate::error::{corrupt, Error};
+use crate::volume::Volume;
+use csumkit::crc32c;
+
+/// `i_flags` bits this code looks at.
+pub(crate) const FLAG_INDEX: u32 = 0x1000;
+pub(crate) const FLAG_EXTENTS: u32 = 0x8_0000;
+pub(crate) const FLAG_EA_INODE: u32 = 0x20_0000;
+pub(crate) const FLAG_INLINE_DATA: u32 = 0x1000_0000;
+
+/// The root directory's inode number.
+pub const ROOT: u32 = 2;
+
+/// Seconds and nanoseconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Timespec {
+    /// Seconds since the epoch (ext4's 34-bit range with the extra field).
+    pub sec: i64,
+    /// Nanoseconds.
+    pub nsec: u32,
+}
+
+/// One inode as read from the table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Inode {
+    /// Its number.
+    pub ino: u32,
+    /// Type and permission bits.
+    pub mode: u16,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+    /// Size in bytes.
+    pub size: u64,
+    /// Hard links.
+    pub links: u16,
+    /// `i_flags`.
+    pub flags: u32,
+    /// Last access.
+    pub atime: Timespec,
+    /// Last change of the data.
+    pub mtime: Timespec,
+    /// Last change of the inode.
+    pub ctime: Timespec,
+    /// Creation (zero where the inode has no room for it).
+    pub crtime: Timespec,
+    /// `i_generation`.
+    pub generation: u32,
+    /// External xattr block (0: none).
+    pub file_acl: u64,
+    /// 512-byte sectors (or blocks with `huge_file`'s flag) allocated.
+    pub blocks: u64,
+    /// Device number of a character or block device.
+    pub rdev: u32,
+    /// `i_block`: extent root, block map, inline data or fast symlink.
+    pub i_block: [u8; 60],
+    /// The raw inode (`s_inode_size` bytes): in-inode xattrs live after
+    /// `i_extra_isize`.
+    pub raw: Vec<u8>,
+    /// Seed of this inode's checksums: CRC of the number and generation.
+    pub csum_seed: u32,
+}
+
+fn le16(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([b[at], b[at + 1]])
+}
+fn le32(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
+impl Inode {
+    /// The file type bits (`S_IFMT`).
+    pub fn file_type(&self) -> u16 {
+        self.mode & 0o170_000
+    }
+
+    /// A directory.
+    pub fn is_dir(&self) -> bool {
+        self.file_type() == 0o040_000
+    }
+
+    /// A regular file.
+    pub fn is_file(&self) -> bool {
+        self.file_type() == 0o100_000
+    }
+
+    /// A symbolic link.
+    pub fn is_symlink(&self) -> bool {
+        self.file_type() == 0o120_000
+    }
+
+    /// `i_extra_isize` (0 for 128-byte inodes).
+    pub(crate) fn extra_isize(&self) -> usize {
+        if self.raw.len() > 128 {
+            usize::from(le16(&self.raw, 0x80))
+        } else {
+            0
+        }
+    }
+}
+
+impl Volume {
+    /// Inode `ino`, its checksum verified.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] for a number outside the table or an inode not
+    /// in use (links 0 and no mode); [`Error::Checksum`] for a wrong
+    /// checksum; [`Error::Corrupt`] for a table outside the image.
+    pub fn inode(&self, ino: u32) -> Result<Inode, Error> {
+        let l = &self.layout;
+        if ino == 0 || u64::from(ino) > l.inodes_count {
+            return Err(Error::NotFound(format!("inode {ino}")));
+        }
+        let (group, index) = ((u64::from(ino) - 1) / l.inodes_per_group, (u64::from(ino) - 1) % l.inodes_per_group);
+        let g = l.group(&self.map, group)?;
+        if g.inode_uninit() {
+            return Err(Error::NotFound(format!("inode {ino} (uninitialised group {group})")));
+        }
+        let at = g.inode_table.saturating_mul(l.block_size).saturating_add(index * l.inode_size);
+        let raw = self.bytes(at, l.inode_size as usize, &|| format!("inode {ino}"))?;
+        let seed = crc32c::raw_update(l.csum_seed, &ino.to_le_bytes());
+        let seed = crc32c::raw_update(seed, &raw[0x64..0x68]);
+        let (stored, computed) = inode_checksum(raw, seed);
+        self.verify(&|| format!("inode {ino}"), stored, computed)?;
+        let hi = |lo: usize, hi: usize| u32::from(le16(raw, lo)) | u32::from(le16(raw, hi)) << 16;
+        let extra = if raw.len() > 128 { usize::from(le16(raw, 0x80)) } else { 0 };
+        if raw.len() > 128 && 128 + extra > raw.len() {
+            return Err(corrupt(format!("inode {ino}"), format!("i_extra_isize {extra} overruns the inode")));
+        }
+        let time = |base: usize, extra_at: usize| {
+            let sec = i64::from(le32(raw, base) as i32);
+            if 128 + extra >= extra_at + 4 {
+                let e = le32(raw, extra_at);
+                Timespec { sec: sec + (i64::from(e & 3) << 32), nsec: e >> 2 }
+            } else {
+                Timespec { sec, nsec: 0 }
+            }
+        };
+        let crtime = if 128 + extra >= 0x94 + 4 { time(0x90, 0x94) } else { Timespec::default() };
+        let mut i_block = [0u8; 60];
+        i_block.copy_from_slice(&raw[0x28..0x28 + 60]);
+        let wide_acl = l.features.incompat & csumkit::ext4::Features::INCOMPAT_64BIT != 0;
+        let mode = le16(raw, 0);
+        let is_dev = matches!(mode & 0o170_000, 0o020_000 | 0o060_000);
+        let rdev = if is_dev {
+            match le32(raw, 0x28) {
+                0 => le32(raw, 0x2C), // new encoding in i_block[1]
+                old => old,
+            }
+        } else {
+            0
+        };
+        let inode = Inode {
+            ino,
+            mode,
+            uid: hi(0x02, 0x78),
+            gid: hi(0x18, 0x7A),
+            size: u64::from(le32(raw, 0x04)) | u64::from(le32(raw, 0x6C)) << 32,
+            links: le16(raw, 0x1A),
+            flags: le32(raw, 0x20),
+            atime: time(0x08, 0x8C),
+            ctime: time(0x0C, 0x84),
+            mtime: time(0x10, 0x88),
+            crtime,
+            generation: le32(raw, 0x64),
+            file_acl: u64::from(le32(raw, 0x68)) | if wide_acl { u64::from(le16(raw, 0x76)) << 32 } else { 0 },
+            blocks: u64::from(le32(raw, 0x1C)) | u64::from(le16(raw, 0x74)) << 32,
+            rdev,
+            i_block,
+            raw: raw.to_vec(),
+            csum_seed: seed,
+        };
+        if inode.mode == 0 && inode.links == 0 {
+            return Err(Error::NotFound(format!("inode {ino} (not in use)")));
+        }
+        Ok(inode)
+    }
+}
+
+/// (stored, computed) inode checksum; 16 bits when the inode has no room
+/// for the high half.
+fn inode_checksum(raw: &[u8], seed: u32) -> (u32, u32) {
+    const LO: usize = 0x7C;
+    const HI: usize = 0x82;
+    let fits_hi = raw.len() > 128 && 128 + usize::from(le16(raw, 0x80)) >= HI + 2;
+    let mut crc = crc32c::raw_update(seed, &raw[..LO]);
+    crc = crc32c::raw_update(crc, &[0, 0]);
+    crc = crc32c::raw_update(crc, &raw[LO + 2..128]);
+    if raw.len() > 128 {
+        crc = crc32c::raw_update(crc, &raw[128..HI]);
+        if fits_hi {
+            crc = crc32c::raw_update(crc, &[0, 0]);
+            crc = crc32c::raw_update(crc, &raw[HI + 2..]);
+        } else {
+            crc = crc32c::raw_update(crc, &raw[HI..]);
+        }
+    }
+    let mut stored = u32::from(le16(raw, LO));
+    if fits_hi {
+        stored |= u32::from(le16(raw, HI)) << 16;
+    } else {
+        crc &= 0xFFFF;
+    }
+    (stored, crc)
+}

@@ -1,0 +1,40 @@
+//! csumfs: the ext4 on-disk format (`metadata_csum`) served in user space
+//! on csumkit's checksum techniques.
+//!
+//! This is the read side of the volume: an image is opened with its
+//! geometry parsed by `csumkit::ext4::Layout` (the same module the checker
+//! uses), features it does not read refused by name, and every metadata
+//! structure's checksum verified as it is read — inodes, extent blocks,
+//! directory leaf blocks, xattr blocks — as the kernel verifies them.
+//! Lookups in indexed directories hash the name (half-MD4, TEA or the
+//! legacy hash, signed or unsigned) and read one leaf. Absent-xattr
+//! lookups are answered from a per-inode name filter kept in memory
+//! (seed 003). Errors carry the errno a filesystem call reports.
+//!
+//! ```no_run
+//! use csumfs::{Options, Volume};
+//! let volume = Volume::open("disk.img".as_ref(), Options::default())?;
+//! let inode = volume.resolve("/etc/hostname")?;
+//! let text = volume.read_all(&inode)?;
+//! for entry in volume.read_dir(&volume.resolve("/etc")?)? {
+//!     println!("{}", String::from_utf8_lossy(&entry.name));
+//! }
+//! # Ok::<(), csumfs::Error>(())
+//! ```
+
+mod data;
+mod dir;
+mod error;
+pub mod hash;
+mod inode;
+mod map;
+mod stats;
+mod volume;
+mod xattr;
+
+pub use dir::DirEntry;
+pub use error::Error;
+pub use inode::{Inode, Timespec, ROOT};
+pub use map::Run;
+pub use stats::Stats;
+pub use volume::{Options, StatFs, Volume};

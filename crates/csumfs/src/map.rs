@@ -1,0 +1,159 @@
+//! Where a file's data is: its extent tree (extent blocks' checksums
+//! verified) or, without `extents`, its block map.
+
+use crate::error::{corrupt, Error};
+use crate::inode::{Inode, FLAG_EXTENTS};
+use crate::volume::Volume;
+use csumkit::crc32c;
+
+const EXTENT_MAGIC: u16 = 0xF30A;
+const DEPTH_MAX: u16 = 5;
+
+/// A run of data blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Run {
+    /// First file block.
+    pub logical: u64,
+    /// Blocks.
+    pub len: u64,
+    /// First disk block.
+    pub physical: u64,
+    /// Allocated but not written (reads as zeros): fallocate's extents.
+    pub uninit: bool,
+}
+
+fn le16(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([b[at], b[at + 1]])
+}
+fn le32(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
+impl Volume {
+    /// Every data run of `inode`, by logical block.
+    ///
+    /// # Errors
+    /// [`Error::Corrupt`] for a bad extent header or a block outside the
+    /// filesystem; [`Error::Checksum`] for an extent block's checksum.
+    pub fn runs(&self, inode: &Inode) -> Result<Vec<Run>, Error> {
+        let mut runs = Vec::new();
+        if inode.flags & FLAG_EXTENTS != 0 {
+            self.extent_node(inode, &inode.i_block, None, DEPTH_MAX, &mut runs)?;
+        } else {
+            self.block_map(inode, &mut runs)?;
+        }
+        runs.sort_by_key(|r| r.logical);
+        for run in &runs {
+            let end = run.physical.checked_add(run.len);
+            if run.physical < self.layout.first_data_block || end.is_none_or(|e| e > self.layout.blocks_count) {
+                return Err(corrupt(
+                    format!("inode {} extent at logical {}", inode.ino, run.logical),
+                    format!("blocks {}+{} lie outside the filesystem", run.physical, run.len),
+                ));
+            }
+        }
+        Ok(runs)
+    }
+
+    fn extent_node(
+        &self,
+        inode: &Inode,
+        node: &[u8],
+        block: Option<u64>,
+        depth_left: u16,
+        runs: &mut Vec<Run>,
+    ) -> Result<(), Error> {
+        let what = || match block {
+            Some(b) => format!("inode {} extent block {b}", inode.ino),
+            None => format!("inode {} extent root", inode.ino),
+        };
+        let (magic, entries, max, depth) = (le16(node, 0), le16(node, 2), le16(node, 4), le16(node, 6));
+        if magic != EXTENT_MAGIC || entries > max || 12 + 12 * usize::from(max) > node.len() || depth > depth_left {
+            return Err(corrupt(
+                what(),
+                format!("bad extent header (magic {magic:#06x}, {entries}/{max}, depth {depth})"),
+            ));
+        }
+        if block.is_some() {
+            let tail = 12 + 12 * usize::from(max);
+            if tail + 4 > node.len() {
+                return Err(corrupt(what(), "no room for the checksum tail"));
+            }
+            let computed = crc32c::raw_update(inode.csum_seed, &node[..tail]);
+            self.verify(&what, le32(node, tail), computed)?;
+        }
+        for e in 0..usize::from(entries) {
+            let entry = &node[12 + 12 * e..24 + 12 * e];
+            if depth == 0 {
+                let raw_len = le16(entry, 4);
+                let (len, uninit) = if raw_len > 32768 { (raw_len - 32768, true) } else { (raw_len, false) };
+                let physical = u64::from(le32(entry, 8)) | u64::from(le16(entry, 6)) << 32;
+                runs.push(Run { logical: u64::from(le32(entry, 0)), len: u64::from(len), physical, uninit });
+            } else {
+                let child = u64::from(le32(entry, 4)) | u64::from(le16(entry, 8)) << 32;
+                let data = self.block(child, &what)?;
+                self.extent_node(inode, data, Some(child), depth - 1, runs)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// `i_block` as 12 direct, one single, one double and one triple
+    /// indirect pointer; holes (0) skipped; up to the inode's size.
+    fn block_map(&self, inode: &Inode, runs: &mut Vec<Run>) -> Result<(), Error> {
+        let bs = self.layout.block_size;
+        let blocks = inode.size.div_ceil(bs);
+        if blocks > self.layout.blocks_count {
+            return Err(corrupt(format!("inode {}", inode.ino), format!("size {} exceeds the filesystem", inode.size)));
+        }
+        let pointer = |i: usize| u64::from(le32(&inode.i_block, 4 * i));
+        for i in 0..12u64.min(blocks) {
+            if pointer(i as usize) != 0 {
+                runs.push(Run { logical: i, len: 1, physical: pointer(i as usize), uninit: false });
+            }
+        }
+        let per = bs / 4;
+        let mut first = 12u64;
+        for level in 1..=3u32 {
+            if first >= blocks {
+                break;
+            }
+            self.indirect(inode, pointer(11 + level as usize), level, first, blocks, runs)?;
+            first += per.pow(level);
+        }
+        Ok(())
+    }
+
+    fn indirect(
+        &self,
+        inode: &Inode,
+        block: u64,
+        level: u32,
+        first: u64,
+        blocks: u64,
+        runs: &mut Vec<Run>,
+    ) -> Result<(), Error> {
+        if block == 0 {
+            return Ok(());
+        }
+        let data = self.block(block, &|| format!("inode {} indirect block {block}", inode.ino))?;
+        let per = self.layout.block_size / 4;
+        let span = per.pow(level - 1);
+        for k in 0..per {
+            let logical = first + k * span;
+            if logical >= blocks {
+                break;
+            }
+            let child = u64::from(le32(data, 4 * k as usize));
+            if child == 0 {
+                continue;
+            }
+            if level == 1 {
+                runs.push(Run { logical, len: 1, physical: child, uninit: false });
+            } else {
+                self.indirect(inode, child, level - 1, logical, blocks, runs)?;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,190 @@
+//! Opening an image: the superblock's geometry (shared with the checker:
+//! `csumkit::ext4::Layout`), the features this code reads, and bounds-checked
+//! block access.
+
+use crate::error::{corrupt, Error};
+use crate::stats::Stats;
+use csumkit::ext4::{Features, Layout};
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Mutex;
+
+/// How to open a volume.
+#[derive(Clone, Copy, Debug)]
+pub struct Options {
+    /// Verify each metadata checksum as its structure is read (the kernel
+    /// does; off only to read past damage, like `e2fsck -n` would).
+    pub verify_checksums: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { verify_checksums: true }
+    }
+}
+
+/// The image's bytes: a read-only map of the file, or bytes in memory.
+pub(crate) enum Bytes {
+    Map(memmap2::Mmap),
+    Owned(Vec<u8>),
+}
+
+impl std::ops::Deref for Bytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Bytes::Map(map) => map,
+            Bytes::Owned(bytes) => bytes,
+        }
+    }
+}
+
+/// An ext4 image with `metadata_csum`, opened read-only.
+pub struct Volume {
+    pub(crate) map: Bytes,
+    pub(crate) layout: Layout,
+    pub(crate) options: Options,
+    /// `s_hash_seed`, `s_def_hash_version` and whether hashes are unsigned.
+    pub(crate) hash: crate::hash::HashSetup,
+    /// Per-inode xattr name filters (seed 003), built on first use.
+    pub(crate) filters: Mutex<HashMap<u32, csumkit::xattr_filter::Filter>>,
+    pub(crate) stats: Stats,
+}
+
+/// (feature bit, name, remedy) of the incompat features this code refuses.
+const REFUSED_INCOMPAT: [(u32, &str, &str); 4] = [
+    (
+        Features::INCOMPAT_RECOVER,
+        "needs_recovery",
+        "the journal holds transactions not yet replayed: run e2fsck (or mount it once with the kernel)",
+    ),
+    (0x1000, "dirdata", "directory entries with extra data are not read here"),
+    (0x1_0000, "encrypt", "encrypted names and data are not read here"),
+    (0x2_0000, "casefold", "case-insensitive lookups are not implemented here"),
+];
+/// Incompat features read here: filetype, journal_dev, meta_bg, extents,
+/// 64bit, mmp, flex_bg, ea_inode, csum_seed, large_dir, inline_data.
+const KNOWN_INCOMPAT: u32 = 0x2 | 0x8 | 0x10 | 0x40 | 0x80 | 0x100 | 0x200 | 0x400 | 0x2000 | 0x4000 | 0x8000;
+
+impl Volume {
+    /// Opens the image at `path` (a file or block device) read-only.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when it cannot be read; [`Error::Format`] when it is not
+    /// an ext4 image with `metadata_csum`; [`Error::Unsupported`] naming a
+    /// feature this code does not read, with a remedy.
+    pub fn open(path: &Path, options: Options) -> Result<Volume, Error> {
+        let io = |source| Error::Io { context: path.display().to_string(), source };
+        let file = std::fs::File::open(path).map_err(io)?;
+        // SAFETY: the map is read-only and private to this process; an image
+        // changed underneath by another writer gives wrong bytes, which every
+        // read bounds-checks (never undefined behaviour in safe code here).
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
+        Volume::new(Bytes::Map(map), options)
+    }
+
+    /// A volume over an image in memory (tests, fuzzing).
+    ///
+    /// # Errors
+    /// As [`open`](Self::open).
+    pub fn from_bytes(bytes: Vec<u8>, options: Options) -> Result<Volume, Error> {
+        Volume::new(Bytes::Owned(bytes), options)
+    }
+
+    fn new(map: Bytes, options: Options) -> Result<Volume, Error> {
+        let layout = Layout::parse(&map)?;
+        let sb = &map[1024..2048];
+        let incompat = layout.features.incompat;
+        if let Some((_, feature, remedy)) = REFUSED_INCOMPAT.iter().find(|(bit, _, _)| incompat & bit != 0) {
+            return Err(Error::Unsupported { feature, remedy });
+        }
+        if incompat & !KNOWN_INCOMPAT & !REFUSED_INCOMPAT.iter().fold(0, |a, (b, _, _)| a | b) != 0 {
+            return Err(Error::Unsupported {
+                feature: "an incompat feature unknown here",
+                remedy: "the image needs a newer ext4 reader",
+            });
+        }
+        Ok(Volume {
+            hash: crate::hash::HashSetup::from_superblock(sb),
+            map,
+            layout,
+            options,
+            filters: Mutex::new(HashMap::new()),
+            stats: Stats::default(),
+        })
+    }
+
+    /// The geometry.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// Counters of what the reader did (xattr filter hits and so on).
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// Block `block`, bounds-checked.
+    pub(crate) fn block(&self, block: u64, what: &dyn Fn() -> String) -> Result<&[u8], Error> {
+        let bs = self.layout.block_size;
+        if block < self.layout.first_data_block && block != 0 || block >= self.layout.blocks_count {
+            return Err(corrupt(
+                what(),
+                format!("block {block} is outside the filesystem's {} blocks", self.layout.blocks_count),
+            ));
+        }
+        let at = (block * bs) as usize;
+        self.map
+            .get(at..at + bs as usize)
+            .ok_or_else(|| corrupt(what(), format!("block {block} is past the image end")))
+    }
+
+    /// `len` bytes at byte `at`, bounds-checked.
+    pub(crate) fn bytes(&self, at: u64, len: usize, what: &dyn Fn() -> String) -> Result<&[u8], Error> {
+        usize::try_from(at)
+            .ok()
+            .and_then(|start| self.map.get(start..start.checked_add(len)?))
+            .ok_or_else(|| corrupt(what(), format!("bytes [{at}, +{len}) are past the image end")))
+    }
+
+    /// Compares a stored checksum with the recomputed one, when verifying.
+    pub(crate) fn verify(&self, what: &dyn Fn() -> String, stored: u32, computed: u32) -> Result<(), Error> {
+        if self.options.verify_checksums && stored != computed {
+            return Err(Error::Checksum { what: what(), stored, computed });
+        }
+        Ok(())
+    }
+
+    /// `statfs`: block size, counts of blocks and inodes, free ones.
+    pub fn statfs(&self) -> StatFs {
+        let sb = &self.map[1024..2048];
+        let le32 = |at: usize| u64::from(u32::from_le_bytes(sb[at..at + 4].try_into().expect("4 bytes")));
+        let wide = self.layout.features.incompat & Features::INCOMPAT_64BIT != 0;
+        let free_blocks = le32(0x0C) | if wide { le32(0x158) << 32 } else { 0 };
+        StatFs {
+            block_size: self.layout.block_size,
+            blocks: self.layout.blocks_count,
+            free_blocks,
+            inodes: self.layout.inodes_count,
+            free_inodes: le32(0x10),
+            name_max: 255,
+        }
+    }
+}
+
+/// What `statfs` reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StatFs {
+    /// Bytes per block.
+    pub block_size: u64,
+    /// Blocks in the filesystem.
+    pub blocks: u64,
+    /// Free blocks (the superblock's count, as of the last sync).
+    pub free_blocks: u64,
+    /// Inodes.
+    pub inodes: u64,
+    /// Free inodes.
+    pub free_inodes: u64,
+    /// Longest name.
+    pub name_max: u32,
+}

@@ -1,0 +1,213 @@
+//! Extended attributes: in the inode after `i_extra_isize`, and in an
+//! external block (its checksum verified; possibly shared), values of
+//! `ea_inode` entries in inodes of their own. POSIX ACLs are returned in
+//! the VFS's xattr encoding, as the kernel's getxattr returns them. The
+//! seed-003 name filter is kept per inode in memory, so a lookup of an
+//! absent name (the ACL probes of `ls -l`) reads no xattr block.
+
+use crate::error::{corrupt, Error};
+use crate::inode::Inode;
+use crate::stats::Stats;
+use crate::volume::Volume;
+use csumkit::crc32c;
+use csumkit::xattr_filter::{bit_of, Filter};
+
+const MAGIC: u32 = 0xEA02_0000;
+/// The ext4 name indexes and their prefixes (2 and 3 are whole names).
+const PREFIXES: [(u8, &str); 7] = [
+    (1, "user."),
+    (2, "system.posix_acl_access"),
+    (3, "system.posix_acl_default"),
+    (4, "trusted."),
+    (6, "security."),
+    (7, "system."),
+    (8, "system.richacl"),
+];
+
+/// One stored xattr: name index, name suffix, value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Entry {
+    pub index: u8,
+    pub suffix: Vec<u8>,
+    pub value: Vec<u8>,
+}
+
+impl Entry {
+    fn full_name(&self) -> Option<String> {
+        let prefix = PREFIXES.iter().find(|(i, _)| *i == self.index)?.1;
+        Some(format!("{prefix}{}", String::from_utf8_lossy(&self.suffix)))
+    }
+}
+
+/// (index, suffix) of a full name; `None` when no ext4 prefix fits.
+fn split(name: &str) -> Option<(u8, &[u8])> {
+    PREFIXES.iter().find_map(|&(index, prefix)| {
+        let suffix = name.strip_prefix(prefix)?;
+        (!matches!(index, 2 | 3 | 8) || suffix.is_empty()).then_some((index, suffix.as_bytes()))
+    })
+}
+
+fn le16(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([b[at], b[at + 1]])
+}
+fn le32(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
+impl Volume {
+    /// Every xattr of `inode` as (full name, value), the in-inode ones
+    /// first, as `listxattr` + `getxattr` return them (ACLs in the VFS
+    /// encoding; `system.data`, which holds inline data, left out as the
+    /// kernel leaves it out).
+    ///
+    /// # Errors
+    /// [`Error::Corrupt`] for malformed entries; [`Error::Checksum`] for a
+    /// wrong xattr block checksum.
+    pub fn xattrs(&self, inode: &Inode) -> Result<Vec<(String, Vec<u8>)>, Error> {
+        let mut out = Vec::new();
+        for entry in self.entries(inode)? {
+            if entry.index == 7 && entry.suffix == b"data" {
+                continue;
+            }
+            let Some(name) = entry.full_name() else { continue };
+            let value = match entry.index {
+                2 | 3 => acl_to_vfs(&entry.value, inode.ino)?,
+                _ => entry.value,
+            };
+            out.push((name, value));
+        }
+        Ok(out)
+    }
+
+    /// One xattr's value. The inode's name filter (built on its first
+    /// lookup, kept in memory) answers most absent names without reading
+    /// the xattr block.
+    ///
+    /// # Errors
+    /// [`Error::NoData`] when absent; as [`xattrs`](Self::xattrs).
+    pub fn getxattr(&self, inode: &Inode, name: &str) -> Result<Vec<u8>, Error> {
+        let absent = || Error::NoData(format!("inode {} {name}", inode.ino));
+        let Some((index, suffix)) = split(name) else { return Err(absent()) };
+        let cached = self.filters.lock().expect("filter cache").get(&inode.ino).copied();
+        if let Some(filter) = cached {
+            if filter.0 & (1 << bit_of(index, suffix)) != 0 {
+                Stats::bump(&self.stats.filter_hits);
+                return Err(absent());
+            }
+        }
+        Stats::bump(&self.stats.xattr_searches);
+        let entries = self.entries(inode)?;
+        let filter = Filter::from_split(entries.iter().map(|e| (e.index, e.suffix.as_slice())));
+        self.filters.lock().expect("filter cache").insert(inode.ino, filter);
+        let entry = entries.into_iter().find(|e| e.index == index && e.suffix == suffix).ok_or_else(absent)?;
+        match index {
+            2 | 3 => acl_to_vfs(&entry.value, inode.ino),
+            _ => Ok(entry.value),
+        }
+    }
+
+    /// The raw entries: in-inode, then the external block's.
+    pub(crate) fn entries(&self, inode: &Inode) -> Result<Vec<Entry>, Error> {
+        let mut out = Vec::new();
+        let extra = inode.extra_isize();
+        let raw = &inode.raw;
+        if raw.len() > 128 && 128 + extra + 4 <= raw.len() && le32(raw, 128 + extra) == MAGIC {
+            let body = &raw[128 + extra + 4..];
+            self.parse_entries(inode, body, 0, body, &mut out, &|| format!("inode {} in-inode xattrs", inode.ino))?;
+        }
+        if inode.file_acl != 0 {
+            let b = inode.file_acl;
+            let what = || format!("inode {} xattr block {b}", inode.ino);
+            let block = self.block(b, &what)?;
+            Stats::bump(&self.stats.xattr_block_reads);
+            if le32(block, 0) != MAGIC || le32(block, 8) != 1 {
+                return Err(corrupt(what(), format!("magic {:#010x}, h_blocks {}", le32(block, 0), le32(block, 8))));
+            }
+            let crc = crc32c::raw_update(self.layout.csum_seed, &b.to_le_bytes());
+            let crc = crc32c::raw_update(crc, &block[..0x10]);
+            let crc = crc32c::raw_update(crc, &[0; 4]);
+            let computed = crc32c::raw_update(crc, &block[0x14..]);
+            self.verify(&what, le32(block, 0x10), computed)?;
+            self.parse_entries(inode, block, 32, block, &mut out, &what)?;
+        }
+        Ok(out)
+    }
+
+    /// Entries from `start` of `area` until the 4 zero bytes that end them;
+    /// values at offsets into `values`.
+    fn parse_entries(
+        &self,
+        inode: &Inode,
+        area: &[u8],
+        start: usize,
+        values: &[u8],
+        out: &mut Vec<Entry>,
+        what: &dyn Fn() -> String,
+    ) -> Result<(), Error> {
+        let mut at = start;
+        while at + 4 <= area.len() && le32(area, at) != 0 {
+            if at + 16 > area.len() {
+                return Err(corrupt(what(), format!("entry at {at} runs off the end")));
+            }
+            let (name_len, index) = (usize::from(area[at]), area[at + 1]);
+            let (value_offs, value_inum, value_size) =
+                (usize::from(le16(area, at + 2)), le32(area, at + 4), le32(area, at + 8) as usize);
+            let name = area
+                .get(at + 16..at + 16 + name_len)
+                .ok_or_else(|| corrupt(what(), format!("entry at {at}: name runs off the end")))?;
+            let value = if value_inum != 0 {
+                self.ea_inode_value(inode, value_inum, value_size)?
+            } else {
+                values
+                    .get(value_offs..value_offs + value_size)
+                    .ok_or_else(|| {
+                        corrupt(what(), format!("entry at {at}: value [{value_offs}, +{value_size}) outside"))
+                    })?
+                    .to_vec()
+            };
+            out.push(Entry { index, suffix: name.to_vec(), value });
+            at += (16 + name_len).next_multiple_of(4);
+        }
+        Ok(())
+    }
+
+    /// The value an `ea_inode` entry keeps in inode `inum`.
+    fn ea_inode_value(&self, owner: &Inode, inum: u32, size: usize) -> Result<Vec<u8>, Error> {
+        let ea = self.inode(inum)?;
+        if ea.flags & crate::inode::FLAG_EA_INODE == 0 || ea.size != size as u64 {
+            return Err(corrupt(
+                format!("inode {} xattr value inode {inum}", owner.ino),
+                format!("not an ea_inode of {size} bytes (flags {:#x}, size {})", ea.flags, ea.size),
+            ));
+        }
+        self.read_all(&ea)
+    }
+}
+
+/// ext4's ACL encoding (version 1; 4-byte entries for the owner, group,
+/// mask and other, 8-byte ones with an id for named users and groups) to
+/// the VFS's (version 2, 8-byte entries, id 0xFFFFFFFF where none).
+fn acl_to_vfs(value: &[u8], ino: u32) -> Result<Vec<u8>, Error> {
+    let bad = |detail: String| corrupt(format!("inode {ino} ACL"), detail);
+    if value.len() < 4 || le32(value, 0) != 1 {
+        return Err(bad(format!("{} bytes, not an ext4 ACL (version 1)", value.len())));
+    }
+    let mut out = 2u32.to_le_bytes().to_vec();
+    let mut at = 4;
+    while at < value.len() {
+        let entry = value.get(at..at + 4).ok_or_else(|| bad(format!("truncated entry at {at}")))?;
+        let tag = le16(entry, 0);
+        let (id, size) = match tag {
+            0x02 | 0x08 => {
+                let id = value.get(at + 4..at + 8).ok_or_else(|| bad(format!("truncated entry at {at}")))?;
+                (le32(id, 0), 8)
+            }
+            0x01 | 0x04 | 0x10 | 0x20 => (u32::MAX, 4),
+            other => return Err(bad(format!("tag {other:#x} at {at}"))),
+        };
+        out.extend_from_slice(&entry[..4]);
+        out.extend_from_slice(&id.to_le_bytes());
+        at += size;
+    }
+    Ok(out)
+}
