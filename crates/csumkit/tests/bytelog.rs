@@ -306,68 +306,90 @@ fn group_commit_batches_writers_and_replays_everything() {
     assert!(records.len() <= 1600);
 }
 
-/// A log whose first append is slow (so writers queue behind it) and whose
-/// second append may fail; it counts what is durable.
-struct SlowLog {
+/// A log whose first append waits until the test lets it go (so writers
+/// queue behind it, deterministically: the test watches
+/// `GroupCommit::queued`) and whose second append may fail; it counts what
+/// is durable.
+struct GatedLog {
     records: Vec<(u16, u8, Vec<u8>)>,
     calls: usize,
     fail_second: bool,
     in_first_append: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    release: std::sync::Arc<std::sync::atomic::AtomicBool>,
     durable: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
-impl AppendRecord for SlowLog {
+impl AppendRecord for GatedLog {
     fn append_record(&mut self, tag: u16, flags: u8, payload: &[u8]) -> Result<u64, Error> {
+        use std::sync::atomic::Ordering::SeqCst;
         self.calls += 1;
         if self.calls == 1 {
-            self.in_first_append.store(true, std::sync::atomic::Ordering::SeqCst);
-            std::thread::sleep(std::time::Duration::from_millis(100));
+            self.in_first_append.store(true, SeqCst);
+            while !self.release.load(SeqCst) {
+                std::thread::yield_now();
+            }
         }
         if self.calls == 2 && self.fail_second {
             return Err(Error::Invalid { what: "test log", detail: "injected failure".into() });
         }
         self.records.push((tag, flags, payload.to_vec()));
-        self.durable.store(self.records.len() as u64, std::sync::atomic::Ordering::SeqCst);
+        self.durable.store(self.records.len() as u64, SeqCst);
         Ok(self.records.len() as u64)
     }
 }
 
-#[test]
-fn group_commit_carries_queued_writers_in_one_record_and_acks_only_durable_ones() {
+/// One leader inside its append, `values.len()` writers queued behind it
+/// (each committing one TLV of tag 2, 3, …), then the append let go; the
+/// outcomes (the leader's first) and the log.
+fn queued_commits(fail_second: bool, values: &[Vec<u8>]) -> (Vec<Result<u64, Error>>, GatedLog) {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     use std::sync::Arc;
-    for fail_second in [false, true] {
-        let in_first_append = Arc::new(AtomicBool::new(false));
-        let durable = Arc::new(AtomicU64::new(0));
-        let group = GroupCommit::new(SlowLog {
-            records: Vec::new(),
-            calls: 0,
-            fail_second,
-            in_first_append: Arc::clone(&in_first_append),
-            durable: Arc::clone(&durable),
-        });
-        let outcomes: Vec<Result<u64, Error>> = std::thread::scope(|s| {
-            let first = s.spawn(|| group.commit(&[Tlv { tag: 1, value: &[0; 24] }]));
-            while !in_first_append.load(Ordering::SeqCst) {
-                std::thread::yield_now();
-            }
-            // Seven writers queue while the leader is inside its append.
-            let rest: Vec<_> = (2..9u16)
-                .map(|w| {
-                    let (group, durable) = (&group, &durable);
-                    s.spawn(move || {
-                        let r = group.commit(&[Tlv { tag: w, value: &[w as u8; 32] }]);
-                        if let Ok(seq) = r {
-                            assert!(seq <= durable.load(Ordering::SeqCst), "acknowledged before durable");
-                        }
-                        r
-                    })
+    let (in_first_append, release) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+    let durable = Arc::new(AtomicU64::new(0));
+    let group = GroupCommit::new(GatedLog {
+        records: Vec::new(),
+        calls: 0,
+        fail_second,
+        in_first_append: Arc::clone(&in_first_append),
+        release: Arc::clone(&release),
+        durable: Arc::clone(&durable),
+    });
+    let outcomes: Vec<Result<u64, Error>> = std::thread::scope(|s| {
+        let first = s.spawn(|| group.commit(&[Tlv { tag: 1, value: &[0; 24] }]));
+        while !in_first_append.load(Ordering::SeqCst) {
+            std::thread::yield_now();
+        }
+        let rest: Vec<_> = values
+            .iter()
+            .enumerate()
+            .map(|(i, value)| {
+                let (group, durable) = (&group, &durable);
+                s.spawn(move || {
+                    let r = group.commit(&[Tlv { tag: i as u16 + 2, value }]);
+                    if let Ok(seq) = r {
+                        // Holds without timing: the leader stores `durable`
+                        // before it finishes any writer it carried.
+                        assert!(seq <= durable.load(Ordering::SeqCst), "acknowledged before durable");
+                    }
+                    r
                 })
-                .collect();
-            std::iter::once(first).chain(rest).map(|h| h.join().unwrap()).collect()
-        });
+            })
+            .collect();
+        while group.queued() < values.len() {
+            std::thread::yield_now();
+        }
+        release.store(true, Ordering::SeqCst);
+        std::iter::once(first).chain(rest).map(|h| h.join().unwrap()).collect()
+    });
+    (outcomes, group.into_inner())
+}
+
+#[test]
+fn group_commit_carries_queued_writers_in_one_record_and_acks_only_durable_ones() {
+    let values: Vec<Vec<u8>> = (2..9u8).map(|w| vec![w; 32]).collect();
+    for fail_second in [false, true] {
+        let (outcomes, log) = queued_commits(fail_second, &values);
         assert_eq!(outcomes[0].as_ref().unwrap(), &1);
-        let log = group.into_inner();
         if fail_second {
             for r in &outcomes[1..] {
                 assert!(matches!(r, Err(Error::Invalid { what: "group commit", .. })), "{r:?}");
@@ -383,6 +405,49 @@ fn group_commit_carries_queued_writers_in_one_record_and_acks_only_durable_ones(
             assert_eq!(tags, (2..9).collect::<Vec<u16>>());
         }
     }
+}
+
+/// Queued writers whose TLVs do not fit one record are carried in as many
+/// records as needed, each at most one page; every writer
+/// is acknowledged with the record that holds its TLV; a lone writer's
+/// record is a single TLV, not a batch.
+#[test]
+fn group_commit_splits_a_queue_larger_than_one_record() {
+    // 2028-byte values: 2032 encoded, two fill a 4064-byte record exactly.
+    let values: Vec<Vec<u8>> = (0..7u8).map(|w| vec![w; 2028]).collect();
+    let (outcomes, log) = queued_commits(false, &values);
+    assert_eq!(log.records.len(), 1 + 4, "7 queued writers, two per record");
+    for (i, (tag, flags, payload)) in log.records.iter().enumerate() {
+        assert!(payload.len() <= 4064, "record {i}: {} bytes", payload.len());
+        if (1..4).contains(&i) {
+            assert_eq!(payload.len(), 4064, "record {i}: two queued commits fill it exactly");
+        }
+        let tags: Vec<u16> = decode_tlvs(payload).unwrap().iter().map(|t| t.tag).collect();
+        for t in &tags {
+            assert_eq!(outcomes[usize::from(*t) - 1].as_ref().ok(), Some(&(i as u64 + 1)), "tag {t}");
+        }
+        if tags.len() == 1 {
+            assert_eq!((*tag, *flags), (tags[0], 0), "record {i}: one TLV is not a batch");
+        } else {
+            assert_eq!((*tag, *flags), (0, FLAG_BATCH), "record {i}");
+        }
+    }
+    let mut carried: Vec<u16> =
+        log.records.iter().flat_map(|r| decode_tlvs(&r.2).unwrap().iter().map(|t| t.tag).collect::<Vec<_>>()).collect();
+    carried.sort_unstable();
+    assert_eq!(carried, (1..=8).collect::<Vec<u16>>(), "every writer carried once");
+}
+
+/// A commit must hold 1.. TLVs that fit one record.
+#[test]
+fn group_commit_refuses_empty_and_oversized_commits() {
+    let group = GroupCommit::new(ByteLog::format(SimMedium::new(1 << 16), 1).unwrap());
+    assert!(matches!(group.commit(&[]), Err(Error::Invalid { what: "commit", .. })));
+    let fits = vec![1u8; 4064 - 4];
+    assert_eq!(group.commit(&[Tlv { tag: 1, value: &fits }]).unwrap(), 1);
+    let over = vec![1u8; 4064 - 3];
+    assert!(matches!(group.commit(&[Tlv { tag: 1, value: &over }]), Err(Error::Invalid { what: "commit", .. })));
+    assert_eq!(group.queued(), 0);
 }
 
 #[test]

@@ -206,6 +206,12 @@ impl<L: AppendRecord> GroupCommit<L> {
         self.queue.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Commits waiting for a leader to carry them (not counting one being
+    /// appended): what a caller or a test can watch to see writers queue.
+    pub fn queued(&self) -> usize {
+        self.lock_queue().pending.len()
+    }
+
     /// Runs `f` on the log (no commit in progress meanwhile).
     pub fn with_log<T>(&self, f: impl FnOnce(&mut L) -> T) -> T {
         f(&mut self.log.lock().unwrap_or_else(|e| e.into_inner()))
