@@ -52,7 +52,7 @@ fuzz_target!(|data: &[u8]| {
         let at = usize::from(u16::from_le_bytes([pair[0], pair[1]]));
         image[at] = pair[2];
     }
-    let options = Options { verify_checksums: selector & 1 == 0 };
+    let options = Options { verify_checksums: selector & 1 == 0, ..Options::default() };
     if let Ok(volume) = Volume::from_bytes(image, options) {
         walk(&volume);
     }

@@ -6,6 +6,9 @@ pub enum Error {
     /// `ENOENT`.
     #[error("{0}: no such file or directory")]
     NotFound(String),
+    /// `EEXIST`.
+    #[error("{0}: file exists")]
+    Exists(String),
     /// `ENOTDIR`.
     #[error("{0}: not a directory")]
     NotDir(String),
@@ -66,6 +69,7 @@ impl Error {
     pub fn errno(&self) -> i32 {
         match self {
             Error::NotFound(_) => libc::ENOENT,
+            Error::Exists(_) => libc::EEXIST,
             Error::NotDir(_) => libc::ENOTDIR,
             Error::IsDir(_) => libc::EISDIR,
             Error::Invalid(_) => libc::EINVAL,

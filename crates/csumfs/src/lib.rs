@@ -30,6 +30,7 @@ mod inode;
 mod map;
 mod stats;
 mod volume;
+mod write;
 mod xattr;
 
 pub use dir::DirEntry;
@@ -38,3 +39,4 @@ pub use inode::{Inode, Timespec, ROOT};
 pub use map::Run;
 pub use stats::Stats;
 pub use volume::{Options, StatFs, Volume};
+pub use write::NewInode;

@@ -15,17 +15,24 @@ pub struct Options {
     /// Verify each metadata checksum as its structure is read (the kernel
     /// does; off only to read past damage, like `e2fsck -n` would).
     pub verify_checksums: bool,
+    /// Open for writing (`Volume::create`, `mkdir`, `write`, …).
+    pub write: bool,
+    /// Recompute every checksum the writer moves incrementally and panic
+    /// on a difference (always on in debug builds): the test mode.
+    pub check_updates: bool,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { verify_checksums: true }
+        Options { verify_checksums: true, write: false, check_updates: false }
     }
 }
 
-/// The image's bytes: a read-only map of the file, or bytes in memory.
+/// The image's bytes: a map of the file (shared and writable when the
+/// volume is opened for writing), or bytes in memory.
 pub(crate) enum Bytes {
     Map(memmap2::Mmap),
+    MapMut(memmap2::MmapMut),
     Owned(Vec<u8>),
 }
 
@@ -34,7 +41,19 @@ impl std::ops::Deref for Bytes {
     fn deref(&self) -> &[u8] {
         match self {
             Bytes::Map(map) => map,
+            Bytes::MapMut(map) => map,
             Bytes::Owned(bytes) => bytes,
+        }
+    }
+}
+
+impl Bytes {
+    /// The bytes to change; `None` on a read-only map.
+    pub(crate) fn writable(&mut self) -> Option<&mut [u8]> {
+        match self {
+            Bytes::Map(_) => None,
+            Bytes::MapMut(map) => Some(map),
+            Bytes::Owned(bytes) => Some(bytes),
         }
     }
 }
@@ -75,12 +94,16 @@ impl Volume {
     /// feature this code does not read, with a remedy.
     pub fn open(path: &Path, options: Options) -> Result<Volume, Error> {
         let io = |source| Error::Io { context: path.display().to_string(), source };
-        let file = std::fs::File::open(path).map_err(io)?;
-        // SAFETY: the map is read-only and private to this process; an image
-        // changed underneath by another writer gives wrong bytes, which every
-        // read bounds-checks (never undefined behaviour in safe code here).
-        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
-        Volume::new(Bytes::Map(map), options)
+        let file = std::fs::OpenOptions::new().read(true).write(options.write).open(path).map_err(io)?;
+        // SAFETY: an image changed underneath by another process gives wrong
+        // bytes, which every read bounds-checks (never undefined behaviour in
+        // safe code here); csumfs is the image's only writer while open.
+        let map = if options.write {
+            Bytes::MapMut(unsafe { memmap2::MmapMut::map_mut(&file) }.map_err(io)?)
+        } else {
+            Bytes::Map(unsafe { memmap2::Mmap::map(&file) }.map_err(io)?)
+        };
+        Volume::new(map, options)
     }
 
     /// A volume over an image in memory (tests, fuzzing).
@@ -103,6 +126,9 @@ impl Volume {
                 feature: "an incompat feature unknown here",
                 remedy: "the image needs a newer ext4 reader",
             });
+        }
+        if options.write {
+            crate::write::refuse_for_writing(&layout, &map)?;
         }
         Ok(Volume {
             hash: crate::hash::HashSetup::from_superblock(sb),

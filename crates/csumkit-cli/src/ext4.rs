@@ -26,6 +26,11 @@ pub enum Ext4Command {
     Stat(crate::ext4_read::PathArgs),
     /// Show extended attributes (all, or one with -n NAME).
     Getfattr(crate::ext4_read::GetfattrArgs),
+    /// Copy a host file or directory tree into the image (regular files and
+    /// directories; modes and owners kept).
+    Put(crate::ext4_read::PutArgs),
+    /// Create a directory in the image.
+    Mkdir(crate::ext4_read::MkdirArgs),
 }
 
 #[derive(Args)]
@@ -59,6 +64,8 @@ pub fn run(command: Ext4Command) -> ExitCode {
         Ext4Command::Cat(args) => read(Read::Cat(args)),
         Ext4Command::Stat(args) => read(Read::Stat(args)),
         Ext4Command::Getfattr(args) => read(Read::Getfattr(args)),
+        Ext4Command::Put(args) => crate::ext4_read::put(args),
+        Ext4Command::Mkdir(args) => crate::ext4_read::mkdir(args),
     }
 }
 

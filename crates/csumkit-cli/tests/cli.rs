@@ -676,6 +676,47 @@ fn ext4_read_commands_on_a_kernel_made_image() {
     assert_eq!(text(&["ext4", "cat", "--no-verify", img, "/small/file"]), (Some(0), "hello\n".to_string()));
 }
 
+/// `ext4 put` copies a host tree into a fresh image (no root, no loop
+/// device), `ext4 mkdir` adds a directory; e2fsck -fn calls the result
+/// clean and `ext4 cat` reads every file back; a second mkdir is EEXIST
+/// (exit 1) and an unsupported source type changes nothing (exit 2).
+#[test]
+fn ext4_put_and_mkdir_build_an_image_e2fsck_accepts() {
+    let Some(mkfs) = ["/usr/sbin/mke2fs", "/sbin/mke2fs"].into_iter().find(|p| std::path::Path::new(p).exists()) else {
+        skip("mke2fs", "apt-get install e2fsprogs");
+        return;
+    };
+    let image = temp_file("put.img", b"");
+    let status = Command::new(mkfs)
+        .args(["-q", "-F", "-t", "ext4", "-O", "metadata_csum,64bit"])
+        .arg(&image)
+        .arg("32M")
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let img = image.to_str().unwrap();
+    let tree = temp_root().join("put-tree");
+    std::fs::create_dir_all(tree.join("inner")).unwrap();
+    std::fs::write(tree.join("a.txt"), b"alpha\n").unwrap();
+    let big: Vec<u8> = (0..300_000u32).map(|i| (i % 253) as u8).collect();
+    std::fs::write(tree.join("inner/big.bin"), &big).unwrap();
+    let out = csumkit(&["ext4", "put", img, tree.to_str().unwrap(), "/"], None);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("copied 4 files and directories"));
+    assert!(csumkit(&["ext4", "mkdir", img, "/made"], None).status.success());
+    assert_eq!(csumkit(&["ext4", "mkdir", img, "/made"], None).status.code(), Some(1));
+    let e2fsck = ["/usr/sbin/e2fsck", "/sbin/e2fsck"].into_iter().find(|p| std::path::Path::new(p).exists()).unwrap();
+    let check = Command::new(e2fsck).arg("-fn").arg(&image).output().unwrap();
+    assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stdout));
+    assert_eq!(csumkit(&["ext4", "cat", img, "/put-tree/a.txt"], None).stdout, b"alpha\n");
+    assert_eq!(csumkit(&["ext4", "cat", img, "/put-tree/inner/big.bin"], None).stdout, big);
+    let before = std::fs::read(&image).unwrap();
+    let out = csumkit(&["ext4", "put", img, "/dev/null", "/null"], None);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(std::fs::read(&image).unwrap() == before, "a refused put changed the image");
+    std::fs::remove_dir_all(&tree).unwrap();
+}
+
 #[test]
 fn ext4_check_reports_then_repairs_with_yes() {
     let Some(mkfs) = ["/usr/sbin/mke2fs", "/sbin/mke2fs"].into_iter().find(|p| std::path::Path::new(p).exists()) else {

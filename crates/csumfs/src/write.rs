@@ -1,0 +1,693 @@
+//! Writing: new inodes, directory entries, data blocks — every checksum
+//! kept current without re-reading what it covers. A bitmap's checksum
+//! moves by `crc32c::flip_range` over the bits allocated; descriptors,
+//! inodes, directory blocks and the superblock by `crc32c::splice` over the
+//! bytes that changed. Only structures written whole for the first time
+//! (a new inode, a new directory block) are checksummed in full. Debug
+//! builds recompute every updated checksum from scratch and compare.
+//!
+//! (Group descriptors store 16 bits of their CRC, so each changed
+//! descriptor's 64 bytes are checksummed anew.)
+//!
+//! This first writer allocates from the initialised groups' bitmaps
+//! (first fit from a goal), inserts entries into linear directories
+//! (growing them a block at a time), keeps extent trees of depth 0 (four
+//! extents in the inode) and writes through a shared map; `sync` flushes
+//! it. What it does not do yet is refused with an error that says so.
+
+use crate::error::{corrupt, Error};
+use crate::inode::{Inode, Timespec, FLAG_EXTENTS, FLAG_INDEX, FLAG_INLINE_DATA};
+use crate::volume::{Bytes, Volume};
+use csumkit::crc32c;
+use csumkit::ext4::{Features, Group, Layout};
+
+const RO_COMPAT_QUOTA: u32 = 0x100;
+const RO_COMPAT_BIGALLOC: u32 = 0x200;
+const RO_COMPAT_READONLY: u32 = 0x1000;
+const RO_COMPAT_PROJECT: u32 = 0x2000;
+const RO_COMPAT_ORPHAN_PRESENT: u32 = 0x1_0000;
+
+/// Refuses, by name, images this writer would damage.
+pub(crate) fn refuse_for_writing(layout: &Layout, image: &[u8]) -> Result<(), Error> {
+    let f = layout.features;
+    let refusals: [(bool, &'static str, &'static str); 7] = [
+        (
+            f.incompat & Features::INCOMPAT_MMP != 0,
+            "mmp",
+            "csumfs does not take the multiple-mount lock: open it read-only",
+        ),
+        (f.ro_compat & RO_COMPAT_QUOTA != 0, "quota", "quota files are not updated by csumfs: open it read-only"),
+        (
+            f.ro_compat & RO_COMPAT_PROJECT != 0,
+            "project",
+            "project quotas are not updated by csumfs: open it read-only",
+        ),
+        (f.ro_compat & RO_COMPAT_BIGALLOC != 0, "bigalloc", "cluster allocation is not implemented: open it read-only"),
+        (f.ro_compat & RO_COMPAT_READONLY != 0, "read-only", "the image is marked read-only"),
+        (f.ro_compat & RO_COMPAT_ORPHAN_PRESENT != 0, "orphan_present", "orphans await cleanup: run e2fsck first"),
+        (
+            layout.inode_size < 256,
+            "128-byte inodes",
+            "no room for 32-bit inode checksums and nanoseconds: open it read-only",
+        ),
+    ];
+    if let Some((_, feature, remedy)) = refusals.iter().find(|r| r.0) {
+        return Err(Error::Unsupported { feature, remedy });
+    }
+    let state = u16::from_le_bytes([image[1024 + 0x3A], image[1024 + 0x3B]]);
+    if state & 0x2 != 0 {
+        return Err(Error::Unsupported { feature: "errors", remedy: "the kernel recorded errors: run e2fsck first" });
+    }
+    Ok(())
+}
+
+fn le16(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([b[at], b[at + 1]])
+}
+fn le32(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+fn put16(b: &mut [u8], at: usize, v: u16) {
+    b[at..at + 2].copy_from_slice(&v.to_le_bytes());
+}
+fn put32(b: &mut [u8], at: usize, v: u32) {
+    b[at..at + 4].copy_from_slice(&v.to_le_bytes());
+}
+
+/// The changed byte runs of two equal-length buffers: (offset, old, new).
+fn changes<'a>(old: &'a [u8], new: &'a [u8]) -> Vec<(usize, &'a [u8], &'a [u8])> {
+    let mut runs: Vec<(usize, usize)> = Vec::new();
+    for i in (0..old.len()).filter(|&i| old[i] != new[i]) {
+        match runs.last_mut() {
+            Some((_, end)) if i <= *end + 8 => *end = i + 1,
+            _ => runs.push((i, i + 1)),
+        }
+    }
+    runs.into_iter().map(|(s, e)| (s, &old[s..e], &new[s..e])).collect()
+}
+
+/// `crc` of a `total`-byte buffer moved by `splice` over every change.
+fn splice_all(mut crc: u32, total: usize, old: &[u8], new: &[u8]) -> u32 {
+    for (at, o, n) in changes(old, new) {
+        crc = crc32c::splice(crc, total as u64, at as u64, o, n).expect("changes lie inside the buffer");
+    }
+    crc
+}
+
+/// Seconds since the epoch now, and the inode encoding of a time.
+pub(crate) fn now() -> Timespec {
+    let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    Timespec { sec: d.as_secs() as i64, nsec: d.subsec_nanos() }
+}
+
+fn encode_time(t: Timespec) -> (u32, u32) {
+    let epoch = ((t.sec >> 32) & 3) as u32;
+    (t.sec as u32, t.nsec << 2 | epoch)
+}
+
+/// What a new inode is.
+#[derive(Clone, Copy, Debug)]
+pub struct NewInode {
+    /// Type and permission bits.
+    pub mode: u16,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+}
+
+impl Volume {
+    /// In debug builds and with `Options::check_updates`, a checksum moved
+    /// incrementally must equal the one recomputed from all the bytes.
+    fn check_update(&self, what: &str, incremental: u32, full: impl FnOnce() -> u32) {
+        if cfg!(debug_assertions) || self.options.check_updates {
+            let full = full();
+            assert_eq!(incremental, full, "{what}: incremental checksum {incremental:#010x}, recomputed {full:#010x}");
+        }
+    }
+
+    fn image_mut(&mut self) -> Result<&mut [u8], Error> {
+        self.map.writable().ok_or_else(|| Error::Invalid("the volume was opened read-only".into()))
+    }
+
+    /// Writes `new` over `len` bytes at `at` of the image.
+    fn store(&mut self, at: u64, new: &[u8]) -> Result<(), Error> {
+        let image = self.image_mut()?;
+        let at = at as usize;
+        image[at..at + new.len()].copy_from_slice(new);
+        Ok(())
+    }
+
+    /// Changes one group descriptor with `edit` and re-seals it. Only 16
+    /// bits of its CRC are stored, so there is no full CRC to splice from:
+    /// the 64 (or 32) bytes are checksummed anew, as the kernel does.
+    fn edit_descriptor(&mut self, group: &Group, edit: impl FnOnce(&mut [u8])) -> Result<(), Error> {
+        let size = self.layout.desc_size as usize;
+        let at = group.desc_offset;
+        let mut new = self.bytes(at, size, &|| format!("group {} descriptor", group.number))?.to_vec();
+        edit(&mut new);
+        let crc = crc32c::raw_update(self.layout.csum_seed, &(group.number as u32).to_le_bytes());
+        let crc = crc32c::raw_update(crc, &new[..0x1E]);
+        let crc = crc32c::raw_update(crc, &[0, 0]);
+        let crc = crc32c::raw_update(crc, &new[0x20..]);
+        put16(&mut new, 0x1E, crc as u16);
+        self.store(at, &new)
+    }
+
+    /// Adds `delta` to the superblock's free block and inode counts, moving
+    /// its checksum by splice.
+    fn edit_superblock(&mut self, free_blocks: i64, free_inodes: i64) -> Result<(), Error> {
+        let old = self.bytes(1024, 1024, &|| "superblock".into())?.to_vec();
+        let mut new = old.clone();
+        let wide = self.layout.desc_size >= 64;
+        let blocks = u64::from(le32(&old, 0x0C)) | if wide { u64::from(le32(&old, 0x158)) << 32 } else { 0 };
+        let blocks = blocks.wrapping_add_signed(free_blocks);
+        put32(&mut new, 0x0C, blocks as u32);
+        if wide {
+            put32(&mut new, 0x158, (blocks >> 32) as u32);
+        }
+        put32(&mut new, 0x10, (i64::from(le32(&old, 0x10)) + free_inodes) as u32);
+        let crc = splice_all(le32(&old, 0x3FC), 0x3FC, &old[..0x3FC], &new[..0x3FC]);
+        self.check_update("superblock", crc, || crc32c::raw_update(!0, &new[..0x3FC]));
+        put32(&mut new, 0x3FC, crc);
+        self.store(1024, &new)
+    }
+
+    /// Sets (`take`) or clears `len` bits from `first` in a bitmap block,
+    /// moving its checksum by flip_range and the descriptor's free count
+    /// by `len`.
+    fn flip_bits(&mut self, group: &Group, inode_bitmap: bool, first: u64, len: u64, take: bool) -> Result<(), Error> {
+        let (block, bits, lo, hi, count_at) = if inode_bitmap {
+            (group.inode_bitmap, self.layout.inodes_per_group, 0x1A, 0x3A, 0x0E)
+        } else {
+            (group.block_bitmap, self.layout.clusters_per_group, 0x18, 0x38, 0x0C)
+        };
+        let bs = self.layout.block_size;
+        let wide = self.layout.desc_size >= 0x40;
+        let desc = self.bytes(group.desc_offset, self.layout.desc_size as usize, &|| "descriptor".into())?.to_vec();
+        let stored = u32::from(le16(&desc, lo)) | if wide { u32::from(le16(&desc, hi)) << 16 } else { 0 };
+        let old_crc = if wide {
+            stored
+        } else {
+            // A 16-bit stored checksum: the full one is recomputed once.
+            crc32c::raw_update(self.layout.csum_seed, &self.block(block, &|| "bitmap".into())?[..(bits / 8) as usize])
+        };
+        let crc = crc32c::flip_range(old_crc, bits, first, len)?;
+        {
+            let image = self.image_mut()?;
+            let base = (block * bs) as usize;
+            for bit in first..first + len {
+                let byte = &mut image[base + (bit / 8) as usize];
+                debug_assert_eq!(
+                    *byte >> (bit % 8) & 1,
+                    u8::from(!take),
+                    "bit {bit} was {}",
+                    if take { "free" } else { "taken" }
+                );
+                *byte ^= 1 << (bit % 8);
+            }
+        }
+        let seed = self.layout.csum_seed;
+        let map = &self.map;
+        self.check_update("bitmap", crc, || {
+            crc32c::raw_update(seed, &map[(block * bs) as usize..][..(bits / 8) as usize])
+        });
+        self.edit_descriptor(group, |d| {
+            put16(d, lo, crc as u16);
+            if wide {
+                put16(d, hi, (crc >> 16) as u16);
+            }
+            let count = u32::from(le16(d, count_at)) | if wide { u32::from(le16(d, count_at + 0x20)) << 16 } else { 0 };
+            let count = if take { count - len as u32 } else { count + len as u32 };
+            put16(d, count_at, count as u16);
+            if wide {
+                put16(d, count_at + 0x20, (count >> 16) as u16);
+            }
+        })
+    }
+
+    /// A free inode, first fit from `goal_group`, in a group whose inode
+    /// bitmap is initialised; marked in use.
+    fn allocate_inode(&mut self, goal_group: u64, is_dir: bool) -> Result<u32, Error> {
+        let l = self.layout.clone();
+        for step in 0..l.groups {
+            let g = (goal_group + step) % l.groups;
+            let group = l.group(&self.map, g)?;
+            if group.inode_uninit() {
+                continue;
+            }
+            let bitmap = self.block(group.inode_bitmap, &|| format!("group {g} inode bitmap"))?;
+            let first_free = (0..l.inodes_per_group).find(|&i| {
+                let ino = g * l.inodes_per_group + i + 1;
+                ino >= u64::from(self.first_ino()) && bitmap[(i / 8) as usize] >> (i % 8) & 1 == 0
+            });
+            let Some(index) = first_free else { continue };
+            self.flip_bits(&group, true, index, 1, true)?;
+            let wide = l.desc_size >= 0x40;
+            self.edit_descriptor(&group, |d| {
+                if is_dir {
+                    let dirs = u32::from(le16(d, 0x10)) | if wide { u32::from(le16(d, 0x30)) << 16 } else { 0 };
+                    put16(d, 0x10, (dirs + 1) as u16);
+                    if wide {
+                        put16(d, 0x30, ((dirs + 1) >> 16) as u16);
+                    }
+                }
+                // bg_itable_unused: inodes past the last one ever used.
+                let unused = u32::from(le16(d, 0x1C)) | if wide { u32::from(le16(d, 0x32)) << 16 } else { 0 };
+                let unused_now = (l.inodes_per_group - index - 1) as u32;
+                if unused_now < unused {
+                    put16(d, 0x1C, unused_now as u16);
+                    if wide {
+                        put16(d, 0x32, (unused_now >> 16) as u16);
+                    }
+                }
+            })?;
+            self.edit_superblock(0, -1)?;
+            return Ok((g * l.inodes_per_group + index + 1) as u32);
+        }
+        Err(Error::Io { context: "inode allocation".into(), source: std::io::Error::from_raw_os_error(libc::ENOSPC) })
+    }
+
+    fn first_ino(&self) -> u32 {
+        match le32(&self.map, 1024 + 0x54) {
+            0 => 11,
+            n => n,
+        }
+    }
+
+    /// Up to `want` free blocks in one run, first fit from `goal`, in
+    /// groups whose block bitmap is initialised; marked in use.
+    fn allocate_blocks(&mut self, goal: u64, want: u64) -> Result<(u64, u64), Error> {
+        let l = self.layout.clone();
+        let goal_group = goal.saturating_sub(l.first_data_block) / l.blocks_per_group % l.groups;
+        for step in 0..l.groups {
+            let g = (goal_group + step) % l.groups;
+            let group = l.group(&self.map, g)?;
+            if group.block_uninit() {
+                continue;
+            }
+            let bitmap = self.block(group.block_bitmap, &|| format!("group {g} block bitmap"))?;
+            let in_group = l.blocks_per_group.min(l.blocks_count - l.first_data_block - g * l.blocks_per_group);
+            let free = |b: u64| bitmap[(b / 8) as usize] >> (b % 8) & 1 == 0;
+            let Some(start) = (0..in_group).find(|&b| free(b)) else { continue };
+            let len = (start..in_group).take(want as usize).take_while(|&b| free(b)).count() as u64;
+            self.flip_bits(&group, false, start, len, true)?;
+            self.edit_superblock(-(len as i64), 0)?;
+            return Ok((l.first_data_block + g * l.blocks_per_group + start, len));
+        }
+        Err(Error::Io { context: "block allocation".into(), source: std::io::Error::from_raw_os_error(libc::ENOSPC) })
+    }
+
+    /// Returns `len` blocks from `start` (one group's run) to the free pool.
+    fn free_blocks(&mut self, start: u64, len: u64) -> Result<(), Error> {
+        let l = self.layout.clone();
+        let g = (start - l.first_data_block) / l.blocks_per_group;
+        let group = l.group(&self.map, g)?;
+        self.flip_bits(&group, false, (start - l.first_data_block) % l.blocks_per_group, len, false)?;
+        self.edit_superblock(len as i64, 0)
+    }
+
+    /// Rewrites inode `ino`'s bytes with `edit`, moving its checksum by
+    /// splice over what changed.
+    fn edit_inode(&mut self, inode: &Inode, edit: impl FnOnce(&mut [u8])) -> Result<Inode, Error> {
+        let old = inode.raw.clone();
+        let mut new = old.clone();
+        edit(&mut new);
+        let zeroed = |raw: &[u8]| {
+            let mut m = raw.to_vec();
+            m[0x7C..0x7E].fill(0);
+            m[0x82..0x84].fill(0);
+            m
+        };
+        let (old_m, new_m) = (zeroed(&old), zeroed(&new));
+        let stored = u32::from(le16(&old, 0x7C)) | u32::from(le16(&old, 0x82)) << 16;
+        let crc = splice_all(stored, old_m.len(), &old_m, &new_m);
+        self.check_update("inode", crc, || crc32c::raw_update(inode.csum_seed, &new_m));
+        put16(&mut new, 0x7C, crc as u16);
+        put16(&mut new, 0x82, (crc >> 16) as u16);
+        let at = self.inode_offset(inode.ino)?;
+        self.store(at, &new)?;
+        self.inode(inode.ino)
+    }
+
+    fn inode_offset(&self, ino: u32) -> Result<u64, Error> {
+        let l = &self.layout;
+        let (g, index) = ((u64::from(ino) - 1) / l.inodes_per_group, (u64::from(ino) - 1) % l.inodes_per_group);
+        let group = l.group(&self.map, g)?;
+        Ok(group.inode_table * l.block_size + index * l.inode_size)
+    }
+
+    /// Writes a brand-new inode (checksummed in full: nothing to splice from).
+    fn write_new_inode(&mut self, ino: u32, new: &NewInode, links: u16, flags: u32) -> Result<Inode, Error> {
+        let size = self.layout.inode_size as usize;
+        let mut raw = vec![0u8; size];
+        let t = now();
+        let (sec, extra) = encode_time(t);
+        put16(&mut raw, 0x00, new.mode);
+        put16(&mut raw, 0x02, new.uid as u16);
+        put16(&mut raw, 0x78, (new.uid >> 16) as u16);
+        put16(&mut raw, 0x18, new.gid as u16);
+        put16(&mut raw, 0x7A, (new.gid >> 16) as u16);
+        for at in [0x08, 0x0C, 0x10, 0x90] {
+            put32(&mut raw, at, sec);
+        }
+        for at in [0x84, 0x88, 0x8C, 0x94] {
+            put32(&mut raw, at, extra);
+        }
+        put16(&mut raw, 0x1A, links);
+        put32(&mut raw, 0x20, flags);
+        // An empty extent root: magic, 0 entries, room for 4, depth 0.
+        put16(&mut raw, 0x28, 0xF30A);
+        put16(&mut raw, 0x2C, 4);
+        let generation = (t.nsec ^ ino.rotate_left(13)).wrapping_mul(0x9E37_79B9);
+        put32(&mut raw, 0x64, generation);
+        put16(&mut raw, 0x80, 32); // i_extra_isize
+        let seed = crc32c::raw_update(self.layout.csum_seed, &ino.to_le_bytes());
+        let seed = crc32c::raw_update(seed, &generation.to_le_bytes());
+        let crc = crc32c::raw_update(seed, &raw);
+        put16(&mut raw, 0x7C, crc as u16);
+        put16(&mut raw, 0x82, (crc >> 16) as u16);
+        let at = self.inode_offset(ino)?;
+        self.store(at, &raw)?;
+        self.inode(ino)
+    }
+
+    /// Adds the run `(physical, len)` at file block `logical` to a depth-0
+    /// extent tree, in logical order, merging with the extent before it
+    /// when contiguous on disk and in the file.
+    fn add_extent(&mut self, inode: &Inode, logical: u64, physical: u64, len: u64) -> Result<Inode, Error> {
+        let root = &inode.i_block;
+        let (entries, max, depth) = (usize::from(le16(root, 2)), usize::from(le16(root, 4)), le16(root, 6));
+        if inode.flags & FLAG_EXTENTS == 0 || depth != 0 {
+            return Err(Error::Unsupported {
+                feature: "extent tree of depth > 0 (or a block map)",
+                remedy: "growing such a file is not implemented in csumfs yet",
+            });
+        }
+        let entry = |e: usize| 0x28 + 12 + 12 * e;
+        let raw = &inode.raw;
+        let first_of = |e: usize| u64::from(le32(raw, entry(e)));
+        // Where the new run goes: after every extent that starts before it.
+        let pos = (0..entries).take_while(|&e| first_of(e) < logical).count();
+        if pos > 0 {
+            let prev = entry(pos - 1);
+            let (p_first, p_len) = (first_of(pos - 1), u64::from(le16(raw, prev + 4)));
+            let p_start = u64::from(le32(raw, prev + 8)) | u64::from(le16(raw, prev + 6)) << 32;
+            if p_len <= 32768 && p_first + p_len == logical && p_start + p_len == physical && p_len + len <= 32768 {
+                return self.edit_inode(inode, |r| put16(r, prev + 4, (p_len + len) as u16));
+            }
+        }
+        if entries >= max {
+            return Err(Error::Unsupported {
+                feature: "a fifth extent",
+                remedy: "extent trees deeper than the inode's four extents are not written by csumfs yet",
+            });
+        }
+        self.edit_inode(inode, |r| {
+            // Shift the later extents up one slot, then fill the gap.
+            r.copy_within(entry(pos)..entry(entries), entry(pos + 1));
+            let at = entry(pos);
+            put32(r, at, logical as u32);
+            put16(r, at + 4, len as u16);
+            put16(r, at + 6, (physical >> 32) as u16);
+            put32(r, at + 8, physical as u32);
+            put16(r, 0x28 + 2, entries as u16 + 1);
+        })
+    }
+
+    /// Makes `blocks` file blocks from `logical` exist (allocated, zeroed
+    /// when `zero`), goal right after the file's last block.
+    fn grow(&mut self, mut inode: Inode, logical: u64, blocks: u64, zero: bool) -> Result<Inode, Error> {
+        let bs = self.layout.block_size;
+        let mut next = logical;
+        while next < logical + blocks {
+            let goal = self.runs(&inode)?.last().map_or(u64::from(inode.ino) * 8, |r| r.physical + r.len);
+            // One extent holds at most 32768 initialised blocks.
+            let (start, len) = self.allocate_blocks(goal, (logical + blocks - next).min(32768))?;
+            if zero {
+                let zeros = vec![0u8; (len * bs) as usize];
+                self.store(start * bs, &zeros)?;
+            }
+            inode = match self.add_extent(&inode, next, start, len) {
+                Ok(inode) => inode,
+                Err(e) => {
+                    // Nothing half done: the blocks go back.
+                    self.free_blocks(start, len)?;
+                    return Err(e);
+                }
+            };
+            let sectors = inode.blocks + len * bs / 512;
+            inode = self.edit_inode(&inode, |r| {
+                put32(r, 0x1C, sectors as u32);
+                put16(r, 0x74, (sectors >> 32) as u16);
+            })?;
+            next += len;
+        }
+        Ok(inode)
+    }
+
+    /// Writes `data` at `offset` of a regular file, allocating the blocks
+    /// it does not have; updates size, mtime and ctime.
+    ///
+    /// # Errors
+    /// [`Error::IsDir`]; [`Error::Unsupported`] past what the writer does;
+    /// `ENOSPC` as [`Error::Io`].
+    pub fn write(&mut self, ino: u32, offset: u64, data: &[u8]) -> Result<Inode, Error> {
+        let mut inode = self.inode(ino)?;
+        if !inode.is_file() {
+            return Err(Error::IsDir(format!("inode {ino}")));
+        }
+        if inode.flags & FLAG_INLINE_DATA != 0 {
+            return Err(Error::Unsupported {
+                feature: "inline_data",
+                remedy: "writing inline files is not implemented yet",
+            });
+        }
+        let bs = self.layout.block_size;
+        let end = offset + data.len() as u64;
+        let (first, last) = (offset / bs, end.div_ceil(bs));
+        // Allocate every unmapped block of the range, run by run.
+        let mut b = first;
+        while b < last {
+            let runs = self.runs(&inode)?;
+            let mapped = |x: u64| runs.iter().any(|r| (r.logical..r.logical + r.len).contains(&x) && !r.uninit);
+            if mapped(b) {
+                b += 1;
+                continue;
+            }
+            let hole_end = (b..last).find(|&x| mapped(x)).unwrap_or(last);
+            inode = self.grow(inode, b, hole_end - b, true)?;
+            b = hole_end;
+        }
+        let runs = self.runs(&inode)?;
+        for run in &runs {
+            let (start, stop) = (run.logical * bs, (run.logical + run.len) * bs);
+            let (from, to) = (start.max(offset), stop.min(end));
+            if from < to {
+                self.store(
+                    run.physical * bs + (from - start),
+                    &data[(from - offset) as usize..(to - offset) as usize],
+                )?;
+            }
+        }
+        let (sec, extra) = encode_time(now());
+        let size = inode.size.max(end);
+        self.edit_inode(&inode, |r| {
+            put32(r, 0x04, size as u32);
+            put32(r, 0x6C, (size >> 32) as u32);
+            put32(r, 0x10, sec);
+            put32(r, 0x88, extra);
+            put32(r, 0x0C, sec);
+            put32(r, 0x84, extra);
+        })
+    }
+
+    /// Adds the entry `name` → `ino` to a linear directory: into the first
+    /// block with room (splitting the entry whose record has slack), else a
+    /// new block appended to the directory.
+    fn add_entry(&mut self, dir: &Inode, name: &[u8], ino: u32, file_type: u8) -> Result<(), Error> {
+        if dir.flags & (FLAG_INDEX | FLAG_INLINE_DATA) != 0 {
+            return Err(Error::Unsupported {
+                feature: "indexed (htree) or inline directory",
+                remedy: "adding entries to those is not implemented in csumfs yet",
+            });
+        }
+        let bs = self.layout.block_size as usize;
+        let need = (8 + name.len()).next_multiple_of(4);
+        for run in self.runs(dir)? {
+            for k in 0..run.len {
+                let physical = run.physical + k;
+                let old = self.block(physical, &|| format!("directory {} block {physical}", dir.ino))?.to_vec();
+                let mut at = 0;
+                while at < bs - 12 {
+                    let (eino, rec_len, name_len) =
+                        (le32(&old, at), usize::from(le16(&old, at + 4)), usize::from(old[at + 6]));
+                    if rec_len < 8 || at + rec_len > bs - 12 {
+                        return Err(corrupt(
+                            format!("directory {} block {physical}", dir.ino),
+                            format!("entry at {at}"),
+                        ));
+                    }
+                    let used = if eino == 0 { 0 } else { (8 + name_len).next_multiple_of(4) };
+                    if rec_len - used >= need {
+                        let mut new = old.clone();
+                        let place = at + used;
+                        if eino != 0 {
+                            put16(&mut new, at + 4, used as u16);
+                        }
+                        put32(&mut new, place, ino);
+                        put16(&mut new, place + 4, (rec_len - used) as u16);
+                        new[place + 6] = name.len() as u8;
+                        new[place + 7] = file_type;
+                        new[place + 8..place + 8 + name.len()].copy_from_slice(name);
+                        let crc = splice_all(le32(&old, bs - 4), bs - 12, &old[..bs - 12], &new[..bs - 12]);
+                        self.check_update("directory block", crc, || {
+                            crc32c::raw_update(dir.csum_seed, &new[..bs - 12])
+                        });
+                        put32(&mut new, bs - 4, crc);
+                        return self.store(physical * bs as u64, &new);
+                    }
+                    at += rec_len;
+                }
+            }
+        }
+        // No room: a new block holding only this entry.
+        let logical = dir.size / bs as u64;
+        let dir = self.grow(dir.clone(), logical, 1, false)?;
+        let physical = self
+            .runs(&dir)?
+            .iter()
+            .find(|r| (r.logical..r.logical + r.len).contains(&logical))
+            .map(|r| r.physical + logical - r.logical)
+            .expect("just added");
+        let block = new_dir_block(bs, dir.csum_seed, &[(ino, file_type, name)]);
+        self.store(physical * bs as u64, &block)?;
+        let size = dir.size + bs as u64;
+        self.edit_inode(&dir, |r| {
+            put32(r, 0x04, size as u32);
+            put32(r, 0x6C, (size >> 32) as u32);
+        })?;
+        Ok(())
+    }
+
+    fn touch_dir(&mut self, dir: u32, link_delta: i32) -> Result<(), Error> {
+        let dir = self.inode(dir)?;
+        let (sec, extra) = encode_time(now());
+        let links = (i32::from(dir.links) + link_delta) as u16;
+        self.edit_inode(&dir, |r| {
+            put16(r, 0x1A, links);
+            put32(r, 0x10, sec);
+            put32(r, 0x88, extra);
+            put32(r, 0x0C, sec);
+            put32(r, 0x84, extra);
+        })?;
+        Ok(())
+    }
+
+    fn check_new_name(&self, dir: &Inode, name: &[u8]) -> Result<(), Error> {
+        let shown = String::from_utf8_lossy(name).into_owned();
+        if name.is_empty() || name.contains(&b'/') || name.contains(&0) || name == b"." || name == b".." {
+            return Err(Error::Invalid(format!("{shown:?} is not a name")));
+        }
+        match self.lookup(dir, name) {
+            Ok(_) => Err(Error::Exists(shown)),
+            Err(Error::NotFound(_)) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Creates a regular file (or a FIFO, socket or device per `mode`'s
+    /// type) named `name` in directory `dir`.
+    ///
+    /// # Errors
+    /// [`Error::Exists`], [`Error::NameTooLong`], [`Error::NotDir`];
+    /// [`Error::Unsupported`] for directories this writer cannot grow.
+    pub fn create(&mut self, dir: u32, name: &[u8], new: NewInode) -> Result<Inode, Error> {
+        let parent = self.inode(dir)?;
+        if !parent.is_dir() {
+            return Err(Error::NotDir(format!("inode {dir}")));
+        }
+        self.check_new_name(&parent, name)?;
+        let group = (u64::from(dir) - 1) / self.layout.inodes_per_group;
+        let ino = self.allocate_inode(group, false)?;
+        let inode = self.write_new_inode(ino, &new, 1, FLAG_EXTENTS)?;
+        self.add_entry(&parent, name, ino, file_type(new.mode))?;
+        self.touch_dir(dir, 0)?;
+        Ok(inode)
+    }
+
+    /// Creates directory `name` in `dir`, with its `.` and `..`.
+    ///
+    /// # Errors
+    /// As [`create`](Self::create).
+    pub fn mkdir(&mut self, dir: u32, name: &[u8], new: NewInode) -> Result<Inode, Error> {
+        let parent = self.inode(dir)?;
+        if !parent.is_dir() {
+            return Err(Error::NotDir(format!("inode {dir}")));
+        }
+        self.check_new_name(&parent, name)?;
+        // Orlov-like spread: a new top-level directory goes to the group
+        // after its parent's, deeper ones stay near their parent.
+        let parent_group = (u64::from(dir) - 1) / self.layout.inodes_per_group;
+        let goal = if dir == crate::inode::ROOT { (parent_group + 1) % self.layout.groups } else { parent_group };
+        let ino = self.allocate_inode(goal, true)?;
+        let mode = (new.mode & 0o7777) | 0o040_000;
+        let inode = self.write_new_inode(ino, &NewInode { mode, ..new }, 2, FLAG_EXTENTS)?;
+        let inode = self.grow(inode, 0, 1, false)?;
+        let bs = self.layout.block_size as usize;
+        let block = new_dir_block(bs, inode.csum_seed, &[(ino, 2, b"."), (dir, 2, b"..")]);
+        let physical = self.runs(&inode)?[0].physical;
+        self.store(physical * bs as u64, &block)?;
+        self.edit_inode(&inode, |r| put32(r, 0x04, bs as u32))?;
+        self.add_entry(&parent, name, ino, 2)?;
+        self.touch_dir(dir, 1)?;
+        self.inode(ino)
+    }
+
+    /// Flushes every change to the image (`msync`).
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the flush fails.
+    pub fn sync(&mut self) -> Result<(), Error> {
+        if let Bytes::MapMut(map) = &self.map {
+            map.flush().map_err(|source| Error::Io { context: "msync".into(), source })?;
+        }
+        Ok(())
+    }
+}
+
+/// `EXT4_FT_*` of a mode.
+fn file_type(mode: u16) -> u8 {
+    match mode & 0o170_000 {
+        0o100_000 => 1,
+        0o040_000 => 2,
+        0o020_000 => 3,
+        0o060_000 => 4,
+        0o010_000 => 5,
+        0o140_000 => 6,
+        0o120_000 => 7,
+        _ => 0,
+    }
+}
+
+/// A new directory leaf block holding `entries` (the last spanning the
+/// rest), with its checksum tail (checksummed in full: it is new).
+fn new_dir_block(bs: usize, seed: u32, entries: &[(u32, u8, &[u8])]) -> Vec<u8> {
+    let mut block = vec![0u8; bs];
+    let mut at = 0;
+    for (i, &(ino, ft, name)) in entries.iter().enumerate() {
+        let rec_len = if i + 1 == entries.len() { bs - 12 - at } else { (8 + name.len()).next_multiple_of(4) };
+        put32(&mut block, at, ino);
+        put16(&mut block, at + 4, rec_len as u16);
+        block[at + 6] = name.len() as u8;
+        block[at + 7] = ft;
+        block[at + 8..at + 8 + name.len()].copy_from_slice(name);
+        at += rec_len;
+    }
+    // The tail: a fake entry of inode 0, rec_len 12, name_len 0, type 0xDE.
+    put16(&mut block, bs - 12 + 4, 12);
+    block[bs - 12 + 7] = 0xDE;
+    let crc = crc32c::raw_update(seed, &block[..bs - 12]);
+    put32(&mut block, bs - 4, crc);
+    block
+}
