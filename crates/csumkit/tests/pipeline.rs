@@ -395,3 +395,44 @@ fn a_writer_is_send() {
     assert_eq!(store.get(0), Some(bitwise(CRC32C, &bytes(7, 4096))));
     std::fs::remove_file(&path).unwrap();
 }
+
+/// Every store records and invalidates exactly the blocks it is given:
+/// an invalidation in the middle of a recorded run leaves both sides, the
+/// extreme checksum value 0xFFFFFFFF fits the tree, a fresh store is empty.
+#[test]
+fn every_store_invalidates_exactly_the_range() {
+    fn exercise<S: ChecksumStore>(store: &mut S, get: impl Fn(&S, u64) -> Option<u64>, label: &str) {
+        let values: Vec<u64> = (0..10).map(|i| 0xFFFF_FFF6 + i).collect();
+        store.record(10, &values).unwrap();
+        store.invalidate(12, 3).unwrap();
+        for b in 8..22u64 {
+            let want = ((10..20).contains(&b) && !(12..15).contains(&b)).then(|| values[(b - 10) as usize]);
+            assert_eq!(get(store, b), want, "{label}: block {b}");
+        }
+    }
+    let mut memory = MemoryStore::default();
+    assert!(memory.is_empty());
+    exercise(&mut memory, |s, b| s.get(b), "memory");
+    assert!(!memory.is_empty() && memory.len() == 7);
+    let path = std::env::temp_dir().join(format!("csumkit-store-{}", std::process::id()));
+    let mut file = ChecksumFile::create(&path).unwrap();
+    exercise(&mut file, |s, b| s.get(b).unwrap(), "file");
+    file.sync().unwrap();
+    let _ = std::fs::remove_file(&path);
+    let mut tree = ChecksumTree::new(64, 1000, ChecksumTree::area_blocks_for(64)).unwrap();
+    exercise(&mut tree, |s, b| s.get(b).map(u64::from), "tree");
+    assert!(tree.record(0, &[1u64 << 32]).is_err(), "a 33-bit checksum does not fit the tree");
+}
+
+#[test]
+fn writers_report_their_mode_and_depth() {
+    assert_eq!([Mode::Sync, Mode::Async, Mode::Uring].map(Mode::name), ["sync", "async", "uring"]);
+    let path = std::env::temp_dir().join(format!("csumkit-depth-{}", std::process::id()));
+    for depth in [1, 3, 8] {
+        let sink = FileSink::create(&path, false).unwrap();
+        let writer =
+            Writer::with_depth(sink, MemoryStore::default(), Mode::Uring, 4096, Algorithm::Crc32c, depth).unwrap();
+        assert_eq!(writer.depth(), depth);
+    }
+    let _ = std::fs::remove_file(&path);
+}
