@@ -372,47 +372,109 @@ impl Volume {
         self.inode(ino)
     }
 
-    /// Adds the run `(physical, len)` at file block `logical` to a depth-0
-    /// extent tree, in logical order, merging with the extent before it
-    /// when contiguous on disk and in the file.
+    /// Adds the run `(physical, len)` at file block `logical` to the extent
+    /// tree: in the inode while its four slots last, then in leaf blocks
+    /// under a one-level index in the inode (the tree grows to depth 1 by
+    /// moving the inode's extents into a new leaf, as the kernel's
+    /// `ext4_ext_grow_indepth` does).
     fn add_extent(&mut self, inode: &Inode, logical: u64, physical: u64, len: u64) -> Result<Inode, Error> {
-        let root = &inode.i_block;
-        let (entries, max, depth) = (usize::from(le16(root, 2)), usize::from(le16(root, 4)), le16(root, 6));
-        if inode.flags & FLAG_EXTENTS == 0 || depth != 0 {
+        let depth = le16(&inode.i_block, 6);
+        if inode.flags & FLAG_EXTENTS == 0 || depth > 1 {
             return Err(Error::Unsupported {
-                feature: "extent tree of depth > 0 (or a block map)",
+                feature: "extent tree of depth > 1 (or a block map)",
                 remedy: "growing such a file is not implemented in csumfs yet",
             });
         }
-        let entry = |e: usize| 0x28 + 12 + 12 * e;
-        let raw = &inode.raw;
-        let first_of = |e: usize| u64::from(le32(raw, entry(e)));
-        // Where the new run goes: after every extent that starts before it.
-        let pos = (0..entries).take_while(|&e| first_of(e) < logical).count();
-        if pos > 0 {
-            let prev = entry(pos - 1);
-            let (p_first, p_len) = (first_of(pos - 1), u64::from(le16(raw, prev + 4)));
-            let p_start = u64::from(le32(raw, prev + 8)) | u64::from(le16(raw, prev + 6)) << 32;
-            if p_len <= 32768 && p_first + p_len == logical && p_start + p_len == physical && p_len + len <= 32768 {
-                return self.edit_inode(inode, |r| put16(r, prev + 4, (p_len + len) as u16));
+        if depth == 1 {
+            return self.add_extent_to_leaf(inode, logical, physical, len);
+        }
+        let mut root = inode.i_block;
+        match insert_extent(&mut root, logical, physical, len) {
+            Insert::Done => self.edit_inode(inode, |r| r[0x28..0x28 + 60].copy_from_slice(&root)),
+            Insert::Full => {
+                // Grow: the four extents move into a new leaf block.
+                let bs = self.layout.block_size;
+                let goal = physical.saturating_sub(1);
+                let (leaf_block, _) = self.allocate_blocks(goal, 1)?;
+                let mut leaf = vec![0u8; bs as usize];
+                leaf[..60].copy_from_slice(&inode.i_block);
+                put16(&mut leaf, 4, ((bs - 12) / 12) as u16); // ext4_ext_space_block
+                let inserted = insert_extent(&mut leaf, logical, physical, len);
+                debug_assert!(matches!(inserted, Insert::Done), "a new leaf has room");
+                let first = u64::from(le32(&leaf, 12));
+                self.store_new_leaf(inode, leaf_block, &mut leaf)?;
+                let sectors = inode.blocks + bs / 512;
+                self.edit_inode(inode, |r| {
+                    let i = &mut r[0x28..0x28 + 60];
+                    i.fill(0);
+                    put16(i, 0, 0xF30A);
+                    put16(i, 2, 1);
+                    put16(i, 4, 4);
+                    put16(i, 6, 1);
+                    put32(i, 12, first as u32);
+                    put32(i, 16, leaf_block as u32);
+                    put16(i, 20, (leaf_block >> 32) as u16);
+                    put32(r, 0x1C, sectors as u32);
+                    put16(r, 0x74, (sectors >> 32) as u16);
+                })
             }
         }
-        if entries >= max {
-            return Err(Error::Unsupported {
-                feature: "a fifth extent",
-                remedy: "extent trees deeper than the inode's four extents are not written by csumfs yet",
-            });
+    }
+
+    /// Checksums a new extent leaf in full (it is new) and writes it.
+    fn store_new_leaf(&mut self, inode: &Inode, block: u64, leaf: &mut [u8]) -> Result<(), Error> {
+        let tail = 12 + 12 * usize::from(le16(leaf, 4));
+        let crc = crc32c::raw_update(inode.csum_seed, &leaf[..tail]);
+        put32(leaf, tail, crc);
+        self.store(block * self.layout.block_size, leaf)
+    }
+
+    /// Depth 1: the run goes into the leaf whose index entry covers it,
+    /// its checksum moved by splice; past a full last leaf, a new leaf and
+    /// a new index entry (up to the inode's four).
+    fn add_extent_to_leaf(&mut self, inode: &Inode, logical: u64, physical: u64, len: u64) -> Result<Inode, Error> {
+        let bs = self.layout.block_size;
+        let root = &inode.i_block;
+        let entries = usize::from(le16(root, 2));
+        let index = |e: usize| 12 + 12 * e;
+        let covering = (0..entries).rev().find(|&e| u64::from(le32(root, index(e))) <= logical).unwrap_or(0);
+        let leaf_block = u64::from(le32(root, index(covering) + 4)) | u64::from(le16(root, index(covering) + 8)) << 32;
+        let old = self.block(leaf_block, &|| format!("inode {} extent leaf {leaf_block}", inode.ino))?.to_vec();
+        let mut new = old.clone();
+        match insert_extent(&mut new, logical, physical, len) {
+            Insert::Done => {
+                let tail = 12 + 12 * usize::from(le16(&old, 4));
+                let crc = splice_all(le32(&old, tail), tail, &old[..tail], &new[..tail]);
+                self.check_update("extent leaf", crc, || crc32c::raw_update(inode.csum_seed, &new[..tail]));
+                put32(&mut new, tail, crc);
+                self.store(leaf_block * bs, &new)?;
+                self.inode(inode.ino)
+            }
+            Insert::Full if covering + 1 == entries && entries < 4 && is_after_all(&old, logical) => {
+                let (new_leaf, _) = self.allocate_blocks(physical.saturating_sub(1), 1)?;
+                let mut leaf = vec![0u8; bs as usize];
+                put16(&mut leaf, 0, 0xF30A);
+                put16(&mut leaf, 4, ((bs - 12) / 12) as u16); // ext4_ext_space_block
+                let inserted = insert_extent(&mut leaf, logical, physical, len);
+                debug_assert!(matches!(inserted, Insert::Done), "a new leaf has room");
+                self.store_new_leaf(inode, new_leaf, &mut leaf)?;
+                let sectors = inode.blocks + bs / 512;
+                self.edit_inode(inode, |r| {
+                    let i = &mut r[0x28..0x28 + 60];
+                    let at = index(entries);
+                    put32(i, at, logical as u32);
+                    put32(i, at + 4, new_leaf as u32);
+                    put16(i, at + 8, (new_leaf >> 32) as u16);
+                    put16(i, 2, entries as u16 + 1);
+                    put32(r, 0x1C, sectors as u32);
+                    put16(r, 0x74, (sectors >> 32) as u16);
+                })
+            }
+            Insert::Full => Err(Error::Unsupported {
+                feature: "an extent leaf split",
+                remedy: "inserting into the middle of a full extent leaf is not implemented in csumfs yet",
+            }),
         }
-        self.edit_inode(inode, |r| {
-            // Shift the later extents up one slot, then fill the gap.
-            r.copy_within(entry(pos)..entry(entries), entry(pos + 1));
-            let at = entry(pos);
-            put32(r, at, logical as u32);
-            put16(r, at + 4, len as u16);
-            put16(r, at + 6, (physical >> 32) as u16);
-            put32(r, at + 8, physical as u32);
-            put16(r, 0x28 + 2, entries as u16 + 1);
-        })
     }
 
     /// Makes `blocks` file blocks from `logical` exist (allocated, zeroed
@@ -653,6 +715,51 @@ impl Volume {
             map.flush().map_err(|source| Error::Io { context: "msync".into(), source })?;
         }
         Ok(())
+    }
+}
+
+/// What [`insert_extent`] did.
+enum Insert {
+    Done,
+    Full,
+}
+
+/// Inserts the run into an extent node (header + entries, depth 0) in
+/// logical order, merging with the extent before it when contiguous on
+/// disk and in the file; `Full` (node unchanged) when it needs a slot and
+/// has none.
+fn insert_extent(node: &mut [u8], logical: u64, physical: u64, len: u64) -> Insert {
+    let (entries, max) = (usize::from(le16(node, 2)), usize::from(le16(node, 4)));
+    let entry = |e: usize| 12 + 12 * e;
+    let pos = (0..entries).take_while(|&e| u64::from(le32(node, entry(e))) < logical).count();
+    if pos > 0 {
+        let prev = entry(pos - 1);
+        let (p_first, p_len) = (u64::from(le32(node, prev)), u64::from(le16(node, prev + 4)));
+        let p_start = u64::from(le32(node, prev + 8)) | u64::from(le16(node, prev + 6)) << 32;
+        if p_len <= 32768 && p_first + p_len == logical && p_start + p_len == physical && p_len + len <= 32768 {
+            put16(node, prev + 4, (p_len + len) as u16);
+            return Insert::Done;
+        }
+    }
+    if entries >= max {
+        return Insert::Full;
+    }
+    node.copy_within(entry(pos)..entry(entries), entry(pos + 1));
+    let at = entry(pos);
+    put32(node, at, logical as u32);
+    put16(node, at + 4, len as u16);
+    put16(node, at + 6, (physical >> 32) as u16);
+    put32(node, at + 8, physical as u32);
+    put16(node, 2, entries as u16 + 1);
+    Insert::Done
+}
+
+/// Whether `logical` comes after every extent of a full leaf.
+fn is_after_all(leaf: &[u8], logical: u64) -> bool {
+    let entries = usize::from(le16(leaf, 2));
+    entries > 0 && {
+        let last = 12 + 12 * (entries - 1);
+        u64::from(le32(leaf, last)) + u64::from(le16(leaf, last + 4)) <= logical
     }
 }
 

@@ -153,13 +153,30 @@ fn written_images_are_clean_for_e2fsck_and_read_back_by_the_kernel() {
         let options = Options { write: true, check_updates: true, ..Options::default() };
         let mut volume = Volume::open(&image, options).unwrap();
         let model = populate(&mut volume);
-        // What the writer refuses is refused by name, not half done.
+        // 200 pieces three blocks apart: the extent tree grows to depth 1,
+        // leaves appended as they fill (three at 1 KiB, one at 4 KiB).
+        let mut model = model;
         let fragmented = volume.create(ROOT, b"fragmented", NewInode { mode: 0o100_600, uid: 0, gid: 0 }).unwrap();
-        for k in 0..4u64 {
-            volume.write(fragmented.ino, k * 3 * u64::from(bs), b"x").unwrap();
+        let mut data = vec![0u8; (597 * bs) as usize + 1];
+        for k in 0..200u64 {
+            let at = k * 3 * u64::from(bs);
+            volume.write(fragmented.ino, at, &[k as u8 + 1]).unwrap();
+            data[at as usize] = k as u8 + 1;
         }
-        let err = volume.write(fragmented.ino, 100 * u64::from(bs), b"y").unwrap_err();
-        assert!(matches!(err, Error::Unsupported { feature: "a fifth extent", .. }), "{err}");
+        let tree = volume.inode(fragmented.ino).unwrap().i_block;
+        let (depth, leaves) = (u16::from_le_bytes([tree[6], tree[7]]), u16::from_le_bytes([tree[2], tree[3]]));
+        assert_eq!((depth, leaves), (1, if bs == 1024 { 3 } else { 1 }), "{label}: depth and leaves");
+        // Into the middle of the first leaf: fits at 4 KiB (340 slots);
+        // at 1 KiB that leaf (84 slots) is full, which is refused by name.
+        let middle = volume.write(fragmented.ino, u64::from(bs) + 5, b"m");
+        if bs == 1024 {
+            let err = middle.unwrap_err();
+            assert!(matches!(err, Error::Unsupported { feature: "an extent leaf split", .. }), "{err}");
+        } else {
+            middle.unwrap();
+            data[bs as usize + 5] = b'm';
+        }
+        model.insert("/fragmented".into(), Some(data));
         let err = volume.create(ROOT, b"d1", NewInode { mode: 0o100_600, uid: 0, gid: 0 }).unwrap_err();
         assert_eq!(err.errno(), 17, "{err}"); // EEXIST
         volume.sync().unwrap();
