@@ -9,6 +9,9 @@ pub enum Error {
     /// `EEXIST`.
     #[error("{0}: file exists")]
     Exists(String),
+    /// `ENOTEMPTY`.
+    #[error("{0}: directory not empty")]
+    NotEmpty(String),
     /// `ENOTDIR`.
     #[error("{0}: not a directory")]
     NotDir(String),
@@ -71,6 +74,7 @@ impl Error {
             Error::NotFound(_) => libc::ENOENT,
             Error::Exists(_) => libc::EEXIST,
             Error::NotDir(_) => libc::ENOTDIR,
+            Error::NotEmpty(_) => libc::ENOTEMPTY,
             Error::IsDir(_) => libc::EISDIR,
             Error::Invalid(_) => libc::EINVAL,
             Error::NameTooLong(_) => libc::ENAMETOOLONG,

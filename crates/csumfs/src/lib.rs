@@ -28,6 +28,7 @@ mod error;
 pub mod hash;
 mod inode;
 mod map;
+mod remove;
 mod stats;
 mod volume;
 mod write;

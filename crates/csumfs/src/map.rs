@@ -157,3 +157,59 @@ impl Volume {
         Ok(())
     }
 }
+
+impl Volume {
+    /// The blocks that hold `inode`'s mapping rather than its data: extent
+    /// index and leaf blocks, or a block map's indirect blocks (what
+    /// deleting the file frees besides its data runs).
+    pub(crate) fn tree_blocks(&self, inode: &Inode) -> Result<Vec<u64>, Error> {
+        let mut out = Vec::new();
+        if inode.flags & FLAG_EXTENTS != 0 {
+            let mut stack = vec![(inode.i_block.to_vec(), DEPTH_MAX + 1)];
+            while let Some((node, budget)) = stack.pop() {
+                let (entries, depth) = (usize::from(le16(&node, 2)), le16(&node, 6));
+                if depth == 0 {
+                    continue;
+                }
+                if budget == 0 || 12 + 12 * entries > node.len() {
+                    return Err(corrupt(format!("inode {} extent tree", inode.ino), "too deep or overfull"));
+                }
+                for e in 0..entries {
+                    let entry = &node[12 + 12 * e..24 + 12 * e];
+                    let child = u64::from(le32(entry, 4)) | u64::from(le16(entry, 8)) << 32;
+                    out.push(child);
+                    let data = self.block(child, &|| format!("inode {} extent block {child}", inode.ino))?;
+                    stack.push((data.to_vec(), budget - 1));
+                }
+            }
+            return Ok(out);
+        }
+        if inode.is_symlink() && inode.size < 60 {
+            return Ok(out); // a fast symlink: i_block holds the target
+        }
+        let per = self.layout.block_size / 4;
+        let mut stack: Vec<(u64, u32)> = (1..=3u32)
+            .map(|level| (u64::from(le32(&inode.i_block, 4 * (11 + level as usize))), level))
+            .filter(|&(b, _)| b != 0)
+            .collect();
+        while let Some((block, level)) = stack.pop() {
+            out.push(block);
+            if out.len() as u64 > self.layout.blocks_count {
+                return Err(corrupt(
+                    format!("inode {} block map", inode.ino),
+                    "more indirect blocks than the filesystem",
+                ));
+            }
+            if level > 1 {
+                let data = self.block(block, &|| format!("inode {} indirect block {block}", inode.ino))?;
+                for k in 0..per as usize {
+                    let child = u64::from(le32(data, 4 * k));
+                    if child != 0 {
+                        stack.push((child, level - 1));
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+}

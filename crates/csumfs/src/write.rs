@@ -61,16 +61,16 @@ pub(crate) fn refuse_for_writing(layout: &Layout, image: &[u8]) -> Result<(), Er
     Ok(())
 }
 
-fn le16(b: &[u8], at: usize) -> u16 {
+pub(crate) fn le16(b: &[u8], at: usize) -> u16 {
     u16::from_le_bytes([b[at], b[at + 1]])
 }
-fn le32(b: &[u8], at: usize) -> u32 {
+pub(crate) fn le32(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
 }
-fn put16(b: &mut [u8], at: usize, v: u16) {
+pub(crate) fn put16(b: &mut [u8], at: usize, v: u16) {
     b[at..at + 2].copy_from_slice(&v.to_le_bytes());
 }
-fn put32(b: &mut [u8], at: usize, v: u32) {
+pub(crate) fn put32(b: &mut [u8], at: usize, v: u32) {
     b[at..at + 4].copy_from_slice(&v.to_le_bytes());
 }
 
@@ -87,7 +87,7 @@ fn changes<'a>(old: &'a [u8], new: &'a [u8]) -> Vec<(usize, &'a [u8], &'a [u8])>
 }
 
 /// `crc` of a `total`-byte buffer moved by `splice` over every change.
-fn splice_all(mut crc: u32, total: usize, old: &[u8], new: &[u8]) -> u32 {
+pub(crate) fn splice_all(mut crc: u32, total: usize, old: &[u8], new: &[u8]) -> u32 {
     for (at, o, n) in changes(old, new) {
         crc = crc32c::splice(crc, total as u64, at as u64, o, n).expect("changes lie inside the buffer");
     }
@@ -100,7 +100,7 @@ pub(crate) fn now() -> Timespec {
     Timespec { sec: d.as_secs() as i64, nsec: d.subsec_nanos() }
 }
 
-fn encode_time(t: Timespec) -> (u32, u32) {
+pub(crate) fn encode_time(t: Timespec) -> (u32, u32) {
     let epoch = ((t.sec >> 32) & 3) as u32;
     (t.sec as u32, t.nsec << 2 | epoch)
 }
@@ -119,19 +119,19 @@ pub struct NewInode {
 impl Volume {
     /// In debug builds and with `Options::check_updates`, a checksum moved
     /// incrementally must equal the one recomputed from all the bytes.
-    fn check_update(&self, what: &str, incremental: u32, full: impl FnOnce() -> u32) {
+    pub(crate) fn check_update(&self, what: &str, incremental: u32, full: impl FnOnce() -> u32) {
         if cfg!(debug_assertions) || self.options.check_updates {
             let full = full();
             assert_eq!(incremental, full, "{what}: incremental checksum {incremental:#010x}, recomputed {full:#010x}");
         }
     }
 
-    fn image_mut(&mut self) -> Result<&mut [u8], Error> {
+    pub(crate) fn image_mut(&mut self) -> Result<&mut [u8], Error> {
         self.map.writable().ok_or_else(|| Error::Invalid("the volume was opened read-only".into()))
     }
 
     /// Writes `new` over `len` bytes at `at` of the image.
-    fn store(&mut self, at: u64, new: &[u8]) -> Result<(), Error> {
+    pub(crate) fn store(&mut self, at: u64, new: &[u8]) -> Result<(), Error> {
         let image = self.image_mut()?;
         let at = at as usize;
         image[at..at + new.len()].copy_from_slice(new);
@@ -141,7 +141,7 @@ impl Volume {
     /// Changes one group descriptor with `edit` and re-seals it. Only 16
     /// bits of its CRC are stored, so there is no full CRC to splice from:
     /// the 64 (or 32) bytes are checksummed anew, as the kernel does.
-    fn edit_descriptor(&mut self, group: &Group, edit: impl FnOnce(&mut [u8])) -> Result<(), Error> {
+    pub(crate) fn edit_descriptor(&mut self, group: &Group, edit: impl FnOnce(&mut [u8])) -> Result<(), Error> {
         let size = self.layout.desc_size as usize;
         let at = group.desc_offset;
         let mut new = self.bytes(at, size, &|| format!("group {} descriptor", group.number))?.to_vec();
@@ -156,7 +156,7 @@ impl Volume {
 
     /// Adds `delta` to the superblock's free block and inode counts, moving
     /// its checksum by splice.
-    fn edit_superblock(&mut self, free_blocks: i64, free_inodes: i64) -> Result<(), Error> {
+    pub(crate) fn edit_superblock(&mut self, free_blocks: i64, free_inodes: i64) -> Result<(), Error> {
         let old = self.bytes(1024, 1024, &|| "superblock".into())?.to_vec();
         let mut new = old.clone();
         let wide = self.layout.desc_size >= 64;
@@ -176,7 +176,14 @@ impl Volume {
     /// Sets (`take`) or clears `len` bits from `first` in a bitmap block,
     /// moving its checksum by flip_range and the descriptor's free count
     /// by `len`.
-    fn flip_bits(&mut self, group: &Group, inode_bitmap: bool, first: u64, len: u64, take: bool) -> Result<(), Error> {
+    pub(crate) fn flip_bits(
+        &mut self,
+        group: &Group,
+        inode_bitmap: bool,
+        first: u64,
+        len: u64,
+        take: bool,
+    ) -> Result<(), Error> {
         let (block, bits, lo, hi, count_at) = if inode_bitmap {
             (group.inode_bitmap, self.layout.inodes_per_group, 0x1A, 0x3A, 0x0E)
         } else {
@@ -298,18 +305,24 @@ impl Volume {
         Err(Error::Io { context: "block allocation".into(), source: std::io::Error::from_raw_os_error(libc::ENOSPC) })
     }
 
-    /// Returns `len` blocks from `start` (one group's run) to the free pool.
-    fn free_blocks(&mut self, start: u64, len: u64) -> Result<(), Error> {
+    /// Returns `len` blocks from `start` to the free pool, group by group.
+    pub(crate) fn free_blocks(&mut self, start: u64, len: u64) -> Result<(), Error> {
         let l = self.layout.clone();
-        let g = (start - l.first_data_block) / l.blocks_per_group;
-        let group = l.group(&self.map, g)?;
-        self.flip_bits(&group, false, (start - l.first_data_block) % l.blocks_per_group, len, false)?;
+        let (mut b, end) = (start, start + len);
+        while b < end {
+            let g = (b - l.first_data_block) / l.blocks_per_group;
+            let group_end = l.first_data_block + (g + 1) * l.blocks_per_group;
+            let n = end.min(group_end) - b;
+            let group = l.group(&self.map, g)?;
+            self.flip_bits(&group, false, (b - l.first_data_block) % l.blocks_per_group, n, false)?;
+            b += n;
+        }
         self.edit_superblock(len as i64, 0)
     }
 
     /// Rewrites inode `ino`'s bytes with `edit`, moving its checksum by
     /// splice over what changed.
-    fn edit_inode(&mut self, inode: &Inode, edit: impl FnOnce(&mut [u8])) -> Result<Inode, Error> {
+    pub(crate) fn edit_inode(&mut self, inode: &Inode, edit: impl FnOnce(&mut [u8])) -> Result<Inode, Error> {
         let old = inode.raw.clone();
         let mut new = old.clone();
         edit(&mut new);
@@ -330,7 +343,7 @@ impl Volume {
         self.inode(inode.ino)
     }
 
-    fn inode_offset(&self, ino: u32) -> Result<u64, Error> {
+    pub(crate) fn inode_offset(&self, ino: u32) -> Result<u64, Error> {
         let l = &self.layout;
         let (g, index) = ((u64::from(ino) - 1) / l.inodes_per_group, (u64::from(ino) - 1) % l.inodes_per_group);
         let group = l.group(&self.map, g)?;
@@ -632,7 +645,7 @@ impl Volume {
         Ok(())
     }
 
-    fn touch_dir(&mut self, dir: u32, link_delta: i32) -> Result<(), Error> {
+    pub(crate) fn touch_dir(&mut self, dir: u32, link_delta: i32) -> Result<(), Error> {
         let dir = self.inode(dir)?;
         let (sec, extra) = encode_time(now());
         let links = (i32::from(dir.links) + link_delta) as u16;

@@ -30,6 +30,8 @@ pub(crate) struct Entry {
     pub index: u8,
     pub suffix: Vec<u8>,
     pub value: Vec<u8>,
+    /// The inode holding the value (`ea_inode`), or 0.
+    pub value_inum: u32,
 }
 
 impl Entry {
@@ -165,7 +167,7 @@ impl Volume {
                     })?
                     .to_vec()
             };
-            out.push(Entry { index, suffix: name.to_vec(), value });
+            out.push(Entry { index, suffix: name.to_vec(), value, value_inum });
             at += (16 + name_len).next_multiple_of(4);
         }
         Ok(())

@@ -1,0 +1,200 @@
+//! Removing names and the inodes they were the last link to: `unlink`,
+//! `rmdir`. A directory entry is removed by folding its record into the
+//! one before it (or, first in its block, by clearing its inode number) —
+//! the block's checksum moved by splice over the few bytes that change.
+//! An inode's last link frees its data runs, its mapping blocks and its
+//! xattr block (or drops one reference to a shared one), and its bit.
+
+use crate::error::{corrupt, Error};
+use crate::inode::{Inode, FLAG_INDEX, FLAG_INLINE_DATA};
+use crate::volume::Volume;
+use crate::write::{encode_time, le16, le32, now, put16, put32, splice_all};
+use csumkit::crc32c;
+
+impl Volume {
+    /// Removes the name `name` (not a directory) from `dir`; the inode
+    /// goes when this was its last link.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`], [`Error::IsDir`], [`Error::NotDir`].
+    pub fn unlink(&mut self, dir: u32, name: &[u8]) -> Result<(), Error> {
+        let parent = self.inode(dir)?;
+        let entry = self.lookup(&parent, name)?;
+        let inode = self.inode(entry.ino)?;
+        if inode.is_dir() {
+            return Err(Error::IsDir(String::from_utf8_lossy(name).into_owned()));
+        }
+        if inode.links <= 1 && self.entries(&inode)?.iter().any(|e| e.value_inum != 0) {
+            return Err(Error::Unsupported {
+                feature: "ea_inode",
+                remedy:
+                    "deleting a file whose xattr value lives in an inode of its own is not implemented in csumfs yet",
+            });
+        }
+        self.remove_entry(&parent, name)?;
+        self.touch_dir(dir, 0)?;
+        self.drop_link(inode)
+    }
+
+    /// Removes the empty directory `name` from `dir`.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`], [`Error::NotDir`], `ENOTEMPTY` as [`Error::NotEmpty`].
+    pub fn rmdir(&mut self, dir: u32, name: &[u8]) -> Result<(), Error> {
+        if name == b"." || name == b".." {
+            return Err(Error::Invalid(format!("{:?} cannot be removed", String::from_utf8_lossy(name))));
+        }
+        let parent = self.inode(dir)?;
+        let entry = self.lookup(&parent, name)?;
+        let inode = self.inode(entry.ino)?;
+        if !inode.is_dir() {
+            return Err(Error::NotDir(String::from_utf8_lossy(name).into_owned()));
+        }
+        if self.read_dir(&inode)?.iter().any(|e| e.name != b"." && e.name != b"..") {
+            return Err(Error::NotEmpty(String::from_utf8_lossy(name).into_owned()));
+        }
+        self.remove_entry(&parent, name)?;
+        self.touch_dir(dir, -1)?; // its ".." no longer links the parent
+        self.release(inode)
+    }
+
+    /// Drops one link; the inode goes with its last.
+    fn drop_link(&mut self, inode: Inode) -> Result<(), Error> {
+        if inode.links > 1 {
+            let (sec, extra) = encode_time(now());
+            let links = inode.links - 1;
+            self.edit_inode(&inode, |r| {
+                put16(r, 0x1A, links);
+                put32(r, 0x0C, sec);
+                put32(r, 0x84, extra);
+            })?;
+            return Ok(());
+        }
+        self.release(inode)
+    }
+
+    /// Frees an inode with no links left: data, mapping blocks, xattr
+    /// block, then the inode itself (links 0, `i_dtime` set, bit cleared).
+    fn release(&mut self, inode: Inode) -> Result<(), Error> {
+        if inode.flags & FLAG_INLINE_DATA == 0 && !(inode.is_symlink() && inode.size < 60 && inode.blocks == 0) {
+            for run in self.runs(&inode)? {
+                self.free_blocks(run.physical, run.len)?;
+            }
+            for block in self.tree_blocks(&inode)? {
+                self.free_blocks(block, 1)?;
+            }
+        }
+        if inode.file_acl != 0 {
+            self.drop_xattr_block(&inode)?;
+        }
+        let (sec, _) = encode_time(now());
+        let inode = self.edit_inode(&inode, |r| {
+            put16(r, 0x1A, 0);
+            put32(r, 0x14, sec); // i_dtime
+            put32(r, 0x04, 0);
+            put32(r, 0x6C, 0);
+            put32(r, 0x1C, 0);
+            put16(r, 0x74, 0);
+            put32(r, 0x68, 0);
+            put16(r, 0x76, 0);
+            if le32(r, 0x20) & crate::inode::FLAG_EXTENTS != 0 {
+                // An empty extent root.
+                r[0x28 + 2..0x28 + 60].fill(0);
+                put16(r, 0x28 + 4, 4);
+            }
+        })?;
+        let l = self.layout.clone();
+        let (g, index) =
+            ((u64::from(inode.ino) - 1) / l.inodes_per_group, (u64::from(inode.ino) - 1) % l.inodes_per_group);
+        let group = l.group(&self.map, g)?;
+        self.flip_bits(&group, true, index, 1, false)?;
+        if inode.is_dir() {
+            let wide = l.desc_size >= 0x40;
+            self.edit_descriptor(&group, |d| {
+                let dirs = u32::from(le16(d, 0x10)) | if wide { u32::from(le16(d, 0x30)) << 16 } else { 0 };
+                put16(d, 0x10, (dirs - 1) as u16);
+                if wide {
+                    put16(d, 0x30, ((dirs - 1) >> 16) as u16);
+                }
+            })?;
+        }
+        self.edit_superblock(0, 1)
+    }
+
+    /// One reference less to an xattr block; freed with its last.
+    fn drop_xattr_block(&mut self, inode: &Inode) -> Result<(), Error> {
+        let b = inode.file_acl;
+        let old = self.block(b, &|| format!("inode {} xattr block {b}", inode.ino))?.to_vec();
+        let refs = le32(&old, 4);
+        if refs <= 1 {
+            return self.free_blocks(b, 1);
+        }
+        let mut new = old.clone();
+        put32(&mut new, 4, refs - 1);
+        // The checksum: fs seed, le64 block number, the block with h_checksum zero.
+        let message = |blk: &[u8]| {
+            let mut m = b.to_le_bytes().to_vec();
+            m.extend_from_slice(blk);
+            m[8 + 0x10..8 + 0x14].fill(0);
+            m
+        };
+        let (old_m, new_m) = (message(&old), message(&new));
+        let crc = splice_all(le32(&old, 0x10), old_m.len(), &old_m, &new_m);
+        let seed = self.layout.csum_seed;
+        self.check_update("xattr block", crc, || crc32c::raw_update(seed, &new_m));
+        put32(&mut new, 0x10, crc);
+        self.store(b * self.layout.block_size, &new)
+    }
+
+    /// Takes `name`'s entry out of its leaf block.
+    fn remove_entry(&mut self, dir: &Inode, name: &[u8]) -> Result<(), Error> {
+        if dir.flags & FLAG_INLINE_DATA != 0 {
+            return Err(Error::Unsupported {
+                feature: "inline directory",
+                remedy: "removing entries from inline directories is not implemented in csumfs yet",
+            });
+        }
+        let bs = self.layout.block_size as usize;
+        for run in self.runs(dir)? {
+            for k in 0..run.len {
+                let (logical, physical) = (run.logical + k, run.physical + k);
+                let old = self.block(physical, &|| format!("directory {} block {physical}", dir.ino))?.to_vec();
+                let index_block = dir.flags & FLAG_INDEX != 0
+                    && (logical == 0 || le32(&old, 0) == 0 && usize::from(le16(&old, 4)) == bs);
+                if index_block {
+                    continue;
+                }
+                let (mut at, mut prev) = (0usize, None);
+                while at + 8 <= bs - 12 {
+                    let (ino, rec_len, len) =
+                        (le32(&old, at), usize::from(le16(&old, at + 4)), usize::from(old[at + 6]));
+                    if rec_len < 8 || at + rec_len > bs - 12 {
+                        return Err(corrupt(
+                            format!("directory {} block {physical}", dir.ino),
+                            format!("entry at {at}"),
+                        ));
+                    }
+                    if ino != 0 && &old[at + 8..at + 8 + len] == name {
+                        let mut new = old.clone();
+                        match prev {
+                            Some(p) => {
+                                let merged = usize::from(le16(&new, p + 4)) + rec_len;
+                                put16(&mut new, p + 4, merged as u16);
+                            }
+                            None => put32(&mut new, at, 0),
+                        }
+                        let crc = splice_all(le32(&old, bs - 4), bs - 12, &old[..bs - 12], &new[..bs - 12]);
+                        self.check_update("directory block", crc, || {
+                            crc32c::raw_update(dir.csum_seed, &new[..bs - 12])
+                        });
+                        put32(&mut new, bs - 4, crc);
+                        return self.store(physical * bs as u64, &new);
+                    }
+                    prev = Some(at);
+                    at += rec_len;
+                }
+            }
+        }
+        Err(Error::NotFound(String::from_utf8_lossy(name).into_owned()))
+    }
+}
