@@ -24,6 +24,7 @@
 
 mod data;
 mod dir;
+mod dir_write;
 mod error;
 pub mod hash;
 mod inode;

@@ -75,7 +75,7 @@ impl Volume {
 
     /// Frees an inode with no links left: data, mapping blocks, xattr
     /// block, then the inode itself (links 0, `i_dtime` set, bit cleared).
-    fn release(&mut self, inode: Inode) -> Result<(), Error> {
+    pub(crate) fn release(&mut self, inode: Inode) -> Result<(), Error> {
         if inode.flags & FLAG_INLINE_DATA == 0 && !(inode.is_symlink() && inode.size < 60 && inode.blocks == 0) {
             for run in self.runs(&inode)? {
                 self.free_blocks(run.physical, run.len)?;

@@ -15,8 +15,9 @@
 //! extents in the inode) and writes through a shared map; `sync` flushes
 //! it. What it does not do yet is refused with an error that says so.
 
-use crate::error::{corrupt, Error};
-use crate::inode::{Inode, Timespec, FLAG_EXTENTS, FLAG_INDEX, FLAG_INLINE_DATA};
+use crate::dir_write::new_dir_block;
+use crate::error::Error;
+use crate::inode::{Inode, Timespec, FLAG_EXTENTS, FLAG_INLINE_DATA};
 use crate::volume::{Bytes, Volume};
 use csumkit::crc32c;
 use csumkit::ext4::{Features, Group, Layout};
@@ -30,7 +31,8 @@ const RO_COMPAT_ORPHAN_PRESENT: u32 = 0x1_0000;
 /// Refuses, by name, images this writer would damage.
 pub(crate) fn refuse_for_writing(layout: &Layout, image: &[u8]) -> Result<(), Error> {
     let f = layout.features;
-    let refusals: [(bool, &'static str, &'static str); 7] = [
+    let refusals: [(bool, &'static str, &'static str); 8] = [
+        (f.incompat & 0x40 == 0, "^extent", "csumfs writes extent-mapped files only: open it read-only"),
         (
             f.incompat & Features::INCOMPAT_MMP != 0,
             "mmp",
@@ -492,7 +494,7 @@ impl Volume {
 
     /// Makes `blocks` file blocks from `logical` exist (allocated, zeroed
     /// when `zero`), goal right after the file's last block.
-    fn grow(&mut self, mut inode: Inode, logical: u64, blocks: u64, zero: bool) -> Result<Inode, Error> {
+    pub(crate) fn grow(&mut self, mut inode: Inode, logical: u64, blocks: u64, zero: bool) -> Result<Inode, Error> {
         let bs = self.layout.block_size;
         let mut next = logical;
         while next < logical + blocks {
@@ -577,74 +579,6 @@ impl Volume {
         })
     }
 
-    /// Adds the entry `name` → `ino` to a linear directory: into the first
-    /// block with room (splitting the entry whose record has slack), else a
-    /// new block appended to the directory.
-    fn add_entry(&mut self, dir: &Inode, name: &[u8], ino: u32, file_type: u8) -> Result<(), Error> {
-        if dir.flags & (FLAG_INDEX | FLAG_INLINE_DATA) != 0 {
-            return Err(Error::Unsupported {
-                feature: "indexed (htree) or inline directory",
-                remedy: "adding entries to those is not implemented in csumfs yet",
-            });
-        }
-        let bs = self.layout.block_size as usize;
-        let need = (8 + name.len()).next_multiple_of(4);
-        for run in self.runs(dir)? {
-            for k in 0..run.len {
-                let physical = run.physical + k;
-                let old = self.block(physical, &|| format!("directory {} block {physical}", dir.ino))?.to_vec();
-                let mut at = 0;
-                while at < bs - 12 {
-                    let (eino, rec_len, name_len) =
-                        (le32(&old, at), usize::from(le16(&old, at + 4)), usize::from(old[at + 6]));
-                    if rec_len < 8 || at + rec_len > bs - 12 {
-                        return Err(corrupt(
-                            format!("directory {} block {physical}", dir.ino),
-                            format!("entry at {at}"),
-                        ));
-                    }
-                    let used = if eino == 0 { 0 } else { (8 + name_len).next_multiple_of(4) };
-                    if rec_len - used >= need {
-                        let mut new = old.clone();
-                        let place = at + used;
-                        if eino != 0 {
-                            put16(&mut new, at + 4, used as u16);
-                        }
-                        put32(&mut new, place, ino);
-                        put16(&mut new, place + 4, (rec_len - used) as u16);
-                        new[place + 6] = name.len() as u8;
-                        new[place + 7] = file_type;
-                        new[place + 8..place + 8 + name.len()].copy_from_slice(name);
-                        let crc = splice_all(le32(&old, bs - 4), bs - 12, &old[..bs - 12], &new[..bs - 12]);
-                        self.check_update("directory block", crc, || {
-                            crc32c::raw_update(dir.csum_seed, &new[..bs - 12])
-                        });
-                        put32(&mut new, bs - 4, crc);
-                        return self.store(physical * bs as u64, &new);
-                    }
-                    at += rec_len;
-                }
-            }
-        }
-        // No room: a new block holding only this entry.
-        let logical = dir.size / bs as u64;
-        let dir = self.grow(dir.clone(), logical, 1, false)?;
-        let physical = self
-            .runs(&dir)?
-            .iter()
-            .find(|r| (r.logical..r.logical + r.len).contains(&logical))
-            .map(|r| r.physical + logical - r.logical)
-            .expect("just added");
-        let block = new_dir_block(bs, dir.csum_seed, &[(ino, file_type, name)]);
-        self.store(physical * bs as u64, &block)?;
-        let size = dir.size + bs as u64;
-        self.edit_inode(&dir, |r| {
-            put32(r, 0x04, size as u32);
-            put32(r, 0x6C, (size >> 32) as u32);
-        })?;
-        Ok(())
-    }
-
     pub(crate) fn touch_dir(&mut self, dir: u32, link_delta: i32) -> Result<(), Error> {
         let dir = self.inode(dir)?;
         let (sec, extra) = encode_time(now());
@@ -686,9 +620,13 @@ impl Volume {
         let group = (u64::from(dir) - 1) / self.layout.inodes_per_group;
         let ino = self.allocate_inode(group, false)?;
         let inode = self.write_new_inode(ino, &new, 1, FLAG_EXTENTS)?;
-        self.add_entry(&parent, name, ino, file_type(new.mode))?;
+        if let Err(e) = self.add_entry(&parent, name, ino, file_type(new.mode)) {
+            // Nothing half done: the unlinked inode goes back.
+            self.release(inode)?;
+            return Err(e);
+        }
         self.touch_dir(dir, 0)?;
-        Ok(inode)
+        self.inode(ino)
     }
 
     /// Creates directory `name` in `dir`, with its `.` and `..`.
@@ -713,8 +651,11 @@ impl Volume {
         let block = new_dir_block(bs, inode.csum_seed, &[(ino, 2, b"."), (dir, 2, b"..")]);
         let physical = self.runs(&inode)?[0].physical;
         self.store(physical * bs as u64, &block)?;
-        self.edit_inode(&inode, |r| put32(r, 0x04, bs as u32))?;
-        self.add_entry(&parent, name, ino, 2)?;
+        let inode = self.edit_inode(&inode, |r| put32(r, 0x04, bs as u32))?;
+        if let Err(e) = self.add_entry(&parent, name, ino, 2) {
+            self.release(inode)?;
+            return Err(e);
+        }
         self.touch_dir(dir, 1)?;
         self.inode(ino)
     }
@@ -788,26 +729,4 @@ fn file_type(mode: u16) -> u8 {
         0o120_000 => 7,
         _ => 0,
     }
-}
-
-/// A new directory leaf block holding `entries` (the last spanning the
-/// rest), with its checksum tail (checksummed in full: it is new).
-fn new_dir_block(bs: usize, seed: u32, entries: &[(u32, u8, &[u8])]) -> Vec<u8> {
-    let mut block = vec![0u8; bs];
-    let mut at = 0;
-    for (i, &(ino, ft, name)) in entries.iter().enumerate() {
-        let rec_len = if i + 1 == entries.len() { bs - 12 - at } else { (8 + name.len()).next_multiple_of(4) };
-        put32(&mut block, at, ino);
-        put16(&mut block, at + 4, rec_len as u16);
-        block[at + 6] = name.len() as u8;
-        block[at + 7] = ft;
-        block[at + 8..at + 8 + name.len()].copy_from_slice(name);
-        at += rec_len;
-    }
-    // The tail: a fake entry of inode 0, rec_len 12, name_len 0, type 0xDE.
-    put16(&mut block, bs - 12 + 4, 12);
-    block[bs - 12 + 7] = 0xDE;
-    let crc = crc32c::raw_update(seed, &block[..bs - 12]);
-    put32(&mut block, bs - 4, crc);
-    block
 }

@@ -1,0 +1,278 @@
+//! Adding directory entries: into a linear directory's first leaf with room
+//! (or a new leaf appended), or into an indexed (htree) directory's leaf for
+//! the name's hash — splitting that leaf by hash when it is full and adding
+//! the new leaf to the index node above it, as the kernel's `do_split` does.
+//! An entry added to a leaf moves the leaf's checksum by splice; a split
+//! rewrites both leaves and the index node, which are checksummed anew.
+
+use crate::error::{corrupt, Error};
+use crate::inode::{Inode, FLAG_INDEX, FLAG_INLINE_DATA};
+use crate::volume::Volume;
+use crate::write::{le16, le32, put16, put32, splice_all};
+use csumkit::crc32c;
+
+/// One live entry of a leaf: (inode, file type, name).
+type Entry = (u32, u8, Vec<u8>);
+
+/// Bytes a record needs for a name of `len` bytes.
+fn record(len: usize) -> usize {
+    (8 + len).next_multiple_of(4)
+}
+
+impl Volume {
+    /// Adds the entry `name` → `ino` to directory `dir`.
+    pub(crate) fn add_entry(&mut self, dir: &Inode, name: &[u8], ino: u32, file_type: u8) -> Result<(), Error> {
+        if dir.flags & FLAG_INLINE_DATA != 0 {
+            return Err(Error::Unsupported {
+                feature: "inline directory",
+                remedy: "adding entries to inline directories is not implemented in csumfs yet",
+            });
+        }
+        if dir.flags & FLAG_INDEX != 0 {
+            return self.add_indexed_entry(dir, name, ino, file_type);
+        }
+        for run in self.runs(dir)? {
+            for k in 0..run.len {
+                if self.insert_into_leaf(dir, run.physical + k, name, ino, file_type)? {
+                    return Ok(());
+                }
+            }
+        }
+        // No room: a new block holding only this entry.
+        let bs = self.layout.block_size as usize;
+        let physical = self.append_dir_block(dir)?;
+        let block = new_dir_block(bs, dir.csum_seed, &[(ino, file_type, name)]);
+        self.store(physical * bs as u64, &block)
+    }
+
+    /// Puts the entry into leaf block `physical` if it has room: into the
+    /// slack of a record (or an empty one), the checksum moved by splice.
+    fn insert_into_leaf(&mut self, dir: &Inode, physical: u64, name: &[u8], ino: u32, ft: u8) -> Result<bool, Error> {
+        let bs = self.layout.block_size as usize;
+        let need = record(name.len());
+        let old = self.block(physical, &|| format!("directory {} block {physical}", dir.ino))?.to_vec();
+        let mut at = 0;
+        while at < bs - 12 {
+            let (eino, rec_len, name_len) = (le32(&old, at), usize::from(le16(&old, at + 4)), usize::from(old[at + 6]));
+            if rec_len < 8 || at + rec_len > bs - 12 {
+                return Err(corrupt(format!("directory {} block {physical}", dir.ino), format!("entry at {at}")));
+            }
+            let used = if eino == 0 { 0 } else { record(name_len) };
+            if rec_len - used >= need {
+                let mut new = old.clone();
+                let place = at + used;
+                if eino != 0 {
+                    put16(&mut new, at + 4, used as u16);
+                }
+                put32(&mut new, place, ino);
+                put16(&mut new, place + 4, (rec_len - used) as u16);
+                new[place + 6] = name.len() as u8;
+                new[place + 7] = ft;
+                new[place + 8..place + 8 + name.len()].copy_from_slice(name);
+                let crc = splice_all(le32(&old, bs - 4), bs - 12, &old[..bs - 12], &new[..bs - 12]);
+                self.check_update("directory block", crc, || crc32c::raw_update(dir.csum_seed, &new[..bs - 12]));
+                put32(&mut new, bs - 4, crc);
+                self.store(physical * bs as u64, &new)?;
+                return Ok(true);
+            }
+            at += rec_len;
+        }
+        Ok(false)
+    }
+
+    /// Allocates the directory's next block (logical `size / bs`), grows
+    /// its size; returns the block's physical number.
+    fn append_dir_block(&mut self, dir: &Inode) -> Result<u64, Error> {
+        let bs = self.layout.block_size;
+        let logical = dir.size / bs;
+        let grown = self.grow(dir.clone(), logical, 1, false)?;
+        let physical = self
+            .runs(&grown)?
+            .iter()
+            .find(|r| (r.logical..r.logical + r.len).contains(&logical))
+            .map(|r| r.physical + logical - r.logical)
+            .ok_or_else(|| corrupt(format!("directory {}", dir.ino), "the block just added is not mapped"))?;
+        let size = grown.size + bs;
+        self.edit_inode(&grown, |r| {
+            put32(r, 0x04, size as u32);
+            put32(r, 0x6C, (size >> 32) as u32);
+        })?;
+        Ok(physical)
+    }
+
+    /// The htree case: the leaf for the name's hash, split when full.
+    fn add_indexed_entry(&mut self, dir: &Inode, name: &[u8], ino: u32, ft: u8) -> Result<(), Error> {
+        let bs = self.layout.block_size as usize;
+        let (hash, path) = self.htree_path(dir, name)?;
+        let (node_physical, count_at, chosen) = *path.last().expect("a path holds the root");
+        let node = self.block(node_physical, &|| format!("directory {} index", dir.ino))?.to_vec();
+        let leaf_logical = u64::from(le32(&node, count_at + 8 * chosen + 4)) & 0x0FFF_FFFF;
+        let leaf_physical = self.dir_block(dir, leaf_logical)?;
+        if self.insert_into_leaf(dir, leaf_physical, name, ino, ft)? {
+            return Ok(());
+        }
+        // Split: the entries sorted by hash, the upper half by size to a new leaf.
+        let (limit, count) = (usize::from(le16(&node, count_at)), usize::from(le16(&node, count_at + 2)));
+        if count >= limit {
+            return Err(Error::Unsupported {
+                feature: "an htree index node split",
+                remedy: "the directory's index node is full; growing the index is not implemented in csumfs yet",
+            });
+        }
+        let old_leaf = self.block(leaf_physical, &|| format!("directory {} leaf", dir.ino))?.to_vec();
+        let version = node_root_version(self, dir)?;
+        let mut entries = Vec::new();
+        for entry in leaf_entries(&old_leaf, dir.ino)? {
+            entries.push((self.name_hash(version, &entry.2)?, entry));
+        }
+        entries.sort_by_key(|(h, _)| *h);
+        if entries.len() < 2 {
+            return Err(corrupt(
+                format!("directory {} leaf {leaf_logical}", dir.ino),
+                "full with fewer than two entries",
+            ));
+        }
+        let total: usize = entries.iter().map(|(_, e)| record(e.2.len())).sum();
+        let (mut kept, mut split) = (0usize, entries.len());
+        for (i, (_, e)) in entries.iter().enumerate() {
+            if kept + record(e.2.len()) > total / 2 {
+                split = i.clamp(1, entries.len() - 1);
+                break;
+            }
+            kept += record(e.2.len());
+        }
+        let hash2 = entries[split].0;
+        let continued = u32::from(split > 0 && entries[split - 1].0 == hash2);
+        let new_logical = dir.size / bs as u64;
+        let new_physical = self.append_dir_block(dir)?;
+        let dir = self.inode(dir.ino)?;
+        let (low, high): (Vec<Entry>, Vec<Entry>) = {
+            let (a, b) = entries.split_at(split);
+            (a.iter().map(|(_, e)| e.clone()).collect(), b.iter().map(|(_, e)| e.clone()).collect())
+        };
+        let block_of = |v: &[Entry]| {
+            let refs: Vec<(u32, u8, &[u8])> = v.iter().map(|(i, f, n)| (*i, *f, n.as_slice())).collect();
+            new_dir_block(bs, dir.csum_seed, &refs)
+        };
+        self.store(leaf_physical * bs as u64, &block_of(&low))?;
+        self.store(new_physical * bs as u64, &block_of(&high))?;
+        // The index: (hash2 | continued, new leaf) after the chosen entry.
+        let mut node = self.block(node_physical, &|| format!("directory {} index", dir.ino))?.to_vec();
+        let at = count_at + 8 * (chosen + 1);
+        node.copy_within(at..count_at + 8 * count, at + 8);
+        put32(&mut node, at, hash2 | continued);
+        put32(&mut node, at + 4, new_logical as u32);
+        put16(&mut node, count_at + 2, (count + 1) as u16);
+        self.seal_index_node(&dir, &mut node, count_at);
+        self.store(node_physical * bs as u64, &node)?;
+        // The new entry goes to the leaf that covers its hash.
+        let target = if hash >= hash2 { new_physical } else { leaf_physical };
+        if self.insert_into_leaf(&dir, target, name, ino, ft)? {
+            Ok(())
+        } else {
+            Err(corrupt(format!("directory {}", dir.ino), "no room after a leaf split"))
+        }
+    }
+
+    /// The dx_tail checksum of an index node (its count changed: the
+    /// covered length changed, so it is computed anew).
+    fn seal_index_node(&self, dir: &Inode, node: &mut [u8], count_at: usize) {
+        let (limit, count) = (usize::from(le16(node, count_at)), usize::from(le16(node, count_at + 2)));
+        let tail = count_at + 8 * limit;
+        let crc = crc32c::raw_update(dir.csum_seed, &node[..count_at + 8 * count]);
+        let crc = crc32c::raw_update(crc, &node[tail..tail + 4]);
+        let crc = crc32c::raw_update(crc, &[0; 4]);
+        put32(node, tail + 4, crc);
+    }
+
+    /// The physical block of a directory's logical block.
+    fn dir_block(&self, dir: &Inode, logical: u64) -> Result<u64, Error> {
+        self.runs(dir)?
+            .iter()
+            .find(|r| (r.logical..r.logical + r.len).contains(&logical))
+            .map(|r| r.physical + logical - r.logical)
+            .ok_or_else(|| corrupt(format!("directory {}", dir.ino), format!("no block {logical}")))
+    }
+
+    /// The name's hash and the index path to its leaf: (node's physical
+    /// block, offset of its count/limit, chosen entry) from the root down.
+    fn htree_path(&self, dir: &Inode, name: &[u8]) -> Result<(u32, Vec<(u64, usize, usize)>), Error> {
+        let what = || format!("directory {} htree", dir.ino);
+        let root_physical = self.dir_block(dir, 0)?;
+        let root = self.block(root_physical, &what)?;
+        let (info_len, levels) = (usize::from(root[0x1D]), root[0x1E]);
+        let hash = self.name_hash(node_root_version(self, dir)?, name)?;
+        let mut path = Vec::new();
+        let (mut physical, mut count_at) = (root_physical, 0x18 + info_len);
+        for level in 0..=levels {
+            let node = self.block(physical, &what)?;
+            let (limit, count) = (usize::from(le16(node, count_at)), usize::from(le16(node, count_at + 2)));
+            if count == 0 || count > limit || count_at + 8 * limit + 8 > node.len() {
+                return Err(corrupt(what(), format!("count {count} / limit {limit} at level {level}")));
+            }
+            let chosen = (1..count).take_while(|&e| le32(node, count_at + 8 * e) <= hash).last().unwrap_or(0);
+            path.push((physical, count_at, chosen));
+            if level == levels {
+                break;
+            }
+            let child = u64::from(le32(node, count_at + 8 * chosen + 4)) & 0x0FFF_FFFF;
+            physical = self.dir_block(dir, child)?;
+            count_at = 8;
+        }
+        Ok((hash, path))
+    }
+
+    fn name_hash(&self, version: u8, name: &[u8]) -> Result<u32, Error> {
+        let unsigned = (3..=5).contains(&version) || self.hash.unsigned;
+        let base = if (3..=5).contains(&version) { version - 3 } else { version };
+        let setup = crate::hash::HashSetup { unsigned, ..self.hash };
+        setup
+            .hash(base, name)
+            .map(|(h, _)| h)
+            .ok_or_else(|| corrupt("htree".to_string(), format!("hash version {version}")))
+    }
+}
+
+/// The root's hash version.
+fn node_root_version(volume: &Volume, dir: &Inode) -> Result<u8, Error> {
+    let root = volume.block(volume.dir_block(dir, 0)?, &|| format!("directory {} htree root", dir.ino))?;
+    Ok(root[0x1C])
+}
+
+/// The live entries of a leaf block.
+fn leaf_entries(block: &[u8], dir: u32) -> Result<Vec<Entry>, Error> {
+    let end = block.len() - 12;
+    let (mut at, mut out) = (0, Vec::new());
+    while at + 8 <= end {
+        let (ino, rec_len, len) = (le32(block, at), usize::from(le16(block, at + 4)), usize::from(block[at + 6]));
+        if rec_len < 8 || at + rec_len > end || 8 + len > rec_len {
+            return Err(corrupt(format!("directory {dir}"), format!("entry at {at}")));
+        }
+        if ino != 0 {
+            out.push((ino, block[at + 7], block[at + 8..at + 8 + len].to_vec()));
+        }
+        at += rec_len;
+    }
+    Ok(out)
+}
+/// A new directory leaf block holding `entries` (the last spanning the
+/// rest), with its checksum tail (checksummed in full: it is new).
+pub(crate) fn new_dir_block(bs: usize, seed: u32, entries: &[(u32, u8, &[u8])]) -> Vec<u8> {
+    let mut block = vec![0u8; bs];
+    let mut at = 0;
+    for (i, &(ino, ft, name)) in entries.iter().enumerate() {
+        let rec_len = if i + 1 == entries.len() { bs - 12 - at } else { (8 + name.len()).next_multiple_of(4) };
+        put32(&mut block, at, ino);
+        put16(&mut block, at + 4, rec_len as u16);
+        block[at + 6] = name.len() as u8;
+        block[at + 7] = ft;
+        block[at + 8..at + 8 + name.len()].copy_from_slice(name);
+        at += rec_len;
+    }
+    // The tail: a fake entry of inode 0, rec_len 12, name_len 0, type 0xDE.
+    put16(&mut block, bs - 12 + 4, 12);
+    block[bs - 12 + 7] = 0xDE;
+    let crc = crc32c::raw_update(seed, &block[..bs - 12]);
+    put32(&mut block, bs - 4, crc);
+    block
+}
