@@ -13,6 +13,9 @@ use csumkit::crc32c;
 
 /// One live entry of a leaf: (inode, file type, name).
 type Entry = (u32, u8, Vec<u8>);
+/// One step of an index path: (node's physical block, offset of its
+/// count/limit, the entry chosen).
+type IndexStep = (u64, usize, usize);
 
 /// Bytes a record needs for a name of `len` bytes.
 fn record(len: usize) -> usize {
@@ -196,7 +199,7 @@ impl Volume {
 
     /// The name's hash and the index path to its leaf: (node's physical
     /// block, offset of its count/limit, chosen entry) from the root down.
-    fn htree_path(&self, dir: &Inode, name: &[u8]) -> Result<(u32, Vec<(u64, usize, usize)>), Error> {
+    fn htree_path(&self, dir: &Inode, name: &[u8]) -> Result<(u32, Vec<IndexStep>), Error> {
         let what = || format!("directory {} htree", dir.ino);
         let root_physical = self.dir_block(dir, 0)?;
         let root = self.block(root_physical, &what)?;
