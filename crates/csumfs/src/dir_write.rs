@@ -8,7 +8,7 @@
 use crate::error::{corrupt, Error};
 use crate::inode::{Inode, FLAG_INDEX, FLAG_INLINE_DATA};
 use crate::volume::Volume;
-use crate::write::{le16, le32, put16, put32, splice_all};
+use crate::write::{le16, le32, put16, put32};
 use csumkit::crc32c;
 
 /// One live entry of a leaf: (inode, file type, name).
@@ -53,29 +53,29 @@ impl Volume {
     fn insert_into_leaf(&mut self, dir: &Inode, physical: u64, name: &[u8], ino: u32, ft: u8) -> Result<bool, Error> {
         let bs = self.layout.block_size as usize;
         let need = record(name.len());
-        let old = self.block(physical, &|| format!("directory {} block {physical}", dir.ino))?.to_vec();
+        let block = self.block(physical, &|| format!("directory {} block {physical}", dir.ino))?;
         let mut at = 0;
         while at < bs - 12 {
-            let (eino, rec_len, name_len) = (le32(&old, at), usize::from(le16(&old, at + 4)), usize::from(old[at + 6]));
+            let (eino, rec_len, name_len) =
+                (le32(block, at), usize::from(le16(block, at + 4)), usize::from(block[at + 6]));
             if rec_len < 8 || at + rec_len > bs - 12 {
                 return Err(corrupt(format!("directory {} block {physical}", dir.ino), format!("entry at {at}")));
             }
             let used = if eino == 0 { 0 } else { record(name_len) };
             if rec_len - used >= need {
-                let mut new = old.clone();
-                let place = at + used;
+                // Two small edits: the shortened record's length, the new entry.
+                let shortened = (used as u16).to_le_bytes();
+                let mut entry = vec![0u8; 8 + name.len()];
+                put32(&mut entry, 0, ino);
+                put16(&mut entry, 4, (rec_len - used) as u16);
+                entry[6] = name.len() as u8;
+                entry[7] = ft;
+                entry[8..].copy_from_slice(name);
+                let mut edits: Vec<(usize, &[u8])> = vec![(at + used, &entry)];
                 if eino != 0 {
-                    put16(&mut new, at + 4, used as u16);
+                    edits.push((at + 4, &shortened));
                 }
-                put32(&mut new, place, ino);
-                put16(&mut new, place + 4, (rec_len - used) as u16);
-                new[place + 6] = name.len() as u8;
-                new[place + 7] = ft;
-                new[place + 8..place + 8 + name.len()].copy_from_slice(name);
-                let crc = splice_all(le32(&old, bs - 4), bs - 12, &old[..bs - 12], &new[..bs - 12]);
-                self.check_update("directory block", crc, || crc32c::raw_update(dir.csum_seed, &new[..bs - 12]));
-                put32(&mut new, bs - 4, crc);
-                self.store(physical * bs as u64, &new)?;
+                self.patch("directory block", physical * bs as u64, (bs - 12, bs - 4, dir.csum_seed), &edits)?;
                 return Ok(true);
             }
             at += rec_len;
@@ -88,7 +88,7 @@ impl Volume {
     fn append_dir_block(&mut self, dir: &Inode) -> Result<u64, Error> {
         let bs = self.layout.block_size;
         let logical = dir.size / bs;
-        let grown = self.grow(dir.clone(), logical, 1, false)?;
+        let grown = self.grow(dir.clone(), logical, 1, crate::write::Fill::Nothing)?;
         let physical = self
             .runs(&grown)?
             .iter()

@@ -40,5 +40,5 @@ pub use error::Error;
 pub use inode::{Inode, Timespec, ROOT};
 pub use map::Run;
 pub use stats::Stats;
-pub use volume::{Options, StatFs, Volume};
+pub use volume::{Checksums, Options, StatFs, Volume};
 pub use write::NewInode;

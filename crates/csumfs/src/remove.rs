@@ -139,9 +139,12 @@ impl Volume {
             m
         };
         let (old_m, new_m) = (message(&old), message(&new));
-        let crc = splice_all(le32(&old, 0x10), old_m.len(), &old_m, &new_m);
         let seed = self.layout.csum_seed;
-        self.check_update("xattr block", crc, || crc32c::raw_update(seed, &new_m));
+        let crc = self.updated(
+            "xattr block",
+            || splice_all(le32(&old, 0x10), old_m.len(), &old_m, &new_m),
+            || crc32c::raw_update(seed, &new_m),
+        );
         put32(&mut new, 0x10, crc);
         self.store(b * self.layout.block_size, &new)
     }
@@ -158,7 +161,7 @@ impl Volume {
         for run in self.runs(dir)? {
             for k in 0..run.len {
                 let (logical, physical) = (run.logical + k, run.physical + k);
-                let old = self.block(physical, &|| format!("directory {} block {physical}", dir.ino))?.to_vec();
+                let old = self.block(physical, &|| format!("directory {} block {physical}", dir.ino))?;
                 let index_block = dir.flags & FLAG_INDEX != 0
                     && (logical == 0 || le32(&old, 0) == 0 && usize::from(le16(&old, 4)) == bs);
                 if index_block {
@@ -175,20 +178,16 @@ impl Volume {
                         ));
                     }
                     if ino != 0 && &old[at + 8..at + 8 + len] == name {
-                        let mut new = old.clone();
-                        match prev {
+                        // One small edit: the record before absorbs this one,
+                        // or (first in its block) the inode number is cleared.
+                        let (edit_at, bytes) = match prev {
                             Some(p) => {
-                                let merged = usize::from(le16(&new, p + 4)) + rec_len;
-                                put16(&mut new, p + 4, merged as u16);
+                                (p + 4, ((usize::from(le16(&old, p + 4)) + rec_len) as u16).to_le_bytes().to_vec())
                             }
-                            None => put32(&mut new, at, 0),
-                        }
-                        let crc = splice_all(le32(&old, bs - 4), bs - 12, &old[..bs - 12], &new[..bs - 12]);
-                        self.check_update("directory block", crc, || {
-                            crc32c::raw_update(dir.csum_seed, &new[..bs - 12])
-                        });
-                        put32(&mut new, bs - 4, crc);
-                        return self.store(physical * bs as u64, &new);
+                            None => (at, vec![0; 4]),
+                        };
+                        let seal = (bs - 12, bs - 4, dir.csum_seed);
+                        return self.patch("directory block", physical * bs as u64, seal, &[(edit_at, &bytes)]);
                     }
                     prev = Some(at);
                     at += rec_len;

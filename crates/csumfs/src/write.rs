@@ -18,7 +18,7 @@
 use crate::dir_write::new_dir_block;
 use crate::error::Error;
 use crate::inode::{Inode, Timespec, FLAG_EXTENTS, FLAG_INLINE_DATA};
-use crate::volume::{Bytes, Volume};
+use crate::volume::{Bytes, Checksums, Volume};
 use csumkit::crc32c;
 use csumkit::ext4::{Features, Group, Layout};
 
@@ -96,6 +96,24 @@ pub(crate) fn splice_all(mut crc: u32, total: usize, old: &[u8], new: &[u8]) -> 
     crc
 }
 
+/// The first zero bit of `bitmap` in `from..end`; whole bytes of ones are
+/// skipped eight bits at a time.
+fn first_free(bitmap: &[u8], from: u64, end: u64) -> Option<u64> {
+    let mut b = from;
+    while b < end {
+        let byte = bitmap[(b / 8) as usize];
+        if b % 8 == 0 && b + 8 <= end && byte == 0xFF {
+            b += 8;
+            continue;
+        }
+        if byte >> (b % 8) & 1 == 0 {
+            return Some(b);
+        }
+        b += 1;
+    }
+    None
+}
+
 /// Seconds since the epoch now, and the inode encoding of a time.
 pub(crate) fn now() -> Timespec {
     let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
@@ -119,13 +137,53 @@ pub struct NewInode {
 }
 
 impl Volume {
-    /// In debug builds and with `Options::check_updates`, a checksum moved
-    /// incrementally must equal the one recomputed from all the bytes.
-    pub(crate) fn check_update(&self, what: &str, incremental: u32, full: impl FnOnce() -> u32) {
-        if cfg!(debug_assertions) || self.options.check_updates {
-            let full = full();
-            assert_eq!(incremental, full, "{what}: incremental checksum {incremental:#010x}, recomputed {full:#010x}");
+    /// A structure's new checksum: moved by `incremental` (splice over
+    /// what changed) or, with `Checksums::Full`, recomputed by `full`. In
+    /// debug builds and with `Options::check_updates` a moved checksum must
+    /// equal the recomputed one.
+    pub(crate) fn updated(&self, what: &str, incremental: impl FnOnce() -> u32, full: impl FnOnce() -> u32) -> u32 {
+        if self.options.checksums == Checksums::Full {
+            return full();
         }
+        let crc = incremental();
+        if cfg!(debug_assertions) || self.options.check_updates {
+            let recomputed = full();
+            assert_eq!(crc, recomputed, "{what}: incremental checksum {crc:#010x}, recomputed {recomputed:#010x}");
+        }
+        crc
+    }
+
+    /// Writes `edits` (offset in the structure, new bytes) into the
+    /// checksummed structure at byte `base` whose checksum (raw CRC32C from
+    /// `seed` over its first `covered` bytes) is stored at `csum_at`, and
+    /// re-seals it: by splicing the old bytes of each edit into the new
+    /// (reading only those bytes), or with `Checksums::Full` over all
+    /// `covered` bytes. Edits must lie inside `covered`.
+    pub(crate) fn patch(
+        &mut self,
+        what: &str,
+        base: u64,
+        (covered, csum_at, seed): (usize, usize, u32),
+        edits: &[(usize, &[u8])],
+    ) -> Result<(), Error> {
+        let base_at = base as usize;
+        let old_crc = le32(&self.map, base_at + csum_at);
+        let mut crc = old_crc;
+        for &(at, new) in edits {
+            debug_assert!(at + new.len() <= covered, "{what}: edit [{at}, +{}) past {covered}", new.len());
+            let old = &self.map[base_at + at..base_at + at + new.len()];
+            if self.options.checksums == Checksums::Incremental {
+                crc = crc32c::splice(crc, covered as u64, at as u64, old, new)?;
+            }
+            let image = self.image_mut()?;
+            image[base_at + at..base_at + at + new.len()].copy_from_slice(new);
+        }
+        let map = &self.map;
+        let full = || crc32c::raw_update(seed, &map[base_at..base_at + covered]);
+        let crc = self.updated(what, || crc, full);
+        let image = self.image_mut()?;
+        put32(image, base_at + csum_at, crc);
+        Ok(())
     }
 
     pub(crate) fn image_mut(&mut self) -> Result<&mut [u8], Error> {
@@ -159,20 +217,18 @@ impl Volume {
     /// Adds `delta` to the superblock's free block and inode counts, moving
     /// its checksum by splice.
     pub(crate) fn edit_superblock(&mut self, free_blocks: i64, free_inodes: i64) -> Result<(), Error> {
-        let old = self.bytes(1024, 1024, &|| "superblock".into())?.to_vec();
-        let mut new = old.clone();
+        let sb = self.bytes(1024, 1024, &|| "superblock".into())?;
         let wide = self.layout.desc_size >= 64;
-        let blocks = u64::from(le32(&old, 0x0C)) | if wide { u64::from(le32(&old, 0x158)) << 32 } else { 0 };
+        let blocks = u64::from(le32(sb, 0x0C)) | if wide { u64::from(le32(sb, 0x158)) << 32 } else { 0 };
         let blocks = blocks.wrapping_add_signed(free_blocks);
-        put32(&mut new, 0x0C, blocks as u32);
+        let inodes = (i64::from(le32(sb, 0x10)) + free_inodes) as u32;
+        let (lo, hi, inodes) =
+            ((blocks as u32).to_le_bytes(), ((blocks >> 32) as u32).to_le_bytes(), inodes.to_le_bytes());
+        let mut edits: Vec<(usize, &[u8])> = vec![(0x0C, &lo), (0x10, &inodes)];
         if wide {
-            put32(&mut new, 0x158, (blocks >> 32) as u32);
+            edits.push((0x158, &hi));
         }
-        put32(&mut new, 0x10, (i64::from(le32(&old, 0x10)) + free_inodes) as u32);
-        let crc = splice_all(le32(&old, 0x3FC), 0x3FC, &old[..0x3FC], &new[..0x3FC]);
-        self.check_update("superblock", crc, || crc32c::raw_update(!0, &new[..0x3FC]));
-        put32(&mut new, 0x3FC, crc);
-        self.store(1024, &new)
+        self.patch("superblock", 1024, (0x3FC, 0x3FC, !0), &edits)
     }
 
     /// Sets (`take`) or clears `len` bits from `first` in a bitmap block,
@@ -195,13 +251,13 @@ impl Volume {
         let wide = self.layout.desc_size >= 0x40;
         let desc = self.bytes(group.desc_offset, self.layout.desc_size as usize, &|| "descriptor".into())?.to_vec();
         let stored = u32::from(le16(&desc, lo)) | if wide { u32::from(le16(&desc, hi)) << 16 } else { 0 };
-        let old_crc = if wide {
-            stored
+        // The move is linear in the flipped bits, so it can be computed
+        // before they flip; a 16-bit stored checksum has no full CRC to move.
+        let moved = if wide && self.options.checksums == Checksums::Incremental {
+            Some(crc32c::flip_range(stored, bits, first, len)?)
         } else {
-            // A 16-bit stored checksum: the full one is recomputed once.
-            crc32c::raw_update(self.layout.csum_seed, &self.block(block, &|| "bitmap".into())?[..(bits / 8) as usize])
+            None
         };
-        let crc = crc32c::flip_range(old_crc, bits, first, len)?;
         {
             let image = self.image_mut()?;
             let base = (block * bs) as usize;
@@ -218,9 +274,16 @@ impl Volume {
         }
         let seed = self.layout.csum_seed;
         let map = &self.map;
-        self.check_update("bitmap", crc, || {
-            crc32c::raw_update(seed, &map[(block * bs) as usize..][..(bits / 8) as usize])
-        });
+        let full = || crc32c::raw_update(seed, &map[(block * bs) as usize..][..(bits / 8) as usize]);
+        let crc = match moved {
+            Some(crc) => {
+                if cfg!(debug_assertions) || self.options.check_updates {
+                    assert_eq!(crc, full(), "bitmap: incremental checksum differs from the recomputed one");
+                }
+                crc
+            }
+            None => full(),
+        };
         self.edit_descriptor(group, |d| {
             put16(d, lo, crc as u16);
             if wide {
@@ -298,7 +361,14 @@ impl Volume {
             let bitmap = self.block(group.block_bitmap, &|| format!("group {g} block bitmap"))?;
             let in_group = l.blocks_per_group.min(l.blocks_count - l.first_data_block - g * l.blocks_per_group);
             let free = |b: u64| bitmap[(b / 8) as usize] >> (b % 8) & 1 == 0;
-            let Some(start) = (0..in_group).find(|&b| free(b)) else { continue };
+            // From the goal on in its group (then wrapping), elsewhere from the start.
+            let from = if step == 0 {
+                (goal.saturating_sub(l.first_data_block) % l.blocks_per_group).min(in_group)
+            } else {
+                0
+            };
+            let found = first_free(bitmap, from, in_group).or_else(|| first_free(bitmap, 0, from));
+            let Some(start) = found else { continue };
             let len = (start..in_group).take(want as usize).take_while(|&b| free(b)).count() as u64;
             self.flip_bits(&group, false, start, len, true)?;
             self.edit_superblock(-(len as i64), 0)?;
@@ -336,8 +406,11 @@ impl Volume {
         };
         let (old_m, new_m) = (zeroed(&old), zeroed(&new));
         let stored = u32::from(le16(&old, 0x7C)) | u32::from(le16(&old, 0x82)) << 16;
-        let crc = splice_all(stored, old_m.len(), &old_m, &new_m);
-        self.check_update("inode", crc, || crc32c::raw_update(inode.csum_seed, &new_m));
+        let crc = self.updated(
+            "inode",
+            || splice_all(stored, old_m.len(), &old_m, &new_m),
+            || crc32c::raw_update(inode.csum_seed, &new_m),
+        );
         put16(&mut new, 0x7C, crc as u16);
         put16(&mut new, 0x82, (crc >> 16) as u16);
         let at = self.inode_offset(inode.ino)?;
@@ -392,7 +465,14 @@ impl Volume {
     /// under a one-level index in the inode (the tree grows to depth 1 by
     /// moving the inode's extents into a new leaf, as the kernel's
     /// `ext4_ext_grow_indepth` does).
-    fn add_extent(&mut self, inode: &Inode, logical: u64, physical: u64, len: u64) -> Result<Inode, Error> {
+    fn add_extent(
+        &mut self,
+        inode: &Inode,
+        logical: u64,
+        physical: u64,
+        len: u64,
+        uninit: bool,
+    ) -> Result<Inode, Error> {
         let depth = le16(&inode.i_block, 6);
         if inode.flags & FLAG_EXTENTS == 0 || depth > 1 {
             return Err(Error::Unsupported {
@@ -401,10 +481,10 @@ impl Volume {
             });
         }
         if depth == 1 {
-            return self.add_extent_to_leaf(inode, logical, physical, len);
+            return self.add_extent_to_leaf(inode, logical, physical, len, uninit);
         }
         let mut root = inode.i_block;
-        match insert_extent(&mut root, logical, physical, len) {
+        match insert_extent(&mut root, logical, physical, len, uninit) {
             Insert::Done => self.edit_inode(inode, |r| r[0x28..0x28 + 60].copy_from_slice(&root)),
             Insert::Full => {
                 // Grow: the four extents move into a new leaf block.
@@ -414,7 +494,7 @@ impl Volume {
                 let mut leaf = vec![0u8; bs as usize];
                 leaf[..60].copy_from_slice(&inode.i_block);
                 put16(&mut leaf, 4, ((bs - 12) / 12) as u16); // ext4_ext_space_block
-                let inserted = insert_extent(&mut leaf, logical, physical, len);
+                let inserted = insert_extent(&mut leaf, logical, physical, len, uninit);
                 debug_assert!(matches!(inserted, Insert::Done), "a new leaf has room");
                 let first = u64::from(le32(&leaf, 12));
                 self.store_new_leaf(inode, leaf_block, &mut leaf)?;
@@ -447,7 +527,14 @@ impl Volume {
     /// Depth 1: the run goes into the leaf whose index entry covers it,
     /// its checksum moved by splice; past a full last leaf, a new leaf and
     /// a new index entry (up to the inode's four).
-    fn add_extent_to_leaf(&mut self, inode: &Inode, logical: u64, physical: u64, len: u64) -> Result<Inode, Error> {
+    fn add_extent_to_leaf(
+        &mut self,
+        inode: &Inode,
+        logical: u64,
+        physical: u64,
+        len: u64,
+        uninit: bool,
+    ) -> Result<Inode, Error> {
         let bs = self.layout.block_size;
         let root = &inode.i_block;
         let entries = usize::from(le16(root, 2));
@@ -456,13 +543,15 @@ impl Volume {
         let leaf_block = u64::from(le32(root, index(covering) + 4)) | u64::from(le16(root, index(covering) + 8)) << 32;
         let old = self.block(leaf_block, &|| format!("inode {} extent leaf {leaf_block}", inode.ino))?.to_vec();
         let mut new = old.clone();
-        match insert_extent(&mut new, logical, physical, len) {
+        match insert_extent(&mut new, logical, physical, len, uninit) {
             Insert::Done => {
+                // What changed: the entry count and the entries from the
+                // insertion point on (a merge changes one length).
                 let tail = 12 + 12 * usize::from(le16(&old, 4));
-                let crc = splice_all(le32(&old, tail), tail, &old[..tail], &new[..tail]);
-                self.check_update("extent leaf", crc, || crc32c::raw_update(inode.csum_seed, &new[..tail]));
-                put32(&mut new, tail, crc);
-                self.store(leaf_block * bs, &new)?;
+                let first = (12..tail).find(|&i| old[i] != new[i]).unwrap_or(tail);
+                let last = (first..tail).rev().find(|&i| old[i] != new[i]).map_or(first, |i| i + 1);
+                let edits: [(usize, &[u8]); 2] = [(2, &new[2..4]), (first, &new[first..last])];
+                self.patch("extent leaf", leaf_block * bs, (tail, tail, inode.csum_seed), &edits)?;
                 self.inode(inode.ino)
             }
             Insert::Full if covering + 1 == entries && entries < 4 && is_after_all(&old, logical) => {
@@ -470,7 +559,7 @@ impl Volume {
                 let mut leaf = vec![0u8; bs as usize];
                 put16(&mut leaf, 0, 0xF30A);
                 put16(&mut leaf, 4, ((bs - 12) / 12) as u16); // ext4_ext_space_block
-                let inserted = insert_extent(&mut leaf, logical, physical, len);
+                let inserted = insert_extent(&mut leaf, logical, physical, len, uninit);
                 debug_assert!(matches!(inserted, Insert::Done), "a new leaf has room");
                 self.store_new_leaf(inode, new_leaf, &mut leaf)?;
                 let sectors = inode.blocks + bs / 512;
@@ -494,18 +583,19 @@ impl Volume {
 
     /// Makes `blocks` file blocks from `logical` exist (allocated, zeroed
     /// when `zero`), goal right after the file's last block.
-    pub(crate) fn grow(&mut self, mut inode: Inode, logical: u64, blocks: u64, zero: bool) -> Result<Inode, Error> {
+    pub(crate) fn grow(&mut self, mut inode: Inode, logical: u64, blocks: u64, fill: Fill) -> Result<Inode, Error> {
         let bs = self.layout.block_size;
         let mut next = logical;
         while next < logical + blocks {
             let goal = self.runs(&inode)?.last().map_or(u64::from(inode.ino) * 8, |r| r.physical + r.len);
-            // One extent holds at most 32768 initialised blocks.
-            let (start, len) = self.allocate_blocks(goal, (logical + blocks - next).min(32768))?;
-            if zero {
+            // One extent holds at most 32768 blocks (32767 unwritten).
+            let cap = if fill == Fill::Unwritten { 32767 } else { 32768 };
+            let (start, len) = self.allocate_blocks(goal, (logical + blocks - next).min(cap))?;
+            if fill == Fill::Zeros {
                 let zeros = vec![0u8; (len * bs) as usize];
                 self.store(start * bs, &zeros)?;
             }
-            inode = match self.add_extent(&inode, next, start, len) {
+            inode = match self.add_extent(&inode, next, start, len, fill == Fill::Unwritten) {
                 Ok(inode) => inode,
                 Err(e) => {
                     // Nothing half done: the blocks go back.
@@ -521,6 +611,41 @@ impl Volume {
             next += len;
         }
         Ok(inode)
+    }
+
+    /// Allocates the blocks of `offset..offset + len` the file lacks as
+    /// unwritten extents (they read as zeros; nothing is written to them),
+    /// and extends the size unless `keep_size` (`FALLOC_FL_KEEP_SIZE`).
+    ///
+    /// # Errors
+    /// As [`write`](Self::write).
+    pub fn fallocate(&mut self, ino: u32, offset: u64, len: u64, keep_size: bool) -> Result<Inode, Error> {
+        let mut inode = self.inode(ino)?;
+        if !inode.is_file() {
+            return Err(Error::IsDir(format!("inode {ino}")));
+        }
+        let bs = self.layout.block_size;
+        let end = offset + len;
+        let (first, last) = (offset / bs, end.div_ceil(bs));
+        let mut b = first;
+        while b < last {
+            let runs = self.runs(&inode)?;
+            let mapped = |x: u64| runs.iter().any(|r| (r.logical..r.logical + r.len).contains(&x));
+            if mapped(b) {
+                b += 1;
+                continue;
+            }
+            let hole_end = (b..last).find(|&x| mapped(x)).unwrap_or(last);
+            inode = self.grow(inode, b, hole_end - b, Fill::Unwritten)?;
+            b = hole_end;
+        }
+        if keep_size || end <= inode.size {
+            return Ok(inode);
+        }
+        self.edit_inode(&inode, |r| {
+            put32(r, 0x04, end as u32);
+            put32(r, 0x6C, (end >> 32) as u32);
+        })
     }
 
     /// Writes `data` at `offset` of a regular file, allocating the blocks
@@ -547,13 +672,19 @@ impl Volume {
         let mut b = first;
         while b < last {
             let runs = self.runs(&inode)?;
-            let mapped = |x: u64| runs.iter().any(|r| (r.logical..r.logical + r.len).contains(&x) && !r.uninit);
+            if runs.iter().any(|r| r.uninit && r.logical < last && first < r.logical + r.len) {
+                return Err(Error::Unsupported {
+                    feature: "writing into fallocated (unwritten) blocks",
+                    remedy: "converting unwritten extents is not implemented in csumfs yet",
+                });
+            }
+            let mapped = |x: u64| runs.iter().any(|r| (r.logical..r.logical + r.len).contains(&x));
             if mapped(b) {
                 b += 1;
                 continue;
             }
             let hole_end = (b..last).find(|&x| mapped(x)).unwrap_or(last);
-            inode = self.grow(inode, b, hole_end - b, true)?;
+            inode = self.grow(inode, b, hole_end - b, Fill::Zeros)?;
             b = hole_end;
         }
         let runs = self.runs(&inode)?;
@@ -646,7 +777,7 @@ impl Volume {
         let ino = self.allocate_inode(goal, true)?;
         let mode = (new.mode & 0o7777) | 0o040_000;
         let inode = self.write_new_inode(ino, &NewInode { mode, ..new }, 2, FLAG_EXTENTS)?;
-        let inode = self.grow(inode, 0, 1, false)?;
+        let inode = self.grow(inode, 0, 1, Fill::Nothing)?;
         let bs = self.layout.block_size as usize;
         let block = new_dir_block(bs, inode.csum_seed, &[(ino, 2, b"."), (dir, 2, b"..")]);
         let physical = self.runs(&inode)?[0].physical;
@@ -672,6 +803,17 @@ impl Volume {
     }
 }
 
+/// What new blocks hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Fill {
+    /// Written with zeros (they will be written over).
+    Zeros,
+    /// Left as they are: the caller writes them whole.
+    Nothing,
+    /// Unwritten extents: they read as zeros, nothing is written.
+    Unwritten,
+}
+
 /// What [`insert_extent`] did.
 enum Insert {
     Done,
@@ -682,16 +824,20 @@ enum Insert {
 /// logical order, merging with the extent before it when contiguous on
 /// disk and in the file; `Full` (node unchanged) when it needs a slot and
 /// has none.
-fn insert_extent(node: &mut [u8], logical: u64, physical: u64, len: u64) -> Insert {
+fn insert_extent(node: &mut [u8], logical: u64, physical: u64, len: u64, uninit: bool) -> Insert {
     let (entries, max) = (usize::from(le16(node, 2)), usize::from(le16(node, 4)));
     let entry = |e: usize| 12 + 12 * e;
+    // ee_len above 32768 marks an unwritten extent of ee_len - 32768 blocks.
+    let cap = if uninit { 32767 } else { 32768 };
+    let raw_len = |len: u64| if uninit { len + 32768 } else { len };
     let pos = (0..entries).take_while(|&e| u64::from(le32(node, entry(e))) < logical).count();
     if pos > 0 {
         let prev = entry(pos - 1);
-        let (p_first, p_len) = (u64::from(le32(node, prev)), u64::from(le16(node, prev + 4)));
+        let (p_first, p_raw) = (u64::from(le32(node, prev)), u64::from(le16(node, prev + 4)));
+        let (p_uninit, p_len) = if p_raw > 32768 { (true, p_raw - 32768) } else { (false, p_raw) };
         let p_start = u64::from(le32(node, prev + 8)) | u64::from(le16(node, prev + 6)) << 32;
-        if p_len <= 32768 && p_first + p_len == logical && p_start + p_len == physical && p_len + len <= 32768 {
-            put16(node, prev + 4, (p_len + len) as u16);
+        if p_uninit == uninit && p_first + p_len == logical && p_start + p_len == physical && p_len + len <= cap {
+            put16(node, prev + 4, raw_len(p_len + len) as u16);
             return Insert::Done;
         }
     }
@@ -701,7 +847,7 @@ fn insert_extent(node: &mut [u8], logical: u64, physical: u64, len: u64) -> Inse
     node.copy_within(entry(pos)..entry(entries), entry(pos + 1));
     let at = entry(pos);
     put32(node, at, logical as u32);
-    put16(node, at + 4, len as u16);
+    put16(node, at + 4, raw_len(len) as u16);
     put16(node, at + 6, (physical >> 32) as u16);
     put32(node, at + 8, physical as u32);
     put16(node, 2, entries as u16 + 1);

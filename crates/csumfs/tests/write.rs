@@ -3,7 +3,7 @@
 //! clean and the kernel (a loop mount, where allowed) reads back every name
 //! and byte of the model; csumkit's checker finds every checksum current.
 
-use csumfs::{Error, NewInode, Options, Volume, ROOT};
+use csumfs::{Checksums, Error, NewInode, Options, Volume, ROOT};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -82,6 +82,15 @@ fn populate(volume: &mut Volume) -> Model {
     data[10..14].copy_from_slice(b"near");
     data[1 << 20..].copy_from_slice(b"far away");
     model.insert("/sparse".into(), Some(data));
+    // fallocate: 3 MiB of unwritten extents (read as zeros), then 1 MiB
+    // more past the end with KEEP_SIZE (the size stays 3 MiB).
+    let falloc = volume.create(ROOT, b"fallocated", file).unwrap();
+    volume.fallocate(falloc.ino, 0, 3 << 20, false).unwrap();
+    let kept = volume.fallocate(falloc.ino, 3 << 20, 1 << 20, true).unwrap();
+    assert_eq!(kept.size, 3 << 20);
+    let err = volume.write(falloc.ino, 4096, b"into unwritten").unwrap_err();
+    assert!(matches!(err, Error::Unsupported { .. }), "{err}");
+    model.insert("/fallocated".into(), Some(vec![0u8; 3 << 20]));
     model
 }
 
@@ -165,11 +174,15 @@ fn written_images_are_clean_for_e2fsck_and_read_back_by_the_kernel() {
     }
     let scratch = Scratch(std::env::temp_dir().join(format!("csumfs-write-{}", std::process::id())));
     std::fs::create_dir_all(&scratch.0).unwrap();
-    for (bs, features) in
-        [(1024u32, "metadata_csum,64bit"), (4096, "metadata_csum,64bit"), (4096, "metadata_csum,^64bit")]
-    {
-        let label = format!("{bs} {features}");
-        let image = scratch.0.join(format!("w{bs}.img"));
+    let configs = [
+        (1024u32, "metadata_csum,64bit", Checksums::Incremental),
+        (4096, "metadata_csum,64bit", Checksums::Incremental),
+        (4096, "metadata_csum,^64bit", Checksums::Incremental),
+        (4096, "metadata_csum,64bit", Checksums::Full),
+    ];
+    for (bs, features, checksums) in configs {
+        let label = format!("{bs} {features} {checksums:?}");
+        let image = scratch.0.join(format!("w{bs}-{checksums:?}.img"));
         let _ = std::fs::remove_file(&image);
         let out = Command::new(&mkfs)
             .args(["-q", "-F", "-t", "ext4", "-O", features, "-b", &bs.to_string()])
@@ -179,7 +192,7 @@ fn written_images_are_clean_for_e2fsck_and_read_back_by_the_kernel() {
             .unwrap();
         assert!(out.status.success(), "mke2fs: {}", String::from_utf8_lossy(&out.stderr));
         // check_updates: every incremental checksum compared with a full recompute.
-        let options = Options { write: true, check_updates: true, ..Options::default() };
+        let options = Options { write: true, check_updates: true, checksums, ..Options::default() };
         let mut volume = Volume::open(&image, options).unwrap();
         let model = populate(&mut volume);
         // 200 pieces three blocks apart: the extent tree grows to depth 1,

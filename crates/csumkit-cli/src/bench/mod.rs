@@ -4,6 +4,8 @@
 
 mod bytelog;
 mod crc;
+#[cfg(unix)]
+mod ext4;
 mod fallocate;
 mod offload;
 mod phase_clock;
@@ -31,6 +33,9 @@ pub enum BenchCommand {
     /// Absent-xattr lookups with and without the erofs name filter, cold and warm.
     #[cfg(unix)]
     Xattr(xattr::XattrArgs),
+    /// csumfs's writer on ext4 images: incremental checksums vs full recompute.
+    #[cfg(unix)]
+    Ext4(ext4::Ext4Args),
 }
 
 pub fn run(command: BenchCommand) -> ExitCode {
@@ -42,6 +47,8 @@ pub fn run(command: BenchCommand) -> ExitCode {
         BenchCommand::Bytelog(args) => bytelog::run(&args),
         #[cfg(unix)]
         BenchCommand::Xattr(args) => xattr::run(&args),
+        #[cfg(unix)]
+        BenchCommand::Ext4(args) => ext4::run(&args),
     }
 }
 
