@@ -163,14 +163,13 @@ impl Volume {
                 let (logical, physical) = (run.logical + k, run.physical + k);
                 let old = self.block(physical, &|| format!("directory {} block {physical}", dir.ino))?;
                 let index_block = dir.flags & FLAG_INDEX != 0
-                    && (logical == 0 || le32(&old, 0) == 0 && usize::from(le16(&old, 4)) == bs);
+                    && (logical == 0 || le32(old, 0) == 0 && usize::from(le16(old, 4)) == bs);
                 if index_block {
                     continue;
                 }
                 let (mut at, mut prev) = (0usize, None);
                 while at + 8 <= bs - 12 {
-                    let (ino, rec_len, len) =
-                        (le32(&old, at), usize::from(le16(&old, at + 4)), usize::from(old[at + 6]));
+                    let (ino, rec_len, len) = (le32(old, at), usize::from(le16(old, at + 4)), usize::from(old[at + 6]));
                     if rec_len < 8 || at + rec_len > bs - 12 {
                         return Err(corrupt(
                             format!("directory {} block {physical}", dir.ino),
@@ -182,7 +181,7 @@ impl Volume {
                         // or (first in its block) the inode number is cleared.
                         let (edit_at, bytes) = match prev {
                             Some(p) => {
-                                (p + 4, ((usize::from(le16(&old, p + 4)) + rec_len) as u16).to_le_bytes().to_vec())
+                                (p + 4, ((usize::from(le16(old, p + 4)) + rec_len) as u16).to_le_bytes().to_vec())
                             }
                             None => (at, vec![0; 4]),
                         };

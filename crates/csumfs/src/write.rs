@@ -102,7 +102,7 @@ fn first_free(bitmap: &[u8], from: u64, end: u64) -> Option<u64> {
     let mut b = from;
     while b < end {
         let byte = bitmap[(b / 8) as usize];
-        if b % 8 == 0 && b + 8 <= end && byte == 0xFF {
+        if b.is_multiple_of(8) && b + 8 <= end && byte == 0xFF {
             b += 8;
             continue;
         }
