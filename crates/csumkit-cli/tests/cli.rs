@@ -718,6 +718,24 @@ fn ext4_put_and_mkdir_build_an_image_e2fsck_accepts() {
 }
 
 #[test]
+fn bench_ext4_quick_prints_its_table() {
+    if !std::path::Path::new("/usr/sbin/mke2fs").exists() && !std::path::Path::new("/sbin/mke2fs").exists() {
+        skip("mke2fs", "apt-get install e2fsprogs");
+        return;
+    }
+    let dir = temp_root().join("bench-ext4");
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = csumkit(&["bench", "ext4", "--quick", "--files", "40", "--dir", dir.to_str().unwrap()], None);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    for row in ["|  4 KiB |        32768 |", "| 64 KiB |       524288 |", "fallocate 128 KiB"] {
+        assert!(text.contains(row), "{row}: {text}");
+    }
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "scratch images removed");
+    assert_eq!(csumkit(&["bench", "ext4", "--files", "0"], None).status.code(), Some(2));
+}
+
+#[test]
 fn ext4_check_reports_then_repairs_with_yes() {
     let Some(mkfs) = ["/usr/sbin/mke2fs", "/sbin/mke2fs"].into_iter().find(|p| std::path::Path::new(p).exists()) else {
         skip("mke2fs", "apt-get install e2fsprogs");
