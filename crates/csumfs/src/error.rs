@@ -9,6 +9,12 @@ pub enum Error {
     /// `EEXIST`.
     #[error("{0}: file exists")]
     Exists(String),
+    /// `EPERM`.
+    #[error("{0}: operation not permitted")]
+    Permission(String),
+    /// `EMLINK`.
+    #[error("{0}: too many links")]
+    TooManyLinks(String),
     /// `ENOTEMPTY`.
     #[error("{0}: directory not empty")]
     NotEmpty(String),
@@ -75,6 +81,8 @@ impl Error {
             Error::Exists(_) => libc::EEXIST,
             Error::NotDir(_) => libc::ENOTDIR,
             Error::NotEmpty(_) => libc::ENOTEMPTY,
+            Error::Permission(_) => libc::EPERM,
+            Error::TooManyLinks(_) => libc::EMLINK,
             Error::IsDir(_) => libc::EISDIR,
             Error::Invalid(_) => libc::EINVAL,
             Error::NameTooLong(_) => libc::ENAMETOOLONG,

@@ -150,7 +150,7 @@ impl Volume {
     }
 
     /// Takes `name`'s entry out of its leaf block.
-    fn remove_entry(&mut self, dir: &Inode, name: &[u8]) -> Result<(), Error> {
+    pub(crate) fn remove_entry(&mut self, dir: &Inode, name: &[u8]) -> Result<(), Error> {
         if dir.flags & FLAG_INLINE_DATA != 0 {
             return Err(Error::Unsupported {
                 feature: "inline directory",

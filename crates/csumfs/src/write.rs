@@ -300,7 +300,7 @@ impl Volume {
 
     /// A free inode, first fit from `goal_group`, in a group whose inode
     /// bitmap is initialised; marked in use.
-    fn allocate_inode(&mut self, goal_group: u64, is_dir: bool) -> Result<u32, Error> {
+    pub(crate) fn allocate_inode(&mut self, goal_group: u64, is_dir: bool) -> Result<u32, Error> {
         let l = self.layout.clone();
         for step in 0..l.groups {
             let g = (goal_group + step) % l.groups;
@@ -426,7 +426,7 @@ impl Volume {
     }
 
     /// Writes a brand-new inode (checksummed in full: nothing to splice from).
-    fn write_new_inode(&mut self, ino: u32, new: &NewInode, links: u16, flags: u32) -> Result<Inode, Error> {
+    pub(crate) fn write_new_inode(&mut self, ino: u32, new: &NewInode, links: u16, flags: u32) -> Result<Inode, Error> {
         let size = self.layout.inode_size as usize;
         let mut raw = vec![0u8; size];
         let t = now();
@@ -724,7 +724,7 @@ impl Volume {
         Ok(())
     }
 
-    fn check_new_name(&self, dir: &Inode, name: &[u8]) -> Result<(), Error> {
+    pub(crate) fn check_new_name(&self, dir: &Inode, name: &[u8]) -> Result<(), Error> {
         let shown = String::from_utf8_lossy(name).into_owned();
         if name.is_empty() || name.contains(&b'/') || name.contains(&0) || name == b"." || name == b".." {
             return Err(Error::Invalid(format!("{shown:?} is not a name")));
@@ -864,7 +864,7 @@ fn is_after_all(leaf: &[u8], logical: u64) -> bool {
 }
 
 /// `EXT4_FT_*` of a mode.
-fn file_type(mode: u16) -> u8 {
+pub(crate) fn file_type(mode: u16) -> u8 {
     match mode & 0o170_000 {
         0o100_000 => 1,
         0o040_000 => 2,
