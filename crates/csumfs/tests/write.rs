@@ -388,7 +388,7 @@ fn renames_links_and_symlinks_are_what_the_kernel_reads() {
     let a = v.mkdir(ROOT, b"a", dir).unwrap().ino;
     let b = v.mkdir(ROOT, b"b", dir).unwrap().ino;
     let sub = v.mkdir(a, b"sub", dir).unwrap().ino;
-    let mut put = |v: &mut Volume, parent: u32, name: &str, data: &[u8]| {
+    let put = |v: &mut Volume, parent: u32, name: &str, data: &[u8]| {
         let ino = v.create(parent, name.as_bytes(), file).unwrap().ino;
         v.write(ino, 0, data).unwrap();
         ino
