@@ -1,0 +1,271 @@
+//! Model-based: random sequences of create, mkdir, write, unlink, rmdir,
+//! rename and symlink, applied to csumfs and to an in-memory model of the
+//! tree, proptest shrinking any failure. After each sequence `e2fsck -fn`
+//! calls the image clean and csumfs reads back exactly the model. An
+//! operation the writer refuses (`Unsupported`) must leave both unchanged.
+
+use csumfs::{Error, NewInode, Options, RenameMode, Volume, ROOT};
+use proptest::prelude::*;
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+#[derive(Clone, Debug, PartialEq)]
+enum Node {
+    Dir,
+    File(Vec<u8>),
+    Link(Vec<u8>),
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Create { dir: usize, name: u8, len: usize },
+    Mkdir { dir: usize, name: u8 },
+    Write { file: usize, offset: usize, len: usize },
+    Unlink { file: usize },
+    Rmdir { dir: usize },
+    Rename { from: usize, dir: usize, name: u8 },
+    Symlink { dir: usize, name: u8, len: usize },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        (any::<usize>(), 0u8..24, 0usize..9000).prop_map(|(dir, name, len)| Op::Create { dir, name, len }),
+        (any::<usize>(), 0u8..24).prop_map(|(dir, name)| Op::Mkdir { dir, name }),
+        (any::<usize>(), 0usize..40_000, 1usize..5000).prop_map(|(file, offset, len)| Op::Write { file, offset, len }),
+        any::<usize>().prop_map(|file| Op::Unlink { file }),
+        any::<usize>().prop_map(|dir| Op::Rmdir { dir }),
+        (any::<usize>(), any::<usize>(), 0u8..24).prop_map(|(from, dir, name)| Op::Rename { from, dir, name }),
+        (any::<usize>(), 0u8..24, 1usize..200).prop_map(|(dir, name, len)| Op::Symlink { dir, name, len }),
+    ]
+}
+
+type Model = BTreeMap<String, Node>;
+
+fn pick(model: &Model, want: impl Fn(&Node) -> bool, i: usize) -> Option<String> {
+    let all: Vec<&String> = model.iter().filter(|(_, n)| want(n)).map(|(p, _)| p).collect();
+    (!all.is_empty()).then(|| all[i % all.len()].clone())
+}
+
+fn parent_and_name(path: &str) -> (&str, &str) {
+    let (parent, name) = path.rsplit_once('/').unwrap();
+    (if parent.is_empty() { "/" } else { parent }, name)
+}
+
+fn child(dir: &str, name: &str) -> String {
+    if dir == "/" {
+        format!("/{name}")
+    } else {
+        format!("{dir}/{name}")
+    }
+}
+
+fn bytes(seed: usize, len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i.wrapping_mul(131).wrapping_add(seed * 7) % 251) as u8).collect()
+}
+
+/// Applies `op` to the volume and the model; `false` when the writer
+/// refused it (then neither may have changed).
+fn apply(v: &mut Volume, model: &mut Model, op: &Op, step: usize) -> Result<(), String> {
+    let file_mode = NewInode { mode: 0o100_644, uid: 1, gid: 2 };
+    let dir_mode = NewInode { mode: 0o755, uid: 0, gid: 0 };
+    let ino = |v: &Volume, p: &str| v.resolve(p).map(|i| i.ino).map_err(|e| format!("{p}: {e}"));
+    let result: Result<(), Error> = match op {
+        Op::Create { dir, name, len } => {
+            let Some(d) = pick(model, |n| *n == Node::Dir, *dir) else { return Ok(()) };
+            let path = child(&d, &format!("f{name}"));
+            let expect_exists = model.contains_key(&path);
+            let data = bytes(step, *len);
+            match v.create(ino(v, &d)?, format!("f{name}").as_bytes(), file_mode) {
+                Err(e) if expect_exists && e.errno() == 17 => return Ok(()),
+                Err(e) => Err(e),
+                Ok(_) if expect_exists => return Err(format!("{path}: created over an existing name")),
+                Ok(f) => {
+                    model.insert(path.clone(), Node::File(Vec::new()));
+                    if !data.is_empty() {
+                        v.write(f.ino, 0, &data).map_err(|e| format!("{path}: {e}"))?;
+                    }
+                    model.insert(path, Node::File(data));
+                    Ok(())
+                }
+            }
+        }
+        Op::Mkdir { dir, name } => {
+            let Some(d) = pick(model, |n| *n == Node::Dir, *dir) else { return Ok(()) };
+            let path = child(&d, &format!("d{name}"));
+            match v.mkdir(ino(v, &d)?, format!("d{name}").as_bytes(), dir_mode) {
+                Err(e) if model.contains_key(&path) && e.errno() == 17 => return Ok(()),
+                Err(e) => Err(e),
+                Ok(_) => {
+                    model.insert(path, Node::Dir);
+                    Ok(())
+                }
+            }
+        }
+        Op::Write { file, offset, len } => {
+            let Some(f) = pick(model, |n| matches!(n, Node::File(_)), *file) else { return Ok(()) };
+            let data = bytes(step, *len);
+            match v.write(ino(v, &f)?, *offset as u64, &data) {
+                Err(e) => Err(e),
+                Ok(_) => {
+                    let Some(Node::File(content)) = model.get_mut(&f) else { unreachable!() };
+                    if content.len() < offset + len {
+                        content.resize(offset + len, 0);
+                    }
+                    content[*offset..offset + len].copy_from_slice(&data);
+                    Ok(())
+                }
+            }
+        }
+        Op::Unlink { file } => {
+            let Some(f) = pick(model, |n| !matches!(n, Node::Dir), *file) else { return Ok(()) };
+            let (d, name) = parent_and_name(&f);
+            v.unlink(ino(v, d)?, name.as_bytes()).map(|()| {
+                model.remove(&f);
+            })
+        }
+        Op::Rmdir { dir } => {
+            let Some(d) = pick(model, |n| *n == Node::Dir, *dir).filter(|d| d != "/") else { return Ok(()) };
+            let empty = !model.keys().any(|k| k.starts_with(&format!("{d}/")));
+            let (p, name) = parent_and_name(&d);
+            match v.rmdir(ino(v, p)?, name.as_bytes()) {
+                Err(e) if !empty && e.errno() == 39 => return Ok(()),
+                Err(e) => Err(e),
+                Ok(()) if !empty => return Err(format!("{d}: removed while not empty")),
+                Ok(()) => {
+                    model.remove(&d);
+                    Ok(())
+                }
+            }
+        }
+        Op::Rename { from, dir, name } => {
+            let Some(src) = pick(model, |_| true, *from).filter(|s| s != "/") else { return Ok(()) };
+            let Some(d) = pick(model, |n| *n == Node::Dir, *dir) else { return Ok(()) };
+            let is_dir = model[&src] == Node::Dir;
+            let new_name = format!("{}{name}", if is_dir { "d" } else { "f" });
+            let dst = child(&d, &new_name);
+            let under_itself = is_dir && (d == src || d.starts_with(&format!("{src}/")));
+            let (sp, sn) = parent_and_name(&src);
+            let outcome = v.rename(ino(v, sp)?, sn.as_bytes(), ino(v, &d)?, new_name.as_bytes(), RenameMode::Replace);
+            let target = model.get(&dst).cloned();
+            let target_busy = target == Some(Node::Dir) && model.keys().any(|k| k.starts_with(&format!("{dst}/")));
+            match outcome {
+                Err(e) if under_itself && e.errno() == 22 => return Ok(()),
+                Err(e) if target_busy && e.errno() == 39 => return Ok(()),
+                Err(e) if target.is_some() && (target == Some(Node::Dir)) != is_dir && matches!(e.errno(), 20 | 21) => {
+                    return Ok(())
+                }
+                Err(e) => Err(e),
+                Ok(()) if src == dst => Ok(()),
+                Ok(()) => {
+                    // Everything at or below src moves to dst.
+                    let moved: Vec<(String, Node)> = model
+                        .iter()
+                        .filter(|(k, _)| *k == &src || k.starts_with(&format!("{src}/")))
+                        .map(|(k, n)| (k.clone(), n.clone()))
+                        .collect();
+                    model.remove(&dst);
+                    for (k, n) in moved {
+                        model.remove(&k);
+                        model.insert(format!("{dst}{}", &k[src.len()..]), n);
+                    }
+                    Ok(())
+                }
+            }
+        }
+        Op::Symlink { dir, name, len } => {
+            let Some(d) = pick(model, |n| *n == Node::Dir, *dir) else { return Ok(()) };
+            let path = child(&d, &format!("l{name}"));
+            let target: Vec<u8> = (0..*len).map(|i| b'a' + (i % 26) as u8).collect();
+            match v.symlink(ino(v, &d)?, format!("l{name}").as_bytes(), &target, 0, 0) {
+                Err(e) if model.contains_key(&path) && e.errno() == 17 => return Ok(()),
+                Err(e) => Err(e),
+                Ok(_) => {
+                    model.insert(path, Node::Link(target));
+                    Ok(())
+                }
+            }
+        }
+    };
+    match result {
+        Ok(()) | Err(Error::Unsupported { .. }) => Ok(()),
+        Err(e) => Err(format!("{op:?}: {e}")),
+    }
+}
+
+fn tool(name: &str) -> Option<PathBuf> {
+    let found = ["/usr/sbin", "/sbin"].iter().map(|d| Path::new(d).join(name)).find(|p| p.exists());
+    if found.is_none() {
+        assert!(std::env::var_os("CI").is_none(), "{name} is required in CI (apt-get install e2fsprogs)");
+        let test = std::thread::current().name().unwrap_or("a test").to_string();
+        let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {name} not found (apt-get install e2fsprogs)");
+    }
+    found
+}
+
+fn run_sequence(ops: &[Op]) -> Result<(), String> {
+    let (Some(mkfs), Some(fsck)) = (tool("mke2fs"), tool("e2fsck")) else { return Ok(()) };
+    let image =
+        std::env::temp_dir().join(format!("csumfs-model-{}-{:?}.img", std::process::id(), std::thread::current().id()));
+    let _ = std::fs::remove_file(&image);
+    let out = Command::new(mkfs)
+        .args(["-q", "-F", "-t", "ext4", "-O", "metadata_csum,64bit", "-b", "1024"])
+        .arg(&image)
+        .arg("8M")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let result = (|| {
+        let options = Options { write: true, check_updates: true, ..Options::default() };
+        let mut v = Volume::open(&image, options).map_err(|e| e.to_string())?;
+        let mut model: Model = BTreeMap::from([("/".to_string(), Node::Dir)]);
+        for (step, op) in ops.iter().enumerate() {
+            apply(&mut v, &mut model, op, step)?;
+        }
+        v.sync().map_err(|e| e.to_string())?;
+        drop(v);
+        let out = Command::new(&fsck).arg("-fn").arg(&image).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        if out.status.code() != Some(0) || text.contains("? no") {
+            return Err(format!("e2fsck -fn:\n{text}"));
+        }
+        let v = Volume::open(&image, Options::default()).map_err(|e| e.to_string())?;
+        for (path, node) in &model {
+            let inode = v.resolve(path).map_err(|e| format!("{path}: {e}"))?;
+            let ok = match node {
+                Node::Dir => inode.is_dir(),
+                Node::File(content) => v.read_all(&inode).map_err(|e| e.to_string())? == *content,
+                Node::Link(target) => v.read_link(&inode).map_err(|e| e.to_string())? == *target,
+            };
+            if !ok {
+                return Err(format!("{path}: differs from the model"));
+            }
+        }
+        let names = |p: &str| -> Result<usize, String> {
+            let dir = v.resolve(p).map_err(|e| e.to_string())?;
+            Ok(v.read_dir(&dir).map_err(|e| e.to_string())?.len() - 2)
+        };
+        for (path, node) in &model {
+            if *node == Node::Dir {
+                let want = model.keys().filter(|k| k.len() > path.len() && parent_and_name(k).0 == path).count()
+                    + usize::from(path == "/"); // lost+found
+                if names(path)? != want {
+                    return Err(format!("{path}: {} entries, the model has {want}", names(path)?));
+                }
+            }
+        }
+        Ok(())
+    })();
+    let _ = std::fs::remove_file(&image);
+    result
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_operation_sequences_match_the_model_and_e2fsck(ops in proptest::collection::vec(op(), 1..80)) {
+        run_sequence(&ops).map_err(TestCaseError::fail)?;
+    }
+}
