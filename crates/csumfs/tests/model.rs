@@ -4,7 +4,7 @@
 //! calls the image clean and csumfs reads back exactly the model. An
 //! operation the writer refuses (`Unsupported`) must leave both unchanged.
 
-use csumfs::{Error, NewInode, Options, RenameMode, Volume, ROOT};
+use csumfs::{Error, NewInode, Options, RenameMode, Volume};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 use std::io::Write;
