@@ -577,3 +577,24 @@ fn device_compares_the_whole_app_tag_by_default() {
     dev.write(1, &data, Some(&md), &io).unwrap();
     std::fs::remove_file(path).unwrap();
 }
+
+/// Verifying a long buffer in pieces: the tags of the block `n` further on
+/// move the reference tag by `n` for types 1 and 2 (wrapping at its width)
+/// and keep everything else; a type-3 tag stays.
+#[test]
+fn tags_advance_for_pieces_of_a_long_buffer() {
+    let tags = Tags { app_tag: 0x1234, storage_tag: 0xAB, app_tag_mask: 0xFF00, ..Tags::for_lba(0xFFFF_FFFE) };
+    let t1 = PiFormat::new(GuardSize::Crc16, PiType::Type1, 0).unwrap();
+    let moved = tags.advanced(t1, 3);
+    assert_eq!(moved, Tags { ref_tag: 1, ..tags }, "32-bit reference tags wrap");
+    let t3 = PiFormat::new(GuardSize::Crc16, PiType::Type3, 0).unwrap();
+    assert_eq!(tags.advanced(t3, 3), tags);
+    // Pieces verify like the whole.
+    let p = protection(GuardSize::Crc64, PiType::Type1, 0, "512+16", PiLocation::Last);
+    let mut buf = bytes(3, 8 * p.lba().extended_bytes());
+    let start = Tags::for_lba(1000);
+    pi::generate(&p, &mut buf, &start).unwrap();
+    let half = 4 * p.lba().extended_bytes();
+    pi::verify(&p, &buf[half..], &start.advanced(p.format(), 4), Checks::ALL).unwrap();
+    assert!(pi::verify(&p, &buf[half..], &start, Checks::ALL).is_err());
+}
