@@ -96,9 +96,9 @@ pub struct VerifyArgs {
     /// Also check the storage tag (under --storage-tag-mask).
     #[arg(long)]
     check_storage_tag: bool,
-    /// Whose rules: spdk (guard, app tag, ref tag, storage tag; type-3
-    /// escape needs the storage tag all ones too) or kernel (Linux
-    /// t10_pi_verify: ref tag, then guard; no app or storage tag check).
+    /// Whose order: spdk (guard, app tag, ref tag, storage tag) or kernel
+    /// (Linux t10_pi_verify: ref tag, then guard; no app or storage tag
+    /// check). Escapes follow the NVM Command Set spec under both.
     #[arg(long, value_enum, default_value_t = CheckOrder::Spdk)]
     order: CheckOrder,
     /// Print one JSON document instead of lines.
@@ -341,11 +341,11 @@ fn verify(args: &VerifyArgs) -> Result<ExitCode, Error> {
         let tags = tags.advanced(p.format(), first);
         let failures: Vec<_> = match &metadata {
             Some(md) => {
-                escaped += pi::count_escapes_separate(&p, md, checks);
+                escaped += pi::count_escapes_separate(&p, md);
                 pi::verify_separate_each(&p, data, md, &tags, checks).collect::<Result<_, _>>()?
             }
             None => {
-                escaped += pi::count_escapes(&p, data, checks);
+                escaped += pi::count_escapes(&p, data);
                 pi::verify_each(&p, data, &tags, checks).collect::<Result<_, _>>()?
             }
         };

@@ -243,11 +243,15 @@ impl PiFormat {
     }
 
     /// Whether the tuple turns checking off: application tag FFFFh, and for
-    /// type 3 also an all-ones storage and reference space.
+    /// type 3 also an all-ones reference tag (the storage tag does not count).
     pub fn is_escape(self, tuple: &Tuple) -> bool {
-        tuple.app_tag == APP_TAG_ESCAPE
-            && (self.pi_type != PiType::Type3
-                || (tuple.ref_tag == self.ref_tag_mask() && tuple.storage_tag == self.storage_tag_mask()))
+        // NVM Command Set Specification (rev. 1.1+), section 5.3.3 "Control
+        // of Protection Information Checking - PRCHK": type 1 and 2 checks
+        // are disabled when the Application Tag is FFFFh; type 3 checks when
+        // the Application Tag and the Logical Block Reference Tag, if
+        // defined, have all bits set — the Storage Tag takes no part (with
+        // no Reference Tag, STS = the whole space, FFFFh alone escapes).
+        tuple.app_tag == APP_TAG_ESCAPE && (self.pi_type != PiType::Type3 || tuple.ref_tag == self.ref_tag_mask())
     }
 }
 

@@ -24,21 +24,19 @@ pub struct Checks {
     pub order: Order,
 }
 
-/// How a verifier walks one tuple. Both skip escaped blocks; they differ
-/// in the first field reported when several are wrong, and in what they
-/// compare at all.
+/// How a verifier walks one tuple. Both skip escaped blocks, by the
+/// specification's rule ([`PiFormat::is_escape`]); they differ in the first
+/// field reported when several are wrong, and in what they compare at all.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Order {
     /// SPDK's `spdk_dif_verify` (and the NVMe field order): guard,
     /// application tag, reference tag, storage tag, each when its check is
-    /// on. Type-3 escape: application tag FFFFh with the whole storage and
-    /// reference space all ones.
+    /// on.
     #[default]
     Spdk,
     /// Linux's `t10_pi_verify` / `ext_pi_crc64_verify` (block/t10-pi.c):
     /// reference tag (types 1 and 2), then guard; the application and
-    /// storage tags are never compared. Type-3 escape: application tag
-    /// FFFFh with the reference tag all ones (the kernel has no storage tag).
+    /// storage tags are never compared.
     Kernel,
 }
 
@@ -50,17 +48,6 @@ impl Checks {
     /// Nothing is compared.
     pub const NONE: Checks =
         Checks { guard: false, app_tag: false, ref_tag: false, storage_tag: false, order: Order::Spdk };
-
-    /// Whether `tuple` is an escape under these rules: no check applies.
-    pub fn is_escape(&self, format: PiFormat, tuple: &Tuple) -> bool {
-        match self.order {
-            Order::Spdk => format.is_escape(tuple),
-            Order::Kernel => {
-                tuple.app_tag == super::format::APP_TAG_ESCAPE
-                    && (format.pi_type() != PiType::Type3 || tuple.ref_tag == format.ref_tag_mask())
-            }
-        }
-    }
 }
 
 impl Default for Checks {
@@ -192,7 +179,7 @@ fn whole_blocks(len: usize, block_bytes: usize, what: &'static str) -> Result<us
 /// is an escape.
 fn check_tuple(p: &Protection, tuple: &Tuple, guard: u64, tags: &Tags, block: u64, checks: Checks) -> Option<Failure> {
     let format = p.format();
-    if checks.is_escape(format, tuple) {
+    if format.is_escape(tuple) {
         return None;
     }
     let fail = |field, expected, actual| Some(Failure { block, field, expected, actual });
@@ -332,7 +319,7 @@ pub fn verify_each<'a>(
     };
     setup.err().map(Err).into_iter().chain(blocks.enumerate().filter_map(move |(i, block)| {
         let tuple = format.decode(&block[at..at + format.tuple_bytes()]);
-        let guard = if checks.guard && !checks.is_escape(format, &tuple) { interleaved_guard(p, block) } else { 0 };
+        let guard = if checks.guard && !format.is_escape(&tuple) { interleaved_guard(p, block) } else { 0 };
         check_tuple(p, &tuple, guard, tags, i as u64, checks).map(Ok)
     }))
 }
@@ -351,7 +338,7 @@ pub fn verify_separate_each<'a>(
     setup.err().map(Err).into_iter().chain((0..blocks).filter_map(move |i| {
         let block_md = &metadata[i * md..][..md];
         let tuple = format.decode(&block_md[at..at + format.tuple_bytes()]);
-        let guard = if checks.guard && !checks.is_escape(format, &tuple) {
+        let guard = if checks.guard && !format.is_escape(&tuple) {
             separate_guard(p, &data[i * db..][..db], block_md)
         } else {
             0
@@ -360,21 +347,19 @@ pub fn verify_separate_each<'a>(
     }))
 }
 
-/// How many blocks of an extended-LBA buffer carry escape tags under
-/// `checks`' rules, which verify skips (whole blocks only; a partial last
-/// block is not counted).
-pub fn count_escapes(p: &Protection, buffer: &[u8], checks: Checks) -> u64 {
+/// How many blocks of an extended-LBA buffer carry escape tags, which
+/// verify skips (whole blocks only; a partial last block is not counted).
+pub fn count_escapes(p: &Protection, buffer: &[u8]) -> u64 {
     let (format, at) = (p.format(), p.lba().data_bytes() + p.tuple_offset());
     let escapes = buffer.chunks_exact(p.lba().extended_bytes());
-    escapes.filter(|block| checks.is_escape(format, &format.decode(&block[at..at + format.tuple_bytes()]))).count()
-        as u64
+    escapes.filter(|block| format.is_escape(&format.decode(&block[at..at + format.tuple_bytes()]))).count() as u64
 }
 
 /// How many blocks of a separate metadata buffer carry escape tags.
-pub fn count_escapes_separate(p: &Protection, metadata: &[u8], checks: Checks) -> u64 {
+pub fn count_escapes_separate(p: &Protection, metadata: &[u8]) -> u64 {
     let (format, at) = (p.format(), p.tuple_offset());
     let escapes = metadata.chunks_exact(p.lba().metadata_bytes());
-    escapes.filter(|md| checks.is_escape(format, &format.decode(&md[at..at + format.tuple_bytes()]))).count() as u64
+    escapes.filter(|md| format.is_escape(&format.decode(&md[at..at + format.tuple_bytes()]))).count() as u64
 }
 
 /// Whether `checks` compares anything at all for blocks of `format` with
