@@ -245,7 +245,7 @@ impl PiFormat {
     /// Whether the tuple turns checking off: application tag FFFFh, and for
     /// type 3 also an all-ones reference tag (the storage tag does not count).
     pub fn is_escape(self, tuple: &Tuple) -> bool {
-        // NVM Command Set Specification (rev. 1.1+), section 5.3.3 "Control
+        // NVM Command Set Specification (revision 1.2), section 5.3.3 "Control
         // of Protection Information Checking - PRCHK": type 1 and 2 checks
         // are disabled when the Application Tag is FFFFh; type 3 checks when
         // the Application Tag and the Logical Block Reference Tag, if
