@@ -4,6 +4,7 @@
 
 use crate::error::{corrupt, Error};
 use crate::inode::{Inode, FLAG_INDEX, FLAG_INLINE_DATA};
+use crate::le::{le16, le32};
 use crate::volume::Volume;
 use csumkit::crc32c;
 
@@ -16,13 +17,6 @@ pub struct DirEntry {
     pub ino: u32,
     /// `EXT4_FT_*` (1 file, 2 dir, 3 chr, 4 blk, 5 fifo, 6 sock, 7 symlink).
     pub file_type: u8,
-}
-
-fn le16(b: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes([b[at], b[at + 1]])
-}
-fn le32(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
 }
 
 impl Volume {

@@ -2,6 +2,7 @@
 //! with the inode checksum verified (as the kernel's `ext4_iget` does).
 
 use crate::error::{corrupt, Error};
+use crate::le::{le16, le32};
 use crate::volume::Volume;
 use csumkit::crc32c;
 
@@ -63,13 +64,6 @@ pub struct Inode {
     pub raw: Vec<u8>,
     /// Seed of this inode's checksums: CRC of the number and generation.
     pub csum_seed: u32,
-}
-
-fn le16(b: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes([b[at], b[at + 1]])
-}
-fn le32(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
 }
 
 impl Inode {

@@ -28,6 +28,7 @@ mod dir_write;
 mod error;
 pub mod hash;
 mod inode;
+mod le;
 mod map;
 mod namespace;
 mod remove;

@@ -3,6 +3,7 @@
 
 use crate::error::{corrupt, Error};
 use crate::inode::{Inode, FLAG_EXTENTS};
+use crate::le::{le16, le32};
 use crate::volume::Volume;
 use csumkit::crc32c;
 
@@ -20,13 +21,6 @@ pub struct Run {
     pub physical: u64,
     /// Allocated but not written (reads as zeros): fallocate's extents.
     pub uninit: bool,
-}
-
-fn le16(b: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes([b[at], b[at + 1]])
-}
-fn le32(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
 }
 
 impl Volume {

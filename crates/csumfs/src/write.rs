@@ -18,6 +18,7 @@
 use crate::dir_write::new_dir_block;
 use crate::error::Error;
 use crate::inode::{Inode, Timespec, FLAG_EXTENTS, FLAG_INLINE_DATA};
+pub(crate) use crate::le::{le16, le32, put16, put32};
 use crate::volume::{Bytes, Checksums, Volume};
 use csumkit::crc32c;
 use csumkit::ext4::{Features, Group, Layout};
@@ -61,19 +62,6 @@ pub(crate) fn refuse_for_writing(layout: &Layout, image: &[u8]) -> Result<(), Er
         return Err(Error::Unsupported { feature: "errors", remedy: "the kernel recorded errors: run e2fsck first" });
     }
     Ok(())
-}
-
-pub(crate) fn le16(b: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes([b[at], b[at + 1]])
-}
-pub(crate) fn le32(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
-}
-pub(crate) fn put16(b: &mut [u8], at: usize, v: u16) {
-    b[at..at + 2].copy_from_slice(&v.to_le_bytes());
-}
-pub(crate) fn put32(b: &mut [u8], at: usize, v: u32) {
-    b[at..at + 4].copy_from_slice(&v.to_le_bytes());
 }
 
 /// The changed byte runs of two equal-length buffers: (offset, old, new).
@@ -613,6 +601,24 @@ impl Volume {
         Ok(inode)
     }
 
+    /// Allocates every block of `first..last` the file does not map, hole
+    /// by hole, filled as `fill` says.
+    fn fill_holes(&mut self, mut inode: Inode, first: u64, last: u64, fill: Fill) -> Result<Inode, Error> {
+        let mut b = first;
+        while b < last {
+            let runs = self.runs(&inode)?;
+            let mapped = |x: u64| runs.iter().any(|r| (r.logical..r.logical + r.len).contains(&x));
+            if mapped(b) {
+                b += 1;
+                continue;
+            }
+            let hole_end = (b..last).find(|&x| mapped(x)).unwrap_or(last);
+            inode = self.grow(inode, b, hole_end - b, fill)?;
+            b = hole_end;
+        }
+        Ok(inode)
+    }
+
     /// Allocates the blocks of `offset..offset + len` the file lacks as
     /// unwritten extents (they read as zeros; nothing is written to them),
     /// and extends the size unless `keep_size` (`FALLOC_FL_KEEP_SIZE`).
@@ -627,18 +633,7 @@ impl Volume {
         let bs = self.layout.block_size;
         let end = offset + len;
         let (first, last) = (offset / bs, end.div_ceil(bs));
-        let mut b = first;
-        while b < last {
-            let runs = self.runs(&inode)?;
-            let mapped = |x: u64| runs.iter().any(|r| (r.logical..r.logical + r.len).contains(&x));
-            if mapped(b) {
-                b += 1;
-                continue;
-            }
-            let hole_end = (b..last).find(|&x| mapped(x)).unwrap_or(last);
-            inode = self.grow(inode, b, hole_end - b, Fill::Unwritten)?;
-            b = hole_end;
-        }
+        inode = self.fill_holes(inode, first, last, Fill::Unwritten)?;
         if keep_size || end <= inode.size {
             return Ok(inode);
         }
@@ -669,24 +664,13 @@ impl Volume {
         let end = offset + data.len() as u64;
         let (first, last) = (offset / bs, end.div_ceil(bs));
         // Allocate every unmapped block of the range, run by run.
-        let mut b = first;
-        while b < last {
-            let runs = self.runs(&inode)?;
-            if runs.iter().any(|r| r.uninit && r.logical < last && first < r.logical + r.len) {
-                return Err(Error::Unsupported {
-                    feature: "writing into fallocated (unwritten) blocks",
-                    remedy: "converting unwritten extents is not implemented in csumfs yet",
-                });
-            }
-            let mapped = |x: u64| runs.iter().any(|r| (r.logical..r.logical + r.len).contains(&x));
-            if mapped(b) {
-                b += 1;
-                continue;
-            }
-            let hole_end = (b..last).find(|&x| mapped(x)).unwrap_or(last);
-            inode = self.grow(inode, b, hole_end - b, Fill::Zeros)?;
-            b = hole_end;
+        if self.runs(&inode)?.iter().any(|r| r.uninit && r.logical < last && first < r.logical + r.len) {
+            return Err(Error::Unsupported {
+                feature: "writing into fallocated (unwritten) blocks",
+                remedy: "converting unwritten extents is not implemented in csumfs yet",
+            });
         }
+        inode = self.fill_holes(inode, first, last, Fill::Zeros)?;
         let runs = self.runs(&inode)?;
         for run in &runs {
             let (start, stop) = (run.logical * bs, (run.logical + run.len) * bs);

@@ -7,6 +7,7 @@
 
 use crate::error::{corrupt, Error};
 use crate::inode::Inode;
+use crate::le::{le16, le32};
 use crate::stats::Stats;
 use crate::volume::Volume;
 use csumkit::crc32c;
@@ -47,13 +48,6 @@ fn split(name: &str) -> Option<(u8, &[u8])> {
         let suffix = name.strip_prefix(prefix)?;
         (!matches!(index, 2 | 3 | 8) || suffix.is_empty()).then_some((index, suffix.as_bytes()))
     })
-}
-
-fn le16(b: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes([b[at], b[at + 1]])
-}
-fn le32(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
 }
 
 impl Volume {
