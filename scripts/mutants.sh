@@ -28,6 +28,7 @@ files=(
   crates/csumkit/src/csum_tree.rs
   crates/csumkit/src/ext4/check.rs
   crates/csumkit/src/ext4/structure.rs
+  crates/csumkit/src/ext4/special.rs
 )
 args=()
 if [ "$#" -eq 0 ] || [ "$1" = "--list" ]; then
