@@ -292,9 +292,10 @@ impl Volume {
         let l = self.layout.clone();
         for step in 0..l.groups {
             let g = (goal_group + step) % l.groups;
-            let group = l.group(&self.map, g)?;
+            let mut group = l.group(&self.map, g)?;
             if group.inode_uninit() {
-                continue;
+                self.init_inode_bitmap(&group)?;
+                group = l.group(&self.map, g)?;
             }
             let bitmap = self.block(group.inode_bitmap, &|| format!("group {g} inode bitmap"))?;
             let first_free = (0..l.inodes_per_group).find(|&i| {
@@ -342,9 +343,13 @@ impl Volume {
         let goal_group = goal.saturating_sub(l.first_data_block) / l.blocks_per_group % l.groups;
         for step in 0..l.groups {
             let g = (goal_group + step) % l.groups;
-            let group = l.group(&self.map, g)?;
+            let mut group = l.group(&self.map, g)?;
             if group.block_uninit() {
-                continue;
+                if !self.group_has_free_blocks(&group)? {
+                    continue;
+                }
+                self.init_block_bitmap(&group)?;
+                group = l.group(&self.map, g)?;
             }
             let bitmap = self.block(group.block_bitmap, &|| format!("group {g} block bitmap"))?;
             let in_group = l.blocks_per_group.min(l.blocks_count - l.first_data_block - g * l.blocks_per_group);
@@ -363,6 +368,82 @@ impl Volume {
             return Ok((l.first_data_block + g * l.blocks_per_group + start, len));
         }
         Err(Error::Io { context: "block allocation".into(), source: std::io::Error::from_raw_os_error(libc::ENOSPC) })
+    }
+
+    fn group_has_free_blocks(&self, group: &Group) -> Result<bool, Error> {
+        let wide = self.layout.desc_size >= 0x40;
+        let d = self.bytes(group.desc_offset, self.layout.desc_size as usize, &|| "descriptor".into())?;
+        Ok(u32::from(le16(d, 0x0C)) | if wide { u32::from(le16(d, 0x2C)) << 16 } else { 0 } > 0)
+    }
+
+    /// Writes the (empty) inode bitmap of a group whose inode bitmap is not
+    /// initialised (`INODE_UNINIT`; the bits past `s_inodes_per_group` set)
+    /// and clears the flag. New inodes are written whole, so the inode table
+    /// of such a group need not have been zeroed.
+    fn init_inode_bitmap(&mut self, group: &Group) -> Result<(), Error> {
+        let l = self.layout.clone();
+        let bs = l.block_size;
+        let mut bitmap = vec![0u8; bs as usize];
+        for bit in l.inodes_per_group..bs * 8 {
+            bitmap[(bit / 8) as usize] |= 1 << (bit % 8);
+        }
+        let crc = crc32c::raw_update(l.csum_seed, &bitmap[..(l.inodes_per_group / 8) as usize]);
+        self.store(group.inode_bitmap * bs, &bitmap)?;
+        let wide = l.desc_size >= 0x40;
+        self.edit_descriptor(group, |d| {
+            put16(d, 0x12, le16(d, 0x12) & !0x1);
+            put16(d, 0x1A, crc as u16);
+            if wide {
+                put16(d, 0x3A, (crc >> 16) as u16);
+            }
+        })
+    }
+
+    /// Writes the block bitmap of a group whose bitmap is not initialised
+    /// (`BLOCK_UNINIT`), as the kernel's `ext4_init_block_bitmap` builds it:
+    /// the superblock copy and descriptor blocks at its start, its own
+    /// bitmaps and inode table where they lie inside it, the bits past its
+    /// last block; then clears the flag. The bitmap is new: checksummed whole.
+    fn init_block_bitmap(&mut self, group: &Group) -> Result<(), Error> {
+        let l = self.layout.clone();
+        let (g, bs) = (group.number, l.block_size);
+        let start = l.first_data_block + g * l.blocks_per_group;
+        let in_group = l.blocks_per_group.min(l.blocks_count - start);
+        let mut bitmap = vec![0u8; bs as usize];
+        let mut set = |bit: u64| bitmap[(bit / 8) as usize] |= 1 << (bit % 8);
+        for bit in 0..l.base_meta_blocks(g) {
+            set(bit);
+        }
+        let table_blocks = (l.inodes_per_group * l.inode_size).div_ceil(bs);
+        let own = [group.block_bitmap, group.inode_bitmap]
+            .into_iter()
+            .chain(group.inode_table..group.inode_table + table_blocks);
+        for b in own.filter(|&b| (start..start + in_group).contains(&b)) {
+            set(b - start);
+        }
+        for bit in in_group..bs * 8 {
+            set(bit);
+        }
+        let bits = l.clusters_per_group;
+        let used = bitmap[..(bits / 8) as usize].iter().map(|b| u64::from(b.count_ones())).sum::<u64>();
+        let wide = l.desc_size >= 0x40;
+        let d = self.bytes(group.desc_offset, l.desc_size as usize, &|| "descriptor".into())?;
+        let free = u64::from(le16(d, 0x0C)) | if wide { u64::from(le16(d, 0x2C)) << 16 } else { 0 };
+        if bits - used != free {
+            return Err(crate::error::corrupt(
+                format!("group {g}"),
+                format!("uninitialised: its metadata leaves {} free blocks, its descriptor says {free}", bits - used),
+            ));
+        }
+        let crc = crc32c::raw_update(l.csum_seed, &bitmap[..(bits / 8) as usize]);
+        self.store(group.block_bitmap * bs, &bitmap)?;
+        self.edit_descriptor(group, |d| {
+            put16(d, 0x12, le16(d, 0x12) & !0x2);
+            put16(d, 0x18, crc as u16);
+            if wide {
+                put16(d, 0x38, (crc >> 16) as u16);
+            }
+        })
     }
 
     /// Returns `len` blocks from `start` to the free pool, group by group.

@@ -452,3 +452,68 @@ fn renames_links_and_symlinks_are_what_the_kernel_reads() {
         std::panic::resume_unwind(panic);
     }
 }
+
+/// Fresh images mke2fs initialised lazily: their later groups have no
+/// block or inode bitmap yet (BLOCK_UNINIT / INODE_UNINIT). Filling most of
+/// the image makes csumfs initialise them as the kernel does (superblock
+/// backups, descriptor and reserved GDT blocks, meta_bg descriptor blocks,
+/// the group's own metadata); `e2fsck -fn` checks every bitmap bit.
+#[test]
+fn uninitialised_groups_are_initialised_as_the_kernel_would() {
+    let Some(mkfs) = tool("mke2fs") else { return };
+    if tool("e2fsck").is_none() {
+        return;
+    }
+    let scratch = Scratch(std::env::temp_dir().join(format!("csumfs-uninit-{}", std::process::id())));
+    std::fs::create_dir_all(&scratch.0).unwrap();
+    let layouts: [(&str, &[&str], &str, usize); 4] = [
+        ("metadata_csum,64bit", &["-b", "4096"], "512M", 50),
+        ("metadata_csum,64bit,^flex_bg", &["-b", "4096", "-g", "8192"], "256M", 24),
+        ("metadata_csum,64bit,meta_bg,^resize_inode", &["-b", "1024", "-g", "1024"], "40M", 30),
+        (
+            "metadata_csum,64bit,meta_bg,^resize_inode,sparse_super2",
+            &["-b", "1024", "-g", "1024", "-E", "num_backup_sb=1"],
+            "40M",
+            30,
+        ),
+    ];
+    for (features, extra, size, files) in layouts {
+        let image = scratch.0.join("u.img");
+        let _ = std::fs::remove_file(&image);
+        let out = Command::new(&mkfs)
+            .args(["-q", "-F", "-t", "ext4", "-O", features, "-E", "lazy_itable_init=1"])
+            .args(extra)
+            .arg(&image)
+            .arg(size)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{features}: {}", String::from_utf8_lossy(&out.stderr));
+        let options = Options { write: true, check_updates: true, ..Options::default() };
+        let mut v = Volume::open(&image, options).unwrap();
+        let uninit_before = (0..v.layout().groups)
+            .filter(|&g| v.layout().group(&std::fs::read(&image).unwrap(), g).unwrap().block_uninit())
+            .count();
+        assert!(uninit_before > 0, "{features}: mke2fs left every group initialised");
+        let dir = NewInode { mode: 0o755, uid: 0, gid: 0 };
+        let chunk = vec![0xA5u8; 1 << 20];
+        let blocks_total = v.statfs().blocks;
+        let per_file = (blocks_total * v.layout().block_size * 3 / 4 / files as u64) as usize;
+        for i in 0..files {
+            let d = v.mkdir(ROOT, format!("dir{i}").as_bytes(), dir).unwrap().ino;
+            let f = v.create(d, b"data", NewInode { mode: 0o100_644, uid: 0, gid: 0 }).unwrap().ino;
+            let mut at = 0;
+            while at < per_file {
+                let n = chunk.len().min(per_file - at);
+                v.write(f, at as u64, &chunk[..n]).unwrap_or_else(|e| panic!("{features}: file {i} at {at}: {e}"));
+                at += n;
+            }
+        }
+        v.sync().unwrap();
+        drop(v);
+        e2fsck_clean(&image).unwrap_or_else(|report| panic!("{features}: e2fsck -fn:\n{report}"));
+        let bytes = std::fs::read(&image).unwrap();
+        let layout = csumkit::ext4::Layout::parse(&bytes).unwrap();
+        let uninit_after = (0..layout.groups).filter(|&g| layout.group(&bytes, g).unwrap().block_uninit()).count();
+        assert!(uninit_after < uninit_before, "{features}: no group was initialised ({uninit_before} before)");
+    }
+}

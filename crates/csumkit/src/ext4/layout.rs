@@ -63,6 +63,12 @@ pub struct Layout {
     pub desc_offsets: Vec<u64>,
     /// `s_feature_compat`, `s_feature_incompat`, `s_feature_ro_compat`.
     pub features: Features,
+    /// Which groups hold a superblock backup.
+    backups: Backups,
+    /// `s_first_meta_bg` with `meta_bg`.
+    first_meta_bg: Option<u64>,
+    /// `s_reserved_gdt_blocks`.
+    reserved_gdt_blocks: u64,
 }
 
 /// The superblock's three feature words.
@@ -96,7 +102,7 @@ impl Features {
 }
 
 /// Which groups hold a superblock backup (the kernel's `ext4_bg_has_super`).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Backups {
     /// No `sparse_super`: every group.
     Every,
@@ -268,6 +274,9 @@ impl Layout {
             csum_seed,
             desc_offsets: Vec::new(),
             features: Features { compat, incompat, ro_compat },
+            backups: Backups::Every,
+            first_meta_bg: None,
+            reserved_gdt_blocks: u64::from(le16(sb, 0xCE)),
         };
         let meta_bg = (incompat & INCOMPAT_META_BG != 0).then(|| u64::from(le32(sb, 0x104)));
         let backups = if compat & COMPAT_SPARSE_SUPER2 != 0 {
@@ -278,6 +287,7 @@ impl Layout {
             Backups::Every
         };
         layout.desc_offsets = layout.descriptor_offsets(meta_bg, backups);
+        (layout.backups, layout.first_meta_bg) = (backups, meta_bg);
         let last = layout.desc_offsets.last().copied().unwrap_or(0);
         bytes(image, last, desc_size as usize, &|| "group descriptors".into())?;
         Ok(layout)
@@ -313,6 +323,32 @@ impl Layout {
                 block.saturating_mul(self.block_size).saturating_add(index * self.desc_size)
             })
             .collect()
+    }
+
+    /// Whether group `g` holds a superblock backup (the kernel's `ext4_bg_has_super`).
+    pub fn has_super(&self, g: u64) -> bool {
+        self.backups.has_super(g)
+    }
+
+    /// Blocks at the start of group `g` that hold a superblock copy and
+    /// descriptor blocks — the kernel's `ext4_num_base_meta_blocks`: with a
+    /// backup, the superblock, the descriptor table and the reserved GDT
+    /// blocks (below `s_first_meta_bg`'s groups); with `meta_bg`, one
+    /// descriptor block in the first, second and last group of each meta
+    /// group.
+    pub fn base_meta_blocks(&self, g: u64) -> u64 {
+        let per_block = self.block_size / self.desc_size;
+        let has_super = u64::from(self.has_super(g));
+        match self.first_meta_bg {
+            Some(first) if g >= first * per_block => {
+                let lead = g / per_block * per_block;
+                has_super + u64::from(g == lead || g == lead + 1 || g == lead + per_block - 1)
+            }
+            first => {
+                let table = first.unwrap_or_else(|| self.groups.div_ceil(per_block));
+                has_super * (1 + table + self.reserved_gdt_blocks)
+            }
+        }
     }
 
     /// Group `g`'s descriptor, read from `image`.
