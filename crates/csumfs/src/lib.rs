@@ -22,10 +22,13 @@
 //! # Ok::<(), csumfs::Error>(())
 //! ```
 
+mod attr;
 mod data;
 mod dir;
 mod dir_write;
 mod error;
+mod extents;
+pub mod fuse;
 pub mod hash;
 mod inode;
 mod le;
@@ -37,6 +40,7 @@ mod volume;
 mod write;
 mod xattr;
 
+pub use attr::SetAttr;
 pub use dir::DirEntry;
 pub use error::Error;
 pub use inode::{Inode, Timespec, ROOT};

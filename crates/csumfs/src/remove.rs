@@ -58,9 +58,13 @@ impl Volume {
         self.release(inode)
     }
 
-    /// Drops one link; the inode goes with its last.
+    /// Drops one link; the inode goes with its last (at its last
+    /// [`unhold`](Self::unhold) if a handle holds it).
     fn drop_link(&mut self, inode: Inode) -> Result<(), Error> {
-        if inode.links > 1 {
+        if inode.links > 1 || self.is_held(inode.ino) {
+            if inode.links <= 1 {
+                self.orphans.insert(inode.ino);
+            }
             let (sec, extra) = encode_time(now());
             let links = inode.links - 1;
             self.edit_inode(&inode, |r| {

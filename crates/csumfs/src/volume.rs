@@ -5,7 +5,7 @@
 use crate::error::{corrupt, Error};
 use crate::stats::Stats;
 use csumkit::ext4::{Features, Layout};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::Mutex;
 
@@ -81,6 +81,10 @@ pub struct Volume {
     /// Per-inode xattr name filters (seed 003), built on first use.
     pub(crate) filters: Mutex<HashMap<u32, csumkit::xattr_filter::Filter>>,
     pub(crate) stats: Stats,
+    /// Open handles per inode ([`Volume::hold`]).
+    pub(crate) holds: HashMap<u32, u32>,
+    /// Held inodes whose last name is gone: freed at their last unhold.
+    pub(crate) orphans: HashSet<u32>,
 }
 
 /// (feature bit, name, remedy) of the incompat features this code refuses.
@@ -150,6 +154,8 @@ impl Volume {
             options,
             filters: Mutex::new(HashMap::new()),
             stats: Stats::default(),
+            holds: HashMap::new(),
+            orphans: HashSet::new(),
         })
     }
 

@@ -109,7 +109,9 @@ pub(crate) fn now() -> Timespec {
 }
 
 pub(crate) fn encode_time(t: Timespec) -> (u32, u32) {
-    let epoch = ((t.sec >> 32) & 3) as u32;
+    // As ext4_encode_extra_time: the epoch bits count what the signed
+    // 32-bit field cannot hold (so 2^31 is -2^31 plus epoch 1).
+    let epoch = ((t.sec - i64::from(t.sec as i32)) >> 32 & 3) as u32;
     (t.sec as u32, t.nsec << 2 | epoch)
 }
 
@@ -513,9 +515,11 @@ impl Volume {
         }
         put16(&mut raw, 0x1A, links);
         put32(&mut raw, 0x20, flags);
-        // An empty extent root: magic, 0 entries, room for 4, depth 0.
-        put16(&mut raw, 0x28, 0xF30A);
-        put16(&mut raw, 0x2C, 4);
+        if flags & FLAG_EXTENTS != 0 {
+            // An empty extent root: magic, 0 entries, room for 4, depth 0.
+            put16(&mut raw, 0x28, 0xF30A);
+            put16(&mut raw, 0x2C, 4);
+        }
         let generation = (t.nsec ^ ino.rotate_left(13)).wrapping_mul(0x9E37_79B9);
         put32(&mut raw, 0x64, generation);
         put16(&mut raw, 0x80, 32); // i_extra_isize
@@ -744,13 +748,18 @@ impl Volume {
         let bs = self.layout.block_size;
         let end = offset + data.len() as u64;
         let (first, last) = (offset / bs, end.div_ceil(bs));
-        // Allocate every unmapped block of the range, run by run.
-        if self.runs(&inode)?.iter().any(|r| r.uninit && r.logical < last && first < r.logical + r.len) {
-            return Err(Error::Unsupported {
-                feature: "writing into fallocated (unwritten) blocks",
-                remedy: "converting unwritten extents is not implemented in csumfs yet",
+        if end > self.max_file_size() {
+            return Err(Error::Io {
+                context: format!("write inode {ino} at {offset}"),
+                source: std::io::Error::from_raw_os_error(libc::EFBIG),
             });
         }
+        // Fallocated blocks the write touches become written blocks first.
+        let touched: Vec<_> = self.runs(&inode)?.into_iter().filter(|r| r.uninit && r.logical < last && first < r.logical + r.len).collect();
+        for run in touched {
+            inode = self.write_out_unwritten(&inode, run)?;
+        }
+        // Allocate every unmapped block of the range, run by run.
         inode = self.fill_holes(inode, first, last, Fill::Zeros)?;
         let runs = self.runs(&inode)?;
         for run in &runs {
@@ -815,7 +824,11 @@ impl Volume {
         self.check_new_name(&parent, name)?;
         let group = (u64::from(dir) - 1) / self.layout.inodes_per_group;
         let ino = self.allocate_inode(group, false)?;
-        let inode = self.write_new_inode(ino, &new, 1, FLAG_EXTENTS)?;
+        // Only files, directories and symlinks are extent-mapped (as
+        // ext4_new_inode sets the flag); e2fsck calls a FIFO, socket or
+        // device with the flag illegal.
+        let flags = if new.mode & 0o170_000 == 0o100_000 { FLAG_EXTENTS } else { 0 };
+        let inode = self.write_new_inode(ino, &new, 1, flags)?;
         if let Err(e) = self.add_entry(&parent, name, ino, file_type(new.mode)) {
             // Nothing half done: the unlinked inode goes back.
             self.release(inode)?;
@@ -924,7 +937,10 @@ fn is_after_all(leaf: &[u8], logical: u64) -> bool {
     let entries = usize::from(le16(leaf, 2));
     entries > 0 && {
         let last = 12 + 12 * (entries - 1);
-        u64::from(le32(leaf, last)) + u64::from(le16(leaf, last + 4)) <= logical
+        // ee_len above 32768 is an unwritten extent of ee_len - 32768 blocks.
+        let raw = u64::from(le16(leaf, last + 4));
+        let len = if raw > 32768 { raw - 32768 } else { raw };
+        u64::from(le32(leaf, last)) + len <= logical
     }
 }
 

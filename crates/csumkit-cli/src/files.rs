@@ -18,10 +18,26 @@ static TEMPORARIES: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 pub fn install_cleanup_handler() {
     // A second installation attempt (tests calling `main` twice) is harmless.
     let _ = ctrlc::set_handler(|| {
+        let hook = INTERRUPT_HOOK.lock().map(|mut h| h.take()).unwrap_or(None);
+        if let Some(mut hook) = hook {
+            return hook(); // e.g. `csumkit mount` unmounts, then exits in order
+        }
         remove_temporaries();
         eprintln!("csumkit: interrupted; temporary files removed");
         std::process::exit(130);
     });
+}
+
+/// What the next SIGINT/SIGTERM does instead of exiting at once.
+type InterruptHook = Box<dyn FnMut() + Send>;
+static INTERRUPT_HOOK: Mutex<Option<InterruptHook>> = Mutex::new(None);
+
+/// Makes the next SIGINT or SIGTERM run `hook` rather than exit (a later
+/// one exits as usual).
+pub fn on_interrupt(hook: InterruptHook) {
+    if let Ok(mut slot) = INTERRUPT_HOOK.lock() {
+        *slot = Some(hook);
+    }
 }
 
 fn remove_temporaries() {

@@ -14,6 +14,8 @@ mod ext4_read;
 mod files;
 mod json;
 #[cfg(unix)]
+mod mount;
+#[cfg(unix)]
 mod pi;
 mod sum;
 
@@ -60,6 +62,9 @@ enum Command {
     #[cfg(unix)]
     #[command(subcommand)]
     Ext4(ext4::Ext4Command),
+    /// Serve an ext4 (metadata_csum) image over FUSE: csumfs, read-write.
+    #[cfg(unix)]
+    Mount(mount::MountArgs),
     /// Run a benchmark and print its tables.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -114,6 +119,8 @@ fn main() -> ExitCode {
         Command::Erofs(command) => erofs::run(command),
         #[cfg(unix)]
         Command::Ext4(command) => ext4::run(command),
+        #[cfg(unix)]
+        Command::Mount(args) => mount::run(&args),
         Command::Bench(command) => bench::run(command),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut command(), "csumkit", &mut std::io::stdout());

@@ -1,0 +1,145 @@
+//! Inode attributes a caller sets: mode bits, owner, times, size
+//! (`chmod`, `chown`, `utimensat`, `truncate`), device nodes (`mknod`),
+//! and inodes kept alive by open handles after their last name is gone.
+//! Every change is spliced into the inode's checksum over the bytes it
+//! moves.
+
+use crate::error::Error;
+use crate::inode::{Inode, Timespec};
+use crate::le::{put16, put32};
+use crate::volume::Volume;
+use crate::write::{encode_time, now, NewInode};
+
+/// What [`Volume::set_attr`] changes; `None` leaves a field as it is.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SetAttr {
+    /// Permission bits (`0o7777`; the type bits are kept).
+    pub mode: Option<u16>,
+    /// Owner.
+    pub uid: Option<u32>,
+    /// Group.
+    pub gid: Option<u32>,
+    /// Size (regular files): see [`Volume::truncate`].
+    pub size: Option<u64>,
+    /// Last access.
+    pub atime: Option<Timespec>,
+    /// Last data change.
+    pub mtime: Option<Timespec>,
+    /// Last inode change; now when unset and anything else changes.
+    pub ctime: Option<Timespec>,
+}
+
+impl Volume {
+    /// Changes the attributes `attr` names, then sets ctime (to now unless
+    /// given).
+    ///
+    /// # Errors
+    /// As [`inode`](Self::inode) and [`truncate`](Self::truncate).
+    pub fn set_attr(&mut self, ino: u32, attr: SetAttr) -> Result<Inode, Error> {
+        let mut inode = self.inode(ino)?;
+        if let Some(size) = attr.size {
+            inode = self.truncate(ino, size)?;
+        }
+        let ctime = encode_time(attr.ctime.unwrap_or_else(now));
+        let time = |t: Option<Timespec>| t.map(encode_time);
+        let (atime, mtime) = (time(attr.atime), time(attr.mtime));
+        self.edit_inode(&inode, |r| {
+            if let Some(mode) = attr.mode {
+                let kept = u16::from_le_bytes([r[0], r[1]]) & 0o170_000;
+                put16(r, 0x00, kept | mode & 0o7777);
+            }
+            if let Some(uid) = attr.uid {
+                put16(r, 0x02, uid as u16);
+                put16(r, 0x78, (uid >> 16) as u16);
+            }
+            if let Some(gid) = attr.gid {
+                put16(r, 0x18, gid as u16);
+                put16(r, 0x7A, (gid >> 16) as u16);
+            }
+            for (value, base, extra) in [(atime, 0x08, 0x8C), (mtime, 0x10, 0x88), (Some(ctime), 0x0C, 0x84)] {
+                if let Some((sec, e)) = value {
+                    put32(r, base, sec);
+                    put32(r, extra, e);
+                }
+            }
+        })
+    }
+
+    /// Creates a device node, FIFO or socket `name` in `dir` (the type in
+    /// `new.mode`), with device number `rdev` (Linux's encoding:
+    /// major in bits 8–19, minor in 0–7 and 20–31).
+    ///
+    /// # Errors
+    /// As [`create`](Self::create); [`Error::Invalid`] for a regular file,
+    /// directory or symlink type.
+    pub fn mknod(&mut self, dir: u32, name: &[u8], new: NewInode, rdev: u32) -> Result<Inode, Error> {
+        if !matches!(new.mode & 0o170_000, 0o020_000 | 0o060_000 | 0o010_000 | 0o140_000) {
+            return Err(Error::Invalid(format!("mknod of mode {:o}", new.mode)));
+        }
+        let inode = self.create(dir, name, new)?;
+        if rdev == 0 || !matches!(new.mode & 0o170_000, 0o020_000 | 0o060_000) {
+            return Ok(inode);
+        }
+        let (major, minor) = ((rdev >> 8) & 0xFFF, (rdev & 0xFF) | ((rdev >> 12) & 0xF_FF00));
+        // As ext4_set_inode's device encoding: the old 16-bit form in
+        // i_block[0] when it fits, else 0 there and the new form in i_block[1].
+        let (old, new_form) = if major < 256 && minor < 256 {
+            (major << 8 | minor, 0)
+        } else {
+            (0, (minor & 0xFF) | major << 8 | (minor & !0xFF) << 12)
+        };
+        self.edit_inode(&inode, |r| {
+            put32(r, 0x28, old);
+            put32(r, 0x2C, new_form);
+        })
+    }
+
+    /// Keeps inode `ino` alive while a handle to it is open: when its last
+    /// name goes, it is freed at the last [`unhold`](Self::unhold), not
+    /// before (the kernel keeps it on its orphan list meanwhile).
+    pub fn hold(&mut self, ino: u32) {
+        *self.holds.entry(ino).or_insert(0) += 1;
+    }
+
+    /// Drops one hold; frees the inode if that was the last hold and it
+    /// has no names left.
+    ///
+    /// # Errors
+    /// As [`inode`](Self::inode).
+    pub fn unhold(&mut self, ino: u32) -> Result<(), Error> {
+        let Some(count) = self.holds.get_mut(&ino) else { return Ok(()) };
+        *count -= 1;
+        if *count > 0 {
+            return Ok(());
+        }
+        self.holds.remove(&ino);
+        if self.orphans.remove(&ino) {
+            let inode = self.inode(ino)?;
+            if inode.links == 0 {
+                return self.release(inode);
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether inode `ino` has open holds.
+    pub(crate) fn is_held(&self, ino: u32) -> bool {
+        self.holds.contains_key(&ino)
+    }
+
+    /// Frees every inode whose last name went while it was held (at
+    /// unmount: the handles are gone).
+    ///
+    /// # Errors
+    /// As [`inode`](Self::inode).
+    pub fn release_orphans(&mut self) -> Result<(), Error> {
+        self.holds.clear();
+        for ino in std::mem::take(&mut self.orphans) {
+            let inode = self.inode(ino)?;
+            if inode.links == 0 {
+                self.release(inode)?;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,604 @@
+//! The volume served to the kernel over FUSE (the `fuser` crate, pure
+//! Rust: `fusermount3` does the mount): every request is one call into
+//! [`Volume`] under a reader-writer lock — lookups, reads and directory
+//! listings in parallel, changes one at a time.
+//!
+//! FUSE numbers the root 1; ext4 numbers it 2 and never exposes inode 1
+//! (the bad-blocks inode), so the two are swapped and every other number
+//! passes through. Permissions are checked by the kernel
+//! (`default_permissions`, always on); attributes and entries are cached
+//! by the kernel for `Fs::ttl` — csumfs is the image's only writer.
+
+use crate::error::Error;
+use crate::inode::{Inode, Timespec, ROOT};
+use crate::{DirEntry, NewInode, RenameMode, SetAttr, Volume};
+use fuser::{
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, KernelConfig, LockOwner,
+    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// How the volume is mounted.
+#[derive(Clone, Debug)]
+pub struct MountOptions {
+    /// Refuse every change (`-o ro`): the volume is opened read-only.
+    pub read_only: bool,
+    /// Let every user in (`allow_other`; root's requests always come in).
+    pub allow_other: bool,
+    /// Threads reading requests from `/dev/fuse`.
+    pub threads: usize,
+    /// How long the kernel may cache attributes and names.
+    pub ttl: Duration,
+    /// The source shown in `/proc/mounts`.
+    pub fsname: String,
+}
+
+impl Default for MountOptions {
+    fn default() -> Self {
+        MountOptions {
+            read_only: false,
+            allow_other: false,
+            threads: 2,
+            ttl: Duration::from_secs(1),
+            fsname: "csumfs".into(),
+        }
+    }
+}
+
+/// The FUSE filesystem over a shared volume.
+pub struct Fs {
+    volume: Arc<RwLock<Volume>>,
+    read_only: bool,
+    ttl: Duration,
+    /// Directory listings taken at `opendir`, by handle: `readdir` pages
+    /// through one snapshot however the directory changes meanwhile.
+    listings: Mutex<HashMap<u64, Vec<DirEntry>>>,
+    next_handle: AtomicU64,
+}
+
+/// Mounts `volume` at `mountpoint`; the caller runs the returned session
+/// (`run` blocks until unmounted) and syncs the volume after it.
+///
+/// # Errors
+/// What `fusermount3` or `/dev/fuse` report.
+pub fn mount(
+    volume: Arc<RwLock<Volume>>,
+    mountpoint: &Path,
+    options: &MountOptions,
+) -> std::io::Result<fuser::Session<Fs>> {
+    let mut config = fuser::Config::default();
+    config.mount_options = vec![
+        fuser::MountOption::FSName(options.fsname.clone()),
+        fuser::MountOption::Subtype("csumfs".into()),
+        fuser::MountOption::DefaultPermissions,
+        fuser::MountOption::Dev,
+        fuser::MountOption::Suid,
+        if options.read_only { fuser::MountOption::RO } else { fuser::MountOption::RW },
+    ];
+    if options.allow_other {
+        config.acl = fuser::SessionACL::All;
+    }
+    config.n_threads = Some(options.threads.max(1));
+    config.clone_fd = options.threads > 1;
+    let fs = Fs {
+        volume,
+        read_only: options.read_only,
+        ttl: options.ttl,
+        listings: Mutex::new(HashMap::new()),
+        next_handle: AtomicU64::new(1),
+    };
+    fuser::Session::new(fs, mountpoint, &config)
+}
+
+fn to_fuse(ino: u32) -> INodeNo {
+    INodeNo(if ino == ROOT { 1 } else { u64::from(ino) })
+}
+
+fn from_fuse(ino: INodeNo) -> u32 {
+    if ino.0 == 1 {
+        ROOT
+    } else {
+        u32::try_from(ino.0).unwrap_or(0)
+    }
+}
+
+fn errno(e: &Error) -> Errno {
+    // Damage, and what csumfs cannot do yet, are worth a line; the
+    // errors of ordinary calls (ENOENT, EEXIST, …) are not.
+    if matches!(e, Error::Checksum { .. } | Error::Corrupt { .. } | Error::Format(_) | Error::Unsupported { .. }) {
+        eprintln!("csumfs: {e}");
+    }
+    Errno::from_i32(e.errno())
+}
+
+fn system_time(t: Timespec) -> SystemTime {
+    if t.sec >= 0 {
+        UNIX_EPOCH + Duration::new(t.sec as u64, t.nsec)
+    } else {
+        UNIX_EPOCH - Duration::from_secs(t.sec.unsigned_abs()) + Duration::from_nanos(u64::from(t.nsec))
+    }
+}
+
+fn timespec(t: SystemTime) -> Timespec {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => Timespec { sec: d.as_secs() as i64, nsec: d.subsec_nanos() },
+        Err(before) => {
+            let d = before.duration();
+            let (sec, nsec) = (-(d.as_secs() as i64), d.subsec_nanos());
+            if nsec == 0 {
+                Timespec { sec, nsec: 0 }
+            } else {
+                Timespec { sec: sec - 1, nsec: 1_000_000_000 - nsec }
+            }
+        }
+    }
+}
+
+fn time_or_now(t: TimeOrNow) -> Timespec {
+    match t {
+        TimeOrNow::SpecificTime(t) => timespec(t),
+        TimeOrNow::Now => timespec(SystemTime::now()),
+    }
+}
+
+fn kind(mode: u16) -> FileType {
+    match mode & 0o170_000 {
+        0o040_000 => FileType::Directory,
+        0o120_000 => FileType::Symlink,
+        0o020_000 => FileType::CharDevice,
+        0o060_000 => FileType::BlockDevice,
+        0o010_000 => FileType::NamedPipe,
+        0o140_000 => FileType::Socket,
+        _ => FileType::RegularFile,
+    }
+}
+
+fn kind_of_entry(file_type: u8) -> FileType {
+    match file_type {
+        2 => FileType::Directory,
+        3 => FileType::CharDevice,
+        4 => FileType::BlockDevice,
+        5 => FileType::NamedPipe,
+        6 => FileType::Socket,
+        7 => FileType::Symlink,
+        _ => FileType::RegularFile,
+    }
+}
+
+impl Fs {
+    fn attr(&self, volume: &Volume, inode: &Inode) -> FileAttr {
+        FileAttr {
+            ino: to_fuse(inode.ino),
+            size: inode.size,
+            blocks: inode.blocks,
+            atime: system_time(inode.atime),
+            mtime: system_time(inode.mtime),
+            ctime: system_time(inode.ctime),
+            crtime: system_time(inode.crtime),
+            kind: kind(inode.mode),
+            perm: inode.mode & 0o7777,
+            nlink: u32::from(inode.links),
+            uid: inode.uid,
+            gid: inode.gid,
+            rdev: inode.rdev,
+            blksize: volume.layout().block_size as u32,
+            flags: 0,
+        }
+    }
+
+    fn entry(&self, volume: &Volume, inode: &Inode, reply: ReplyEntry) {
+        reply.entry(&self.ttl, &self.attr(volume, inode), Generation(u64::from(inode.generation)));
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Volume> {
+        self.volume.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The volume for a change; `EROFS` on a read-only mount.
+    fn write(&self) -> Result<std::sync::RwLockWriteGuard<'_, Volume>, Errno> {
+        if self.read_only {
+            return Err(Errno::EROFS);
+        }
+        Ok(self.volume.write().unwrap_or_else(std::sync::PoisonError::into_inner))
+    }
+
+    /// Owner of a new inode in `parent`: the caller, with the parent's
+    /// group when the parent is set-group-ID (and its mode keeps the bit
+    /// for a directory), as the kernel's `inode_init_owner` does.
+    fn new_inode(&self, volume: &Volume, req: &Request, parent: u32, mode: u16) -> Result<NewInode, Error> {
+        let dir = volume.inode(parent)?;
+        let mut new = NewInode { mode, uid: req.uid(), gid: req.gid() };
+        if dir.mode & 0o2000 != 0 {
+            new.gid = dir.gid;
+            if mode & 0o170_000 == 0o040_000 {
+                new.mode |= 0o2000;
+            }
+        }
+        Ok(new)
+    }
+
+    fn handle(&self) -> FileHandle {
+        FileHandle(self.next_handle.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
+/// Replies with the entry `made` produced, or its error.
+macro_rules! reply_entry {
+    ($fs:expr, $volume:expr, $made:expr, $reply:expr) => {
+        match $made {
+            Ok(inode) => $fs.entry(&$volume, &inode, $reply),
+            Err(e) => $reply.error(errno(&e)),
+        }
+    };
+}
+
+macro_rules! writable {
+    ($fs:expr, $reply:expr) => {
+        match $fs.write() {
+            Ok(volume) => volume,
+            Err(e) => return $reply.error(e),
+        }
+    };
+}
+
+impl Filesystem for Fs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        // Larger writes per request: fewer round trips for sequential I/O.
+        let _ = config.set_max_write(1 << 20);
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let volume = self.read();
+        let found = volume
+            .inode(from_fuse(parent))
+            .and_then(|dir| volume.lookup(&dir, name.as_bytes()))
+            .and_then(|entry| volume.inode(entry.ino));
+        reply_entry!(self, volume, found, reply);
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        let volume = self.read();
+        match volume.inode(from_fuse(ino)) {
+            Ok(inode) => reply.attr(&self.ttl, &self.attr(&volume, &inode)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let mut volume = writable!(self, reply);
+        let attr = SetAttr {
+            mode: mode.map(|m| m as u16),
+            uid,
+            gid,
+            size,
+            atime: atime.map(time_or_now),
+            mtime: mtime.map(time_or_now),
+            ctime: ctime.map(timespec),
+        };
+        match volume.set_attr(from_fuse(ino), attr) {
+            Ok(inode) => reply.attr(&self.ttl, &self.attr(&volume, &inode)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        let volume = self.read();
+        match volume.inode(from_fuse(ino)).and_then(|inode| volume.read_link(&inode)) {
+            Ok(target) => reply.data(&target),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let mut volume = writable!(self, reply);
+        let (parent, mode) = (from_fuse(parent), (mode & !(umask & 0o777)) as u16);
+        let made = self.new_inode(&volume, req, parent, mode).and_then(|new| {
+            if mode & 0o170_000 == 0o100_000 || mode & 0o170_000 == 0 {
+                volume.create(parent, name.as_bytes(), NewInode { mode: new.mode | 0o100_000, ..new })
+            } else {
+                volume.mknod(parent, name.as_bytes(), new, rdev)
+            }
+        });
+        reply_entry!(self, volume, made, reply);
+    }
+
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+        let mut volume = writable!(self, reply);
+        let (parent, mode) = (from_fuse(parent), (mode & !umask & 0o7777) as u16 | 0o040_000);
+        let made = self.new_inode(&volume, req, parent, mode).and_then(|new| volume.mkdir(parent, name.as_bytes(), new));
+        reply_entry!(self, volume, made, reply);
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let mut volume = writable!(self, reply);
+        match volume.unlink(from_fuse(parent), name.as_bytes()) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let mut volume = writable!(self, reply);
+        match volume.rmdir(from_fuse(parent), name.as_bytes()) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        let mut volume = writable!(self, reply);
+        let parent = from_fuse(parent);
+        let made = self.new_inode(&volume, req, parent, 0o120_777).and_then(|new| {
+            volume.symlink(parent, link_name.as_bytes(), target.as_os_str().as_bytes(), new.uid, new.gid)
+        });
+        reply_entry!(self, volume, made, reply);
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let mut volume = writable!(self, reply);
+        let mode = if flags.contains(RenameFlags::RENAME_EXCHANGE) {
+            RenameMode::Exchange
+        } else if flags.contains(RenameFlags::RENAME_NOREPLACE) {
+            RenameMode::NoReplace
+        } else if flags.is_empty() {
+            RenameMode::Replace
+        } else {
+            return reply.error(Errno::EINVAL);
+        };
+        match volume.rename(from_fuse(parent), name.as_bytes(), from_fuse(newparent), newname.as_bytes(), mode) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        let mut volume = writable!(self, reply);
+        let made = volume.link(from_fuse(ino), from_fuse(newparent), newname.as_bytes());
+        reply_entry!(self, volume, made, reply);
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        if !self.read_only {
+            self.volume.write().unwrap_or_else(std::sync::PoisonError::into_inner).hold(from_fuse(ino));
+        }
+        // Only csumfs writes the image: cached pages stay valid across opens.
+        reply.opened(self.handle(), FopenFlags::FOPEN_KEEP_CACHE);
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let volume = self.read();
+        let mut buf = vec![0u8; size as usize];
+        match volume.inode(from_fuse(ino)).and_then(|inode| volume.read(&inode, offset, &mut buf)) {
+            Ok(n) => reply.data(&buf[..n]),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        let mut volume = writable!(self, reply);
+        match volume.write(from_fuse(ino), offset, data) {
+            Ok(_) => reply.written(data.len() as u32),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        if self.read_only {
+            return reply.ok();
+        }
+        let mut volume = self.volume.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match volume.unhold(from_fuse(ino)) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn fsync(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        if self.read_only {
+            return reply.ok();
+        }
+        let mut volume = self.volume.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match volume.sync() {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let volume = self.read();
+        match volume.inode(from_fuse(ino)).and_then(|dir| volume.read_dir(&dir)) {
+            Ok(entries) => {
+                let fh = self.handle();
+                self.listings.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(fh.0, entries);
+                reply.opened(fh, FopenFlags::empty());
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn readdir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        let listings = self.listings.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Some(entries) = listings.get(&fh.0) else { return reply.error(Errno::EBADF) };
+        for (i, entry) in entries.iter().enumerate().skip(offset as usize) {
+            let name = OsStr::from_bytes(&entry.name);
+            if reply.add(to_fuse(entry.ino), i as u64 + 1, kind_of_entry(entry.file_type), name) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+        self.listings.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&fh.0);
+        reply.ok();
+    }
+
+    fn fsyncdir(&self, req: &Request, ino: INodeNo, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
+        self.fsync(req, ino, fh, datasync, reply);
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let s = self.read().statfs();
+        let bs = s.block_size as u32;
+        reply.statfs(s.blocks, s.free_blocks, s.free_blocks, s.inodes, s.free_inodes, bs, s.name_max, bs);
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let volume = self.read();
+        let Some(name) = name.to_str() else { return reply.error(Errno::from_i32(libc::ENODATA)) };
+        match volume.inode(from_fuse(ino)).and_then(|inode| volume.getxattr(&inode, name)) {
+            Ok(value) if size == 0 => reply.size(value.len() as u32),
+            Ok(value) if value.len() > size as usize => reply.error(Errno::from_i32(libc::ERANGE)),
+            Ok(value) => reply.data(&value),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let volume = self.read();
+        match volume.inode(from_fuse(ino)).and_then(|inode| volume.xattrs(&inode)) {
+            Ok(xattrs) => {
+                let mut names = Vec::new();
+                for (name, _) in xattrs {
+                    names.extend_from_slice(name.as_bytes());
+                    names.push(0);
+                }
+                if size == 0 {
+                    reply.size(names.len() as u32);
+                } else if names.len() > size as usize {
+                    reply.error(Errno::from_i32(libc::ERANGE));
+                } else {
+                    reply.data(&names);
+                }
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn access(&self, _req: &Request, _ino: INodeNo, _mask: fuser::AccessFlags, reply: ReplyEmpty) {
+        reply.ok(); // the kernel checks permissions (default_permissions)
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        _flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let mut volume = writable!(self, reply);
+        let (parent, mode) = (from_fuse(parent), (mode & !(umask & 0o777)) as u16);
+        let made = self
+            .new_inode(&volume, req, parent, mode)
+            .and_then(|new| volume.create(parent, name.as_bytes(), NewInode { mode: new.mode | 0o100_000, ..new }));
+        match made {
+            Ok(inode) => {
+                volume.hold(inode.ino);
+                let attr = self.attr(&volume, &inode);
+                let generation = Generation(u64::from(inode.generation));
+                reply.created(&self.ttl, &attr, generation, self.handle(), FopenFlags::FOPEN_KEEP_CACHE);
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        let mut volume = writable!(self, reply);
+        if mode & !libc::FALLOC_FL_KEEP_SIZE != 0 {
+            return reply.error(Errno::from_i32(libc::EOPNOTSUPP));
+        }
+        match volume.fallocate(from_fuse(ino), offset, length, mode & libc::FALLOC_FL_KEEP_SIZE != 0) {
+            Ok(_) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+}

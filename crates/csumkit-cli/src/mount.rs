@@ -1,0 +1,210 @@
+//! `csumkit mount IMAGE MOUNTPOINT`: the image served by csumfs over FUSE.
+//! Refusals are checked before anything is mounted, one line each; in
+//! the background (the default) the command returns once the mount is up.
+
+use csumfs::fuse::MountOptions;
+use csumfs::{Checksums, Options, Volume};
+use std::io::{BufRead, Write};
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{ExitCode, Stdio};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+/// Set in the environment of the background child: it prints this line
+/// on stdout once mounted.
+const READY_ENV: &str = "CSUMKIT_MOUNT_READY";
+const READY_LINE: &str = "csumkit-mount-ready";
+
+#[derive(clap::Args)]
+pub struct MountArgs {
+    /// The ext4 image (metadata_csum).
+    image: PathBuf,
+    /// An empty directory to mount it on.
+    mountpoint: PathBuf,
+    /// Stay in the foreground until unmounted (default: return once mounted).
+    #[arg(short, long)]
+    foreground: bool,
+    /// Mount options, comma-separated: ro, rw, allow_other,
+    /// default_permissions (always on), threads=N (2), ttl=SECONDS (1),
+    /// csum=incremental|full (how metadata checksums are kept).
+    #[arg(short = 'o', value_name = "OPTIONS", value_delimiter = ',')]
+    options: Vec<String>,
+}
+
+/// The parsed `-o` list.
+struct Parsed {
+    mount: MountOptions,
+    checksums: Checksums,
+}
+
+fn parse_options(list: &[String]) -> Result<Parsed, String> {
+    let mut parsed = Parsed { mount: MountOptions::default(), checksums: Checksums::Incremental };
+    for option in list.iter().map(|o| o.trim()).filter(|o| !o.is_empty()) {
+        let (key, value) = option.split_once('=').map_or((option, None), |(k, v)| (k, Some(v)));
+        match (key, value) {
+            ("ro", None) => parsed.mount.read_only = true,
+            ("rw", None) => parsed.mount.read_only = false,
+            ("allow_other", None) => parsed.mount.allow_other = true,
+            ("default_permissions", None) => {}
+            ("threads", Some(n)) => {
+                parsed.mount.threads = n.parse().ok().filter(|n| (1..=64).contains(n)).ok_or_else(|| {
+                    format!("threads={n}: give a number of threads from 1 to 64")
+                })?;
+            }
+            ("ttl", Some(s)) => {
+                let secs: f64 = s.parse().ok().filter(|s: &f64| (0.0..=3600.0).contains(s)).ok_or_else(|| {
+                    format!("ttl={s}: give seconds from 0 to 3600")
+                })?;
+                parsed.mount.ttl = Duration::from_secs_f64(secs);
+            }
+            ("csum", Some("incremental")) => parsed.checksums = Checksums::Incremental,
+            ("csum", Some("full")) => parsed.checksums = Checksums::Full,
+            _ => {
+                return Err(format!(
+                    "unknown mount option {option:?} (known: ro, rw, allow_other, default_permissions, \
+                     threads=N, ttl=SECONDS, csum=incremental|full)"
+                ))
+            }
+        }
+    }
+    Ok(parsed)
+}
+
+/// Why the mountpoint cannot take a mount, if it cannot.
+fn mountpoint_problem(mountpoint: &Path) -> Option<String> {
+    let shown = mountpoint.display();
+    let meta = match std::fs::metadata(mountpoint) {
+        Ok(meta) => meta,
+        Err(e) => return Some(format!("mountpoint {shown}: {e}")),
+    };
+    if !meta.is_dir() {
+        return Some(format!("mountpoint {shown} is not a directory"));
+    }
+    let parent = mountpoint.join("..");
+    let busy = std::fs::metadata(&parent).is_ok_and(|p| p.dev() != meta.dev() || p.ino() == meta.ino());
+    if busy {
+        return Some(format!("mountpoint {shown} is busy: something is mounted there already"));
+    }
+    None
+}
+
+pub fn run(args: &MountArgs) -> ExitCode {
+    let fail = |message: String| {
+        eprintln!("csumkit mount: {message}");
+        ExitCode::from(2)
+    };
+    let parsed = match parse_options(&args.options) {
+        Ok(parsed) => parsed,
+        Err(message) => return fail(message),
+    };
+    if !Path::new("/dev/fuse").exists() {
+        return fail("/dev/fuse is missing: load the fuse module (modprobe fuse)".into());
+    }
+    if let Some(problem) = mountpoint_problem(&args.mountpoint) {
+        return fail(problem);
+    }
+    let options = Options { write: !parsed.mount.read_only, checksums: parsed.checksums, ..Options::default() };
+    let volume = match Volume::open(&args.image, options) {
+        Ok(volume) => volume,
+        Err(e) => return fail(format!("{}: {e}", args.image.display())),
+    };
+    if !args.foreground && std::env::var_os(READY_ENV).is_none() {
+        drop(volume);
+        return detach();
+    }
+    serve(volume, args, &parsed.mount)
+}
+
+/// Starts this command again in the foreground in a session of its own,
+/// and returns once it says the mount is up (or with its exit status if
+/// it fails first; its errors reach the same stderr).
+fn detach() -> ExitCode {
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(e) => {
+            eprintln!("csumkit mount: cannot find this program to start in the background: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut command = std::process::Command::new(exe);
+    command.args(std::env::args_os().skip(1)).env(READY_ENV, "1").stdin(Stdio::null()).stdout(Stdio::piped());
+    // SAFETY: setsid is async-signal-safe; the child leaves the terminal's
+    // session so the shell's SIGINT and SIGHUP do not reach the daemon.
+    unsafe {
+        command.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let mut child = match command.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            eprintln!("csumkit mount: cannot start the background process: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut line = String::new();
+    let stdout = child.stdout.take().expect("piped");
+    let _ = std::io::BufReader::new(stdout).read_line(&mut line);
+    if line.trim() == READY_LINE {
+        return ExitCode::SUCCESS;
+    }
+    match child.wait() {
+        Ok(status) => ExitCode::from(status.code().unwrap_or(2).clamp(1, 255) as u8),
+        Err(_) => ExitCode::from(2),
+    }
+}
+
+fn serve(volume: Volume, args: &MountArgs, options: &MountOptions) -> ExitCode {
+    let volume = Arc::new(RwLock::new(volume));
+    let options = MountOptions { fsname: args.image.display().to_string(), ..options.clone() };
+    let mut session = match csumfs::fuse::mount(Arc::clone(&volume), &args.mountpoint, &options) {
+        Ok(session) => session,
+        Err(e) => {
+            eprintln!("csumkit mount: {}: {e}", args.mountpoint.display());
+            return ExitCode::from(2);
+        }
+    };
+    // SIGINT and SIGTERM unmount; the session then ends and the volume is
+    // synced below, as after `fusermount3 -u`.
+    let unmounter = std::sync::Mutex::new(session.unmount_callable());
+    crate::files::on_interrupt(Box::new(move || {
+        if let Ok(mut unmounter) = unmounter.lock() {
+            if let Err(e) = unmounter.unmount() {
+                eprintln!("csumkit mount: unmount: {e}");
+            }
+        }
+    }));
+    if std::env::var_os(READY_ENV).is_some() {
+        let mut stdout = std::io::stdout();
+        let _ = writeln!(stdout, "{READY_LINE}").and_then(|()| stdout.flush());
+        // The parent has what it waited for. A daemon lets go of the
+        // caller's stdout and stderr (a pipe would never see its end):
+        // messages after this point are shown only with -f.
+        // SAFETY: replacing fds 1 and 2 with /dev/null; no Rust handle owns them beyond Stdout/Stderr.
+        unsafe {
+            let null = libc::open(c"/dev/null".as_ptr(), libc::O_WRONLY);
+            if null >= 0 {
+                libc::dup2(null, 1);
+                libc::dup2(null, 2);
+                libc::close(null);
+            }
+        }
+    }
+    let ran = session.run();
+    let mut volume = volume.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let synced = volume.release_orphans().and_then(|()| volume.sync());
+    match (ran, synced) {
+        (Ok(()), Ok(())) => ExitCode::SUCCESS,
+        (Err(e), _) => {
+            eprintln!("csumkit mount: the FUSE session failed: {e}");
+            ExitCode::from(2)
+        }
+        (_, Err(e)) => {
+            eprintln!("csumkit mount: {}: sync after unmount: {e}", args.image.display());
+            ExitCode::from(2)
+        }
+    }
+}

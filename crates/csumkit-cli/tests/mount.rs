@@ -1,0 +1,358 @@
+//! `csumkit mount` as a user runs it: an image mke2fs made, changed through
+//! the kernel's FUSE client by ordinary file calls, unmounted — then judged
+//! by `e2fsck -fn` and read back by the kernel's own ext4 (a loop mount).
+//! Needs root and /dev/fuse; skipped visibly without them, a failure in CI.
+
+use std::collections::BTreeMap;
+use std::ffi::CString;
+use std::io::{Seek, SeekFrom, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn skip(what: &str) -> bool {
+    assert!(std::env::var_os("CI").is_none(), "{what} is required in CI");
+    let test = std::thread::current().name().unwrap_or("a test").to_string();
+    let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {what}");
+    true
+}
+
+/// Whether this machine can run the test; says why not.
+fn cannot_mount() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return skip("root (FUSE mounts and loop mounts)");
+    }
+    if !Path::new("/dev/fuse").exists() {
+        return skip("/dev/fuse");
+    }
+    if !Path::new("/usr/bin/fusermount3").exists() {
+        return skip("fusermount3 (apt-get install fuse3)");
+    }
+    if !Path::new("/usr/sbin/mke2fs").exists() || !Path::new("/usr/sbin/e2fsck").exists() {
+        return skip("mke2fs and e2fsck (apt-get install e2fsprogs)");
+    }
+    false
+}
+
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("csumkit-mount-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("mnt")).unwrap();
+        Scratch(dir)
+    }
+
+    fn image(&self, size: &str, block_size: &str) -> PathBuf {
+        let image = self.0.join("img");
+        let out = Command::new("/usr/sbin/mke2fs")
+            .args(["-q", "-F", "-t", "ext4", "-O", "metadata_csum,^has_journal", "-b", block_size])
+            .arg(&image)
+            .arg(size)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "mke2fs: {}", String::from_utf8_lossy(&out.stderr));
+        image
+    }
+
+    fn mnt(&self) -> PathBuf {
+        self.0.join("mnt")
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = Command::new("/usr/bin/fusermount3").arg("-uz").arg(self.mnt()).output();
+        let _ = Command::new("umount").arg(self.0.join("kernel")).output();
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn is_mounted(mnt: &Path) -> bool {
+    let mnt = std::fs::canonicalize(mnt).unwrap();
+    std::fs::read_to_string("/proc/self/mounts")
+        .unwrap()
+        .lines()
+        .any(|l| l.split(' ').nth(1) == Some(mnt.to_str().unwrap()))
+}
+
+fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < Duration::from_secs(30), "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `csumkit mount -f`, returned once the mount is up.
+fn mount_foreground(image: &Path, mnt: &Path, options: &[&str]) -> Child {
+    let child = Command::new(env!("CARGO_BIN_EXE_csumkit"))
+        .arg("mount")
+        .arg("-f")
+        .arg(image)
+        .arg(mnt)
+        .args(options)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for("the mount", || is_mounted(mnt));
+    child
+}
+
+fn unmount_and_wait(mut child: Child, mnt: &Path) {
+    let out = Command::new("/usr/bin/fusermount3").arg("-u").arg(mnt).output().unwrap();
+    assert!(out.status.success(), "fusermount3 -u: {}", String::from_utf8_lossy(&out.stderr));
+    let status = child.wait().unwrap();
+    assert!(status.success(), "csumkit mount exited with {status}");
+}
+
+fn e2fsck_clean(image: &Path) {
+    let out = Command::new("/usr/sbin/e2fsck").arg("-fn").arg(image).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && !text.contains("? no"), "e2fsck -fn:\n{text}");
+}
+
+/// Deterministic bytes.
+fn pattern(len: usize, seed: u32) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x as u8
+        })
+        .collect()
+}
+
+/// path → contents (`None`: a directory); what the tree must hold.
+type Model = BTreeMap<String, Option<Vec<u8>>>;
+
+/// Changes the tree under `root` through ordinary file calls, recording
+/// what it must hold afterwards.
+fn exercise(root: &Path) -> Model {
+    let mut model = Model::new();
+    let p = |rel: &str| root.join(rel);
+    for dir in ["d1", "d1/sub", "d2", "many"] {
+        std::fs::create_dir(p(dir)).unwrap();
+        model.insert(dir.into(), None);
+    }
+    for (i, len) in [0usize, 1, 4095, 4096, 4097, 65_536 + 3, (1 << 20) + 17].into_iter().enumerate() {
+        let name = format!("d1/f{i}");
+        let data = pattern(len, i as u32);
+        std::fs::write(p(&name), &data).unwrap();
+        model.insert(name, Some(data));
+    }
+    // An htree directory's worth of names.
+    for i in 0..300 {
+        let name = format!("many/entry-with-a-longish-name-{i:04}");
+        std::fs::write(p(&name), i.to_string()).unwrap();
+        model.insert(name, Some(i.to_string().into_bytes()));
+    }
+    for i in (0..300).step_by(3) {
+        let name = format!("many/entry-with-a-longish-name-{i:04}");
+        std::fs::remove_file(p(&name)).unwrap();
+        model.remove(&name);
+    }
+    // Overwrite in the middle, append, sparse write past the end.
+    {
+        let mut f = std::fs::OpenOptions::new().write(true).open(p("d1/f6")).unwrap();
+        f.seek(SeekFrom::Start(5000)).unwrap();
+        f.write_all(b"middle").unwrap();
+        f.seek(SeekFrom::Start(3 << 20)).unwrap();
+        f.write_all(b"far").unwrap();
+        let data = model.get_mut("d1/f6").unwrap().as_mut().unwrap();
+        data[5000..5006].copy_from_slice(b"middle");
+        data.resize(3 << 20, 0);
+        data.extend_from_slice(b"far");
+    }
+    // Truncate down (mid-block) and up again: the cut bytes read as zeros.
+    {
+        let f = std::fs::OpenOptions::new().write(true).open(p("d1/f5")).unwrap();
+        f.set_len(10_000).unwrap();
+        f.set_len(20_000).unwrap();
+        let data = model.get_mut("d1/f5").unwrap().as_mut().unwrap();
+        data.truncate(10_000);
+        data.resize(20_000, 0);
+    }
+    // fallocate, then a write into the unwritten blocks.
+    {
+        let f = std::fs::OpenOptions::new().create(true).truncate(true).read(true).write(true).open(p("d2/falloc")).unwrap();
+        // SAFETY: a valid descriptor; plain integer arguments.
+        let done = unsafe { libc::fallocate(std::os::fd::AsRawFd::as_raw_fd(&f), 0, 0, 1 << 20) };
+        assert_eq!(done, 0, "fallocate: {}", std::io::Error::last_os_error());
+        let mut f = f;
+        f.seek(SeekFrom::Start(12_345)).unwrap();
+        f.write_all(b"inside the fallocated range").unwrap();
+        let mut data = vec![0u8; 1 << 20];
+        data[12_345..12_345 + 27].copy_from_slice(b"inside the fallocated range");
+        model.insert("d2/falloc".into(), Some(data));
+    }
+    // Renames (across directories, replacing), a hard link, a symlink.
+    std::fs::rename(p("d1/f1"), p("d2/moved")).unwrap();
+    let moved = model.remove("d1/f1").unwrap();
+    model.insert("d2/moved".into(), moved);
+    std::fs::rename(p("d1/f2"), p("d1/f3")).unwrap();
+    let replaced = model.remove("d1/f2").unwrap();
+    model.insert("d1/f3".into(), replaced);
+    std::fs::hard_link(p("d1/f4"), p("d1/sub/link")).unwrap();
+    model.insert("d1/sub/link".into(), model["d1/f4"].clone());
+    std::os::unix::fs::symlink("../d1/f4", p("d2/symlink")).unwrap();
+    std::fs::rename(p("d1/sub"), p("d2/sub")).unwrap();
+    model.remove("d1/sub");
+    let link = model.remove("d1/sub/link").unwrap();
+    model.insert("d2/sub".into(), None);
+    model.insert("d2/sub/link".into(), link);
+    // A file unlinked while open stays readable and writable until closed.
+    {
+        let mut f = std::fs::OpenOptions::new().create(true).truncate(true).read(true).write(true).open(p("d2/doomed")).unwrap();
+        f.write_all(&pattern(10_000, 9)).unwrap();
+        std::fs::remove_file(p("d2/doomed")).unwrap();
+        f.write_all(b"after unlink").unwrap();
+        f.seek(SeekFrom::Start(10_000)).unwrap();
+        let mut back = Vec::new();
+        std::io::Read::read_to_end(&mut f, &mut back).unwrap();
+        assert_eq!(back, b"after unlink");
+    }
+    // Modes, times, a FIFO.
+    std::fs::set_permissions(p("d1/f0"), std::fs::Permissions::from_mode(0o640)).unwrap();
+    let fifo = CString::new(p("d2/fifo").as_os_str().as_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+    let times = [libc::timespec { tv_sec: 1_000_000_000, tv_nsec: 5 }, libc::timespec { tv_sec: 1_234_567_890, tv_nsec: 0 }];
+    let path = CString::new(p("d1/f0").as_os_str().as_bytes()).unwrap();
+    // SAFETY: valid path and a two-element times array.
+    assert_eq!(unsafe { libc::utimensat(libc::AT_FDCWD, path.as_ptr(), times.as_ptr(), 0) }, 0);
+    model
+}
+
+/// Checks that the tree under `root` holds exactly `model` (plus lost+found).
+fn compare(root: &Path, model: &Model, label: &str) {
+    for (path, want) in model {
+        let host = root.join(path);
+        match want {
+            None => assert!(host.is_dir(), "{label}: {path} is not a directory"),
+            Some(want) => {
+                let got = std::fs::read(&host).unwrap_or_else(|e| panic!("{label}: {path}: {e}"));
+                assert!(got == *want, "{label}: {path}: {} bytes read, {} expected, or different", got.len(), want.len());
+            }
+        }
+    }
+    for dir in ["d1", "d2", "many"] {
+        let names = std::fs::read_dir(root.join(dir)).unwrap().count();
+        let prefix = format!("{dir}/");
+        let want = model.keys().filter(|k| k.starts_with(&prefix) && !k[prefix.len()..].contains('/')).count()
+            + usize::from(dir == "d2") * 2; // the symlink and the FIFO are not in the model
+        assert_eq!(names, want, "{label}: entries of {dir}");
+    }
+    let f0 = std::fs::metadata(root.join("d1/f0")).unwrap();
+    assert_eq!((f0.mode() & 0o7777, f0.mtime(), f0.atime(), f0.atime_nsec()), (0o640, 1_234_567_890, 1_000_000_000, 5), "{label}: d1/f0");
+    assert_eq!(std::fs::read_link(root.join("d2/symlink")).unwrap(), Path::new("../d1/f4"), "{label}");
+    assert!(std::fs::symlink_metadata(root.join("d2/fifo")).unwrap().file_type().is_fifo(), "{label}: d2/fifo");
+    let f4 = std::fs::metadata(root.join("d1/f4")).unwrap();
+    assert_eq!(f4.nlink(), 2, "{label}: d1/f4 links");
+}
+
+fn kernel_compare(scratch: &Scratch, image: &Path, model: &Model) {
+    let kernel = scratch.0.join("kernel");
+    std::fs::create_dir_all(&kernel).unwrap();
+    let out = Command::new("mount").args(["-t", "ext4", "-o", "loop,ro"]).arg(image).arg(&kernel).output().unwrap();
+    if !out.status.success() {
+        skip(&format!("a kernel loop mount ({})", String::from_utf8_lossy(&out.stderr).trim()));
+        return;
+    }
+    let result = std::panic::catch_unwind(|| compare(&kernel, model, "kernel"));
+    assert!(Command::new("umount").arg(&kernel).status().unwrap().success());
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+#[test]
+fn a_mounted_image_changed_by_file_calls_is_clean_for_e2fsck_and_the_kernel() {
+    if cannot_mount() {
+        return;
+    }
+    for block_size in ["4096", "1024"] {
+        let scratch = Scratch::new(&format!("tree{block_size}"));
+        let image = scratch.image("64M", block_size);
+        let child = mount_foreground(&image, &scratch.mnt(), &["-o", "threads=2"]);
+        let model = std::panic::catch_unwind(|| {
+            let model = exercise(&scratch.mnt());
+            compare(&scratch.mnt(), &model, "csumfs");
+            model
+        });
+        unmount_and_wait(child, &scratch.mnt());
+        let model = model.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        e2fsck_clean(&image);
+        kernel_compare(&scratch, &image, &model);
+        // Mounted again, csumfs reads back what it wrote.
+        let child = mount_foreground(&image, &scratch.mnt(), &["-o", "ro"]);
+        let read_back = std::panic::catch_unwind(|| compare(&scratch.mnt(), &model, "csumfs again"));
+        unmount_and_wait(child, &scratch.mnt());
+        read_back.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+    }
+}
+
+#[test]
+fn sigterm_and_sigint_unmount_and_exit_zero_and_the_default_is_a_daemon() {
+    if cannot_mount() {
+        return;
+    }
+    let scratch = Scratch::new("signals");
+    let image = scratch.image("16M", "4096");
+    for signal in [libc::SIGTERM, libc::SIGINT] {
+        let mut child = mount_foreground(&image, &scratch.mnt(), &[]);
+        std::fs::write(scratch.mnt().join(format!("written-before-{signal}")), b"kept").unwrap();
+        // SAFETY: sending a signal to our own child.
+        assert_eq!(unsafe { libc::kill(child.id() as i32, signal) }, 0);
+        let status = child.wait().unwrap();
+        assert!(status.success(), "after signal {signal}: {status}");
+        assert!(!is_mounted(&scratch.mnt()), "still mounted after signal {signal}");
+    }
+    // Without -f the command returns once the mount is up.
+    let out = Command::new(env!("CARGO_BIN_EXE_csumkit")).arg("mount").arg(&image).arg(scratch.mnt()).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(is_mounted(&scratch.mnt()));
+    assert_eq!(std::fs::read(scratch.mnt().join(format!("written-before-{}", libc::SIGTERM))).unwrap(), b"kept");
+    assert!(Command::new("/usr/bin/fusermount3").arg("-u").arg(scratch.mnt()).status().unwrap().success());
+    wait_for("the daemon to let go of the image", || {
+        Command::new("/usr/sbin/e2fsck").arg("-fn").arg(&image).output().unwrap().status.success()
+    });
+    e2fsck_clean(&image);
+}
+
+#[test]
+fn refusals_are_one_line_and_exit_2() {
+    if cannot_mount() {
+        return;
+    }
+    let scratch = Scratch::new("refusals");
+    let image = scratch.image("16M", "4096");
+    let not_ext4 = scratch.0.join("zeros");
+    std::fs::write(&not_ext4, vec![0u8; 1 << 20]).unwrap();
+    let busy = mount_foreground(&image, &scratch.mnt(), &["-o", "ro"]);
+    let (file, mnt) = (scratch.0.join("zeros"), scratch.mnt());
+    let cases: [(Vec<&std::ffi::OsStr>, &str); 5] = [
+        (vec![not_ext4.as_os_str(), scratch.0.as_os_str()], "superblock"),
+        (vec![image.as_os_str(), mnt.as_os_str()], "busy"),
+        (vec![image.as_os_str(), file.as_os_str()], "not a directory"),
+        (vec![image.as_os_str(), scratch.0.as_os_str(), "-o".as_ref(), "frobnicate".as_ref()], "unknown mount option"),
+        (vec![image.as_os_str(), scratch.0.as_os_str(), "-o".as_ref(), "threads=0".as_ref()], "threads=0"),
+    ];
+    let results: Vec<_> = cases
+        .iter()
+        .map(|(args, _)| Command::new(env!("CARGO_BIN_EXE_csumkit")).arg("mount").args(args).output().unwrap())
+        .collect();
+    unmount_and_wait(busy, &scratch.mnt());
+    for ((_, want), out) in cases.iter().zip(results) {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{want}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{want}: {stderr}");
+        assert!(stderr.contains(want), "{want}: {stderr}");
+    }
+}
