@@ -3,8 +3,9 @@
 //!
 //! Truncation only ever removes a suffix of the logical order, so every
 //! edit is at the end of a node: the entry count drops and at most one
-//! length shrinks. A leaf left empty is freed with its index entry; an
-//! index left empty makes the root a depth-0 leaf again. Each leaf's
+//! length shrinks. A leaf left empty is freed with its index entry; a
+//! last leaf whose extents fit in the inode moves back into it (depth 0),
+//! as e2fsck would have it. Each leaf's
 //! checksum is moved by splice over the few bytes that change.
 //!
 //! An unwritten extent that a write touches is zeroed whole and its
@@ -50,10 +51,18 @@ fn raw_len(len: u64, uninit: bool) -> u16 {
     (if uninit { len + 32768 } else { len }) as u16
 }
 
-/// The entries of a node after cutting everything from file block `keep`
-/// on: (kept entry count, new length of the last kept one if it shrank),
-/// and the (physical, len) runs cut off.
-fn cut_node(node: &[u8], keep: u64) -> (usize, Option<(usize, u16)>, Vec<(u64, u64)>) {
+/// A node after cutting everything from a file block on.
+struct Cut {
+    /// Entries kept.
+    kept: usize,
+    /// (byte offset, new raw length) of the last kept entry if it shrank.
+    shrunk: Option<(usize, u16)>,
+    /// The (physical, len) runs cut off.
+    freed: Vec<(u64, u64)>,
+}
+
+/// What cutting everything from file block `keep` on does to a node.
+fn cut_node(node: &[u8], keep: u64) -> Cut {
     let entries = usize::from(le16(node, 2));
     let (mut kept, mut shrunk, mut freed) = (0, None, Vec::new());
     for e in 0..entries {
@@ -70,7 +79,7 @@ fn cut_node(node: &[u8], keep: u64) -> (usize, Option<(usize, u16)>, Vec<(u64, u
             kept = e + 1;
         }
     }
-    (kept, shrunk, freed)
+    Cut { kept, shrunk, freed }
 }
 
 impl Volume {
@@ -104,9 +113,10 @@ impl Volume {
         }
         let bs = self.layout.block_size;
         if size < inode.size {
-            if size % bs != 0 {
+            if !size.is_multiple_of(bs) {
                 let last = size / bs;
-                let written = self.runs(&inode)?.into_iter().find(|r| !r.uninit && r.logical <= last && last < r.logical + r.len);
+                let written =
+                    self.runs(&inode)?.into_iter().find(|r| !r.uninit && r.logical <= last && last < r.logical + r.len);
                 if let Some(r) = written {
                     let at = (r.physical + last - r.logical) * bs + size % bs;
                     self.store(at, &vec![0u8; (bs - size % bs) as usize])?;
@@ -137,7 +147,7 @@ impl Volume {
         let mut freed_blocks = 0u64;
         match le16(&root, 6) {
             0 => {
-                let (kept, shrunk, freed) = cut_node(&root, keep);
+                let Cut { kept, shrunk, freed } = cut_node(&root, keep);
                 for (physical, len) in freed {
                     self.free_blocks(physical, len)?;
                     freed_blocks += len;
@@ -154,7 +164,7 @@ impl Volume {
                     let at = 12 + 12 * (index_entries - 1);
                     let leaf = u64::from(le32(&root, at + 4)) | u64::from(le16(&root, at + 8)) << 32;
                     let node = self.block(leaf, &|| format!("inode {} extent leaf {leaf}", inode.ino))?.to_vec();
-                    let (kept, shrunk, freed) = cut_node(&node, keep);
+                    let Cut { kept, shrunk, freed } = cut_node(&node, keep);
                     if freed.is_empty() {
                         break; // this leaf and those before it lie wholly before `keep`
                     }
@@ -182,6 +192,21 @@ impl Volume {
                 put16(&mut root, 2, index_entries as u16);
                 if index_entries == 0 {
                     put16(&mut root, 6, 0); // an empty index: the root is a leaf again
+                } else if index_entries == 1 {
+                    // One leaf whose extents fit in the inode: the tree
+                    // becomes depth 0 again (e2fsck: "could be shorter").
+                    let leaf = u64::from(le32(&root, 16)) | u64::from(le16(&root, 20)) << 32;
+                    let node = self.block(leaf, &|| format!("inode {} extent leaf {leaf}", inode.ino))?;
+                    let entries = usize::from(le16(node, 2));
+                    if entries <= 4 {
+                        let moved = node[12..12 + 12 * entries].to_vec();
+                        root[12..].fill(0);
+                        root[12..12 + moved.len()].copy_from_slice(&moved);
+                        put16(&mut root, 2, entries as u16);
+                        put16(&mut root, 6, 0);
+                        self.free_blocks(leaf, 1)?;
+                        freed_blocks += 1;
+                    }
                 }
             }
             depth => {
@@ -223,13 +248,16 @@ impl Volume {
     /// Where the extent starting at file block `logical` is stored.
     fn place_of(&self, inode: &Inode, logical: u64) -> Result<Place, Error> {
         let root = &inode.i_block;
-        let find = |node: &[u8]| (0..usize::from(le16(node, 2))).map(|e| 12 + 12 * e).find(|&at| read_entry(node, at).logical == logical);
+        let find = |node: &[u8]| {
+            (0..usize::from(le16(node, 2))).map(|e| 12 + 12 * e).find(|&at| read_entry(node, at).logical == logical)
+        };
         let missing = || corrupt(format!("inode {} extent tree", inode.ino), format!("no extent starts at {logical}"));
         match le16(root, 6) {
             0 => find(root).map(Place::Root).ok_or_else(missing),
             1 => {
                 let entries = usize::from(le16(root, 2));
-                let covering = (0..entries).rev().find(|&e| u64::from(le32(root, 12 + 12 * e)) <= logical).ok_or_else(missing)?;
+                let covering =
+                    (0..entries).rev().find(|&e| u64::from(le32(root, 12 + 12 * e)) <= logical).ok_or_else(missing)?;
                 let at = 12 + 12 * covering;
                 let block = u64::from(le32(root, at + 4)) | u64::from(le16(root, at + 8)) << 32;
                 let node = self.block(block, &|| format!("inode {} extent leaf {block}", inode.ino))?;

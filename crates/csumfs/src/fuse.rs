@@ -314,16 +314,7 @@ impl Filesystem for Fs {
         }
     }
 
-    fn mknod(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        mode: u32,
-        umask: u32,
-        rdev: u32,
-        reply: ReplyEntry,
-    ) {
+    fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
         let mut volume = writable!(self, reply);
         let (parent, mode) = (from_fuse(parent), (mode & !(umask & 0o777)) as u16);
         let made = self.new_inode(&volume, req, parent, mode).and_then(|new| {
@@ -339,7 +330,8 @@ impl Filesystem for Fs {
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
         let mut volume = writable!(self, reply);
         let (parent, mode) = (from_fuse(parent), (mode & !umask & 0o7777) as u16 | 0o040_000);
-        let made = self.new_inode(&volume, req, parent, mode).and_then(|new| volume.mkdir(parent, name.as_bytes(), new));
+        let made =
+            self.new_inode(&volume, req, parent, mode).and_then(|new| volume.mkdir(parent, name.as_bytes(), new));
         reply_entry!(self, volume, made, reply);
     }
 

@@ -102,6 +102,21 @@ fn first_free(bitmap: &[u8], from: u64, end: u64) -> Option<u64> {
     None
 }
 
+/// The start of the first run of at least `min` zero bits of `bitmap`
+/// that lies inside `from..end`.
+fn first_run(bitmap: &[u8], from: u64, end: u64, min: u64) -> Option<u64> {
+    let free = |b: u64| bitmap[(b / 8) as usize] >> (b % 8) & 1 == 0;
+    let mut b = from;
+    while let Some(start) = first_free(bitmap, b, end) {
+        let len = (start..end).take(min as usize).take_while(|&x| free(x)).count() as u64;
+        if len >= min {
+            return Some(start);
+        }
+        b = start + len + 1;
+    }
+    None
+}
+
 /// Seconds since the epoch now, and the inode encoding of a time.
 pub(crate) fn now() -> Timespec {
     let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
@@ -338,16 +353,32 @@ impl Volume {
         }
     }
 
-    /// Up to `want` free blocks in one run, first fit from `goal`, in
-    /// groups whose block bitmap is initialised; marked in use.
+    /// Up to `want` free blocks in one run, marked in use: at `goal` when
+    /// it is free (the file grows contiguously), else the first free run
+    /// of at least `min(want, 16)` blocks from the goal on, else the first
+    /// free block — so a large file does not fill the one-block holes
+    /// deletions left. Groups not yet initialised are initialised first.
     fn allocate_blocks(&mut self, goal: u64, want: u64) -> Result<(u64, u64), Error> {
+        let min_run = want.clamp(1, 16);
+        if let Some(found) = self.allocate_run(goal, want, min_run)? {
+            return Ok(found);
+        }
+        if min_run > 1 {
+            if let Some(found) = self.allocate_run(goal, want, 1)? {
+                return Ok(found);
+            }
+        }
+        Err(Error::Io { context: "block allocation".into(), source: std::io::Error::from_raw_os_error(libc::ENOSPC) })
+    }
+
+    fn allocate_run(&mut self, goal: u64, want: u64, min_run: u64) -> Result<Option<(u64, u64)>, Error> {
         let l = self.layout.clone();
         let goal_group = goal.saturating_sub(l.first_data_block) / l.blocks_per_group % l.groups;
         for step in 0..l.groups {
             let g = (goal_group + step) % l.groups;
             let mut group = l.group(&self.map, g)?;
             if group.block_uninit() {
-                if !self.group_has_free_blocks(&group)? {
+                if self.group_free_blocks(&group)? < min_run {
                     continue;
                 }
                 self.init_block_bitmap(&group)?;
@@ -362,20 +393,23 @@ impl Volume {
             } else {
                 0
             };
-            let found = first_free(bitmap, from, in_group).or_else(|| first_free(bitmap, 0, from));
+            let at_goal = (step == 0 && from < in_group && free(from)).then_some(from);
+            let found = at_goal
+                .or_else(|| first_run(bitmap, from, in_group, min_run))
+                .or_else(|| first_run(bitmap, 0, from, min_run));
             let Some(start) = found else { continue };
             let len = (start..in_group).take(want as usize).take_while(|&b| free(b)).count() as u64;
             self.flip_bits(&group, false, start, len, true)?;
             self.edit_superblock(-(len as i64), 0)?;
-            return Ok((l.first_data_block + g * l.blocks_per_group + start, len));
+            return Ok(Some((l.first_data_block + g * l.blocks_per_group + start, len)));
         }
-        Err(Error::Io { context: "block allocation".into(), source: std::io::Error::from_raw_os_error(libc::ENOSPC) })
+        Ok(None)
     }
 
-    fn group_has_free_blocks(&self, group: &Group) -> Result<bool, Error> {
+    fn group_free_blocks(&self, group: &Group) -> Result<u64, Error> {
         let wide = self.layout.desc_size >= 0x40;
         let d = self.bytes(group.desc_offset, self.layout.desc_size as usize, &|| "descriptor".into())?;
-        Ok(u32::from(le16(d, 0x0C)) | if wide { u32::from(le16(d, 0x2C)) << 16 } else { 0 } > 0)
+        Ok(u64::from(le16(d, 0x0C)) | if wide { u64::from(le16(d, 0x2C)) << 16 } else { 0 })
     }
 
     /// Writes the (empty) inode bitmap of a group whose inode bitmap is not
@@ -755,7 +789,11 @@ impl Volume {
             });
         }
         // Fallocated blocks the write touches become written blocks first.
-        let touched: Vec<_> = self.runs(&inode)?.into_iter().filter(|r| r.uninit && r.logical < last && first < r.logical + r.len).collect();
+        let touched: Vec<_> = self
+            .runs(&inode)?
+            .into_iter()
+            .filter(|r| r.uninit && r.logical < last && first < r.logical + r.len)
+            .collect();
         for run in touched {
             inode = self.write_out_unwritten(&inode, run)?;
         }

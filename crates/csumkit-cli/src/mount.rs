@@ -49,14 +49,18 @@ fn parse_options(list: &[String]) -> Result<Parsed, String> {
             ("allow_other", None) => parsed.mount.allow_other = true,
             ("default_permissions", None) => {}
             ("threads", Some(n)) => {
-                parsed.mount.threads = n.parse().ok().filter(|n| (1..=64).contains(n)).ok_or_else(|| {
-                    format!("threads={n}: give a number of threads from 1 to 64")
-                })?;
+                parsed.mount.threads = n
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=64).contains(n))
+                    .ok_or_else(|| format!("threads={n}: give a number of threads from 1 to 64"))?;
             }
             ("ttl", Some(s)) => {
-                let secs: f64 = s.parse().ok().filter(|s: &f64| (0.0..=3600.0).contains(s)).ok_or_else(|| {
-                    format!("ttl={s}: give seconds from 0 to 3600")
-                })?;
+                let secs: f64 = s
+                    .parse()
+                    .ok()
+                    .filter(|s: &f64| (0.0..=3600.0).contains(s))
+                    .ok_or_else(|| format!("ttl={s}: give seconds from 0 to 3600"))?;
                 parsed.mount.ttl = Duration::from_secs_f64(secs);
             }
             ("csum", Some("incremental")) => parsed.checksums = Checksums::Incremental,

@@ -181,7 +181,13 @@ fn exercise(root: &Path) -> Model {
     }
     // fallocate, then a write into the unwritten blocks.
     {
-        let f = std::fs::OpenOptions::new().create(true).truncate(true).read(true).write(true).open(p("d2/falloc")).unwrap();
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .read(true)
+            .write(true)
+            .open(p("d2/falloc"))
+            .unwrap();
         // SAFETY: a valid descriptor; plain integer arguments.
         let done = unsafe { libc::fallocate(std::os::fd::AsRawFd::as_raw_fd(&f), 0, 0, 1 << 20) };
         assert_eq!(done, 0, "fallocate: {}", std::io::Error::last_os_error());
@@ -209,7 +215,13 @@ fn exercise(root: &Path) -> Model {
     model.insert("d2/sub/link".into(), link);
     // A file unlinked while open stays readable and writable until closed.
     {
-        let mut f = std::fs::OpenOptions::new().create(true).truncate(true).read(true).write(true).open(p("d2/doomed")).unwrap();
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .read(true)
+            .write(true)
+            .open(p("d2/doomed"))
+            .unwrap();
         f.write_all(&pattern(10_000, 9)).unwrap();
         std::fs::remove_file(p("d2/doomed")).unwrap();
         f.write_all(b"after unlink").unwrap();
@@ -223,7 +235,8 @@ fn exercise(root: &Path) -> Model {
     let fifo = CString::new(p("d2/fifo").as_os_str().as_bytes()).unwrap();
     // SAFETY: a valid NUL-terminated path.
     assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
-    let times = [libc::timespec { tv_sec: 1_000_000_000, tv_nsec: 5 }, libc::timespec { tv_sec: 1_234_567_890, tv_nsec: 0 }];
+    let times =
+        [libc::timespec { tv_sec: 1_000_000_000, tv_nsec: 5 }, libc::timespec { tv_sec: 1_234_567_890, tv_nsec: 0 }];
     let path = CString::new(p("d1/f0").as_os_str().as_bytes()).unwrap();
     // SAFETY: valid path and a two-element times array.
     assert_eq!(unsafe { libc::utimensat(libc::AT_FDCWD, path.as_ptr(), times.as_ptr(), 0) }, 0);
@@ -238,7 +251,12 @@ fn compare(root: &Path, model: &Model, label: &str) {
             None => assert!(host.is_dir(), "{label}: {path} is not a directory"),
             Some(want) => {
                 let got = std::fs::read(&host).unwrap_or_else(|e| panic!("{label}: {path}: {e}"));
-                assert!(got == *want, "{label}: {path}: {} bytes read, {} expected, or different", got.len(), want.len());
+                assert!(
+                    got == *want,
+                    "{label}: {path}: {} bytes read, {} expected, or different",
+                    got.len(),
+                    want.len()
+                );
             }
         }
     }
@@ -250,7 +268,11 @@ fn compare(root: &Path, model: &Model, label: &str) {
         assert_eq!(names, want, "{label}: entries of {dir}");
     }
     let f0 = std::fs::metadata(root.join("d1/f0")).unwrap();
-    assert_eq!((f0.mode() & 0o7777, f0.mtime(), f0.atime(), f0.atime_nsec()), (0o640, 1_234_567_890, 1_000_000_000, 5), "{label}: d1/f0");
+    assert_eq!(
+        (f0.mode() & 0o7777, f0.mtime(), f0.atime(), f0.atime_nsec()),
+        (0o640, 1_234_567_890, 1_000_000_000, 5),
+        "{label}: d1/f0"
+    );
     assert_eq!(std::fs::read_link(root.join("d2/symlink")).unwrap(), Path::new("../d1/f4"), "{label}");
     assert!(std::fs::symlink_metadata(root.join("d2/fifo")).unwrap().file_type().is_fifo(), "{label}: d2/fifo");
     let f4 = std::fs::metadata(root.join("d1/f4")).unwrap();

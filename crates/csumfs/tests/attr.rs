@@ -1,0 +1,157 @@
+//! Truncation, attributes, unwritten extents and device nodes written by
+//! csumfs, judged by `e2fsck -fn` after every step and read back by the
+//! kernel's ext4 (a loop mount, where allowed).
+
+use csumfs::{NewInode, Options, SetAttr, Timespec, Volume, ROOT};
+use std::io::Write;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn tool(name: &str) -> Option<PathBuf> {
+    let found = ["/usr/sbin", "/sbin"].iter().map(|d| Path::new(d).join(name)).find(|p| p.exists());
+    if found.is_none() {
+        assert!(std::env::var_os("CI").is_none(), "{name} is required in CI (apt-get install e2fsprogs)");
+        let test = std::thread::current().name().unwrap_or("a test").to_string();
+        let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {name} not found (apt-get install e2fsprogs)");
+    }
+    found
+}
+
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn assert_clean(image: &Path, step: &str) {
+    let out = Command::new("/usr/sbin/e2fsck").arg("-fn").arg(image).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && !text.contains("? no"), "after {step}, e2fsck -fn:\n{text}");
+}
+
+const FILE: NewInode = NewInode { mode: 0o100_644, uid: 0, gid: 0 };
+
+#[test]
+fn truncation_times_unwritten_extents_and_devices_are_what_e2fsck_and_the_kernel_expect() {
+    let Some(mkfs) = tool("mke2fs") else { return };
+    if tool("e2fsck").is_none() {
+        return;
+    }
+    let scratch = Scratch(std::env::temp_dir().join(format!("csumfs-attr-{}", std::process::id())));
+    std::fs::create_dir_all(&scratch.0).unwrap();
+    let image = scratch.0.join("a.img");
+    let out = Command::new(&mkfs)
+        .args(["-q", "-F", "-t", "ext4", "-O", "metadata_csum,^has_journal", "-b", "1024"])
+        .arg(&image)
+        .arg("32M")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let bs = 1024u64;
+    let mut v = Volume::open(&image, Options { write: true, check_updates: true, ..Options::default() }).unwrap();
+
+    // Sixty one-block extents with holes between: an extent tree of depth 1.
+    let sparse = v.create(ROOT, b"sparse", FILE).unwrap().ino;
+    let mut model = Vec::new();
+    for i in 0..60u64 {
+        let at = i * 2 * bs + 7;
+        let data: Vec<u8> = (0..100).map(|k| (i as u8) ^ k).collect();
+        v.write(sparse, at, &data).unwrap();
+        model.resize(at as usize, 0);
+        model.extend_from_slice(&data);
+    }
+    assert!(v.runs(&v.inode(sparse).unwrap()).unwrap().len() >= 60);
+    assert_clean(&image, "sixty sparse writes");
+    for cut in [50 * 2 * bs + 30, 20 * 2 * bs + bs, 3 * 2 * bs + 1, 2 * bs + 7, 0, 5 * bs + 3] {
+        v.truncate(sparse, cut).unwrap();
+        model.resize(cut as usize, 0);
+        assert_eq!(v.read_all(&v.inode(sparse).unwrap()).unwrap(), model, "after truncate to {cut}");
+        assert_clean(&image, &format!("truncate to {cut}"));
+    }
+    v.write(sparse, 100 * bs, b"tail").unwrap();
+    model.resize(100 * bs as usize, 0);
+    model.extend_from_slice(b"tail");
+
+    // Unwritten extents written into: one in the inode, and at depth 1.
+    let falloc = v.create(ROOT, b"falloc", FILE).unwrap().ino;
+    v.fallocate(falloc, 0, 40 * bs, false).unwrap();
+    v.write(falloc, 3 * bs + 5, b"written into an unwritten extent").unwrap();
+    let mut falloc_model = vec![0u8; 40 * bs as usize];
+    falloc_model[3 * bs as usize + 5..][..32].copy_from_slice(b"written into an unwritten extent");
+    let deep = v.create(ROOT, b"deep-falloc", FILE).unwrap().ino;
+    for i in 0..12u64 {
+        v.fallocate(deep, i * 3 * bs, bs, false).unwrap();
+    }
+    v.write(deep, 9 * 3 * bs + 10, b"deep").unwrap();
+    let mut deep_model = vec![0u8; (11 * 3 + 1) * bs as usize];
+    deep_model[9 * 3 * bs as usize + 10..][..4].copy_from_slice(b"deep");
+    assert_eq!(v.read_all(&v.inode(falloc).unwrap()).unwrap(), falloc_model);
+    assert_eq!(v.read_all(&v.inode(deep).unwrap()).unwrap(), deep_model);
+    assert_clean(&image, "writes into unwritten extents");
+
+    // Times past 2038 and before 1970, mode and owner.
+    let t = |sec: i64, nsec: u32| Timespec { sec, nsec };
+    let attr = SetAttr {
+        mode: Some(0o4751),
+        uid: Some(70_000),
+        gid: Some(1234),
+        atime: Some(t(1 << 31, 1)),
+        mtime: Some(t((1 << 32) + 5, 999_999_999)),
+        ctime: Some(t(-1, 500)),
+        size: None,
+    };
+    let changed = v.set_attr(falloc, attr).unwrap();
+    assert_eq!((changed.mode, changed.uid, changed.gid), (0o104_751, 70_000, 1234));
+    assert_eq!(
+        (changed.atime, changed.mtime, changed.ctime),
+        (t(1 << 31, 1), t((1 << 32) + 5, 999_999_999), t(-1, 500))
+    );
+
+    // Device nodes in both encodings, a FIFO and a socket.
+    let dev = |mode: u16| NewInode { mode, uid: 0, gid: 0 };
+    v.mknod(ROOT, b"null", dev(0o020_666), 1 << 8 | 3).unwrap();
+    let big = (300u32 << 8) | (70_000 & 0xFF) | ((70_000 & !0xFF) << 12);
+    v.mknod(ROOT, b"bigdev", dev(0o060_600), big).unwrap();
+    v.mknod(ROOT, b"fifo", dev(0o010_644), 0).unwrap();
+    v.mknod(ROOT, b"sock", dev(0o140_755), 0).unwrap();
+    assert!(v.mknod(ROOT, b"file", dev(0o100_644), 0).is_err(), "mknod makes no regular files");
+    v.sync().unwrap();
+    assert_clean(&image, "attributes and device nodes");
+    drop(v);
+
+    let mnt = scratch.0.join("mnt");
+    std::fs::create_dir_all(&mnt).unwrap();
+    let mounted = Command::new("mount").args(["-t", "ext4", "-o", "loop,ro"]).arg(&image).arg(&mnt).output();
+    if !matches!(&mounted, Ok(o) if o.status.success()) {
+        let test = std::thread::current().name().unwrap_or("a test").to_string();
+        let _ = writeln!(std::io::stderr(), "SKIPPED {test} (kernel read-back): mount refused");
+        return;
+    }
+    let result = std::panic::catch_unwind(|| {
+        assert_eq!(std::fs::read(mnt.join("sparse")).unwrap(), model, "kernel: sparse");
+        assert_eq!(std::fs::read(mnt.join("falloc")).unwrap(), falloc_model, "kernel: falloc");
+        assert_eq!(std::fs::read(mnt.join("deep-falloc")).unwrap(), deep_model, "kernel: deep-falloc");
+        let m = std::fs::metadata(mnt.join("falloc")).unwrap();
+        assert_eq!((m.mode(), m.uid(), m.gid()), (0o104_751, 70_000, 1234), "kernel: mode and owner");
+        assert_eq!((m.atime(), m.atime_nsec()), (1 << 31, 1), "kernel: atime past 2038");
+        assert_eq!((m.mtime(), m.mtime_nsec()), ((1 << 32) + 5, 999_999_999), "kernel: mtime past 2106");
+        assert_eq!((m.ctime(), m.ctime_nsec()), (-1, 500), "kernel: ctime before 1970");
+        let rdev = |name: &str| {
+            let m = std::fs::symlink_metadata(mnt.join(name)).unwrap();
+            (libc::major(m.rdev()), libc::minor(m.rdev()))
+        };
+        assert_eq!(rdev("null"), (1, 3));
+        assert_eq!(rdev("bigdev"), (300, 70_000));
+        assert!(std::fs::symlink_metadata(mnt.join("null")).unwrap().file_type().is_char_device());
+        assert!(std::fs::symlink_metadata(mnt.join("bigdev")).unwrap().file_type().is_block_device());
+        assert!(std::fs::symlink_metadata(mnt.join("fifo")).unwrap().file_type().is_fifo());
+        assert!(std::fs::symlink_metadata(mnt.join("sock")).unwrap().file_type().is_socket());
+    });
+    assert!(Command::new("umount").arg(&mnt).status().unwrap().success());
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}
