@@ -45,7 +45,10 @@ impl Default for Options {
 /// volume is opened for writing), or bytes in memory.
 pub(crate) enum Bytes {
     Map(memmap2::Mmap),
-    MapMut(memmap2::MmapMut),
+    /// A shared writable map and its file: `sync` is the file's
+    /// `fdatasync`, which writes the pages the map dirtied without walking
+    /// the whole map as `msync` does (hundreds of milliseconds at 40 GiB).
+    MapMut(memmap2::MmapMut, std::fs::File),
     Owned(Vec<u8>),
 }
 
@@ -54,7 +57,7 @@ impl std::ops::Deref for Bytes {
     fn deref(&self) -> &[u8] {
         match self {
             Bytes::Map(map) => map,
-            Bytes::MapMut(map) => map,
+            Bytes::MapMut(map, _) => map,
             Bytes::Owned(bytes) => bytes,
         }
     }
@@ -65,7 +68,7 @@ impl Bytes {
     pub(crate) fn writable(&mut self) -> Option<&mut [u8]> {
         match self {
             Bytes::Map(_) => None,
-            Bytes::MapMut(map) => Some(map),
+            Bytes::MapMut(map, _) => Some(map),
             Bytes::Owned(bytes) => Some(bytes),
         }
     }
@@ -116,7 +119,7 @@ impl Volume {
         // bytes, which every read bounds-checks (never undefined behaviour in
         // safe code here); csumfs is the image's only writer while open.
         let map = if options.write {
-            Bytes::MapMut(unsafe { memmap2::MmapMut::map_mut(&file) }.map_err(io)?)
+            Bytes::MapMut(unsafe { memmap2::MmapMut::map_mut(&file) }.map_err(io)?, file)
         } else {
             Bytes::Map(unsafe { memmap2::Mmap::map(&file) }.map_err(io)?)
         };

@@ -907,13 +907,14 @@ impl Volume {
         self.inode(ino)
     }
 
-    /// Flushes every change to the image (`msync`).
+    /// Flushes every change to the image: `fdatasync` of the image file,
+    /// which writes the pages written through the map.
     ///
     /// # Errors
     /// [`Error::Io`] when the flush fails.
     pub fn sync(&mut self) -> Result<(), Error> {
-        if let Bytes::MapMut(map) = &self.map {
-            map.flush().map_err(|source| Error::Io { context: "msync".into(), source })?;
+        if let Bytes::MapMut(_, file) = &self.map {
+            file.sync_data().map_err(|source| Error::Io { context: "fdatasync".into(), source })?;
         }
         Ok(())
     }

@@ -7,6 +7,8 @@ mod crc;
 #[cfg(unix)]
 mod ext4;
 mod fallocate;
+#[cfg(unix)]
+mod fs;
 mod offload;
 mod phase_clock;
 mod pipeline;
@@ -36,6 +38,9 @@ pub enum BenchCommand {
     /// csumfs's writer on ext4 images: incremental checksums vs full recompute.
     #[cfg(unix)]
     Ext4(ext4::Ext4Args),
+    /// Whole filesystems: csumkit mount vs fuse2fs vs the kernel's ext4 (needs root).
+    #[cfg(unix)]
+    Fs(fs::FsArgs),
 }
 
 pub fn run(command: BenchCommand) -> ExitCode {
@@ -49,6 +54,8 @@ pub fn run(command: BenchCommand) -> ExitCode {
         BenchCommand::Xattr(args) => xattr::run(&args),
         #[cfg(unix)]
         BenchCommand::Ext4(args) => ext4::run(&args),
+        #[cfg(unix)]
+        BenchCommand::Fs(args) => fs::run(&args),
     }
 }
 

@@ -1,0 +1,384 @@
+//! `csumkit bench fs`: whole filesystems side by side in one run, each on
+//! an image of its own in the same directory — csumfs through `csumkit
+//! mount` (incremental checksums, and `csum=full`), e2fsprogs' `fuse2fs`,
+//! and the kernel's ext4 on a loop device (journal, and `fast_commit`).
+//! Workloads are ordinary file calls on the mountpoint:
+//! (1) create + 4 KiB write + fsync + unlink, (2) 1 MiB sequential writes,
+//! (3) 4 KiB random writes, (4) `ls -lR` with an ACL probe per file after a
+//! remount (cold), (5) fallocate of a large file. Bytes written to the disk
+//! under the images are read from /sys/dev/block for (1).
+//! Needs root, /dev/fuse, fuse2fs, e2fsprogs; a system that cannot be
+//! mounted here is listed as skipped with the reason.
+
+use super::machine_line;
+use super::table::{num, Table};
+use clap::Args;
+use std::io::Write;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+#[derive(Args)]
+pub struct FsArgs {
+    /// Work directory for the images (default: the temp dir).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Block sizes to run (the kernel runs at 4 KiB only).
+    #[arg(long, value_delimiter = ',', default_values_t = [4096u32, 65536])]
+    block_sizes: Vec<u32>,
+    /// A reduced run for CI (fewer operations, smaller files).
+    #[arg(long)]
+    quick: bool,
+}
+
+pub fn run(args: &FsArgs) -> ExitCode {
+    match bench(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("csumkit bench fs: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum System {
+    Csumfs,
+    CsumfsFull,
+    Fuse2fs,
+    Kernel,
+    KernelFastCommit,
+}
+
+impl System {
+    const ALL: [System; 5] =
+        [System::Csumfs, System::CsumfsFull, System::Fuse2fs, System::Kernel, System::KernelFastCommit];
+
+    fn name(self) -> &'static str {
+        match self {
+            System::Csumfs => "csumfs",
+            System::CsumfsFull => "csumfs csum=full",
+            System::Fuse2fs => "fuse2fs",
+            System::Kernel => "kernel ext4 (journal)",
+            System::KernelFastCommit => "kernel ext4 fast_commit",
+        }
+    }
+
+    fn is_kernel(self) -> bool {
+        matches!(self, System::Kernel | System::KernelFastCommit)
+    }
+
+    fn features(self) -> &'static str {
+        match self {
+            System::Kernel => "metadata_csum",
+            System::KernelFastCommit => "metadata_csum,fast_commit",
+            _ => "metadata_csum,^has_journal",
+        }
+    }
+}
+
+/// Sizes of the workloads.
+struct Sizes {
+    meta_ops: usize,
+    seq_bytes: u64,
+    rand_file: u64,
+    rand_writes: usize,
+    tree_files: usize,
+    fallocate_bytes: u64,
+}
+
+fn run_cmd(command: &mut Command, what: &str) -> Result<(), String> {
+    let out = command.stdin(Stdio::null()).output().map_err(|e| format!("{what}: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!("{what}: {}", String::from_utf8_lossy(&out.stderr).trim()))
+    }
+}
+
+/// Whether a process other than this one names `image` on its command
+/// line (a FUSE daemon still syncing after its unmount).
+fn daemon_running(image: &Path) -> bool {
+    let me = std::process::id().to_string();
+    let Ok(procs) = std::fs::read_dir("/proc") else { return false };
+    procs.flatten().filter(|p| p.file_name() != me.as_str()).any(|p| {
+        std::fs::read(p.path().join("cmdline"))
+            .is_ok_and(|c| c.split(|&b| b == 0).any(|arg| arg == image.as_os_str().as_encoded_bytes()))
+    })
+}
+
+fn mount(system: System, image: &Path, mnt: &Path) -> Result<(), String> {
+    match system {
+        System::Csumfs | System::CsumfsFull => {
+            let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+            let csum = if system == System::CsumfsFull { "csum=full" } else { "csum=incremental" };
+            run_cmd(Command::new(exe).arg("mount").arg(image).arg(mnt).args(["-o", csum]), "csumkit mount")
+        }
+        System::Fuse2fs => run_cmd(Command::new("fuse2fs").arg(image).arg(mnt).args(["-o", "rw"]), "fuse2fs"),
+        _ => run_cmd(Command::new("mount").args(["-t", "ext4", "-o", "loop"]).arg(image).arg(mnt), "mount -o loop"),
+    }
+}
+
+fn unmount(system: System, image: &Path, mnt: &Path) -> Result<(), String> {
+    if system.is_kernel() {
+        return run_cmd(Command::new("umount").arg(mnt), "umount");
+    }
+    run_cmd(Command::new("fusermount3").arg("-u").arg(mnt), "fusermount3 -u")?;
+    // The daemon syncs after the unmount: wait until it has exited.
+    let start = Instant::now();
+    while daemon_running(image) {
+        if start.elapsed() > Duration::from_secs(60) {
+            return Err("the FUSE daemon did not exit within 60 s of its unmount".into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+/// Sectors written so far to the disk holding `dir` (/sys/dev/block/M:m/stat).
+fn sectors_written(dir: &Path) -> Option<u64> {
+    let dev = std::fs::metadata(dir).ok()?.dev();
+    let (major, minor) = (libc::major(dev), libc::minor(dev));
+    let stat = std::fs::read_to_string(format!("/sys/dev/block/{major}:{minor}/stat")).ok()?;
+    stat.split_whitespace().nth(6)?.parse().ok()
+}
+
+fn fsync_file(file: &std::fs::File) -> Result<(), String> {
+    file.sync_all().map_err(|e| format!("fsync: {e}"))
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+/// (1): ops/s, p50 and p99 fsync latency in ms, KiB written per fsync.
+fn meta(mnt: &Path, dir: &Path, ops: usize) -> Result<[f64; 4], String> {
+    let data = vec![0x5Au8; 4096];
+    let mut latencies = Vec::with_capacity(ops);
+    let sectors_before = sectors_written(dir);
+    let start = Instant::now();
+    for i in 0..ops {
+        let path = mnt.join(format!("meta-{i}"));
+        let mut f = std::fs::File::create(&path).map_err(|e| format!("create: {e}"))?;
+        f.write_all(&data).map_err(|e| format!("write: {e}"))?;
+        let t = Instant::now();
+        fsync_file(&f)?;
+        latencies.push(t.elapsed());
+        drop(f);
+        std::fs::remove_file(&path).map_err(|e| format!("unlink: {e}"))?;
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let written = match (sectors_before, sectors_written(dir)) {
+        (Some(a), Some(b)) => (b.saturating_sub(a) * 512) as f64 / 1024.0 / ops as f64,
+        _ => f64::NAN,
+    };
+    latencies.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    Ok([ops as f64 / elapsed, ms(percentile(&latencies, 0.5)), ms(percentile(&latencies, 0.99)), written])
+}
+
+/// (2): MB/s of 1 MiB writes, fsync included.
+fn sequential(mnt: &Path, bytes: u64) -> Result<f64, String> {
+    let chunk = vec![0xA5u8; 1 << 20];
+    let start = Instant::now();
+    let mut f = std::fs::File::create(mnt.join("seq")).map_err(|e| format!("create: {e}"))?;
+    for _ in 0..bytes >> 20 {
+        f.write_all(&chunk).map_err(|e| format!("write: {e}"))?;
+    }
+    fsync_file(&f)?;
+    Ok(bytes as f64 / start.elapsed().as_secs_f64() / 1e6)
+}
+
+/// (3): IOPS of 4 KiB writes at random block offsets of a written file.
+fn random(mnt: &Path, file_bytes: u64, writes: usize) -> Result<f64, String> {
+    use std::os::unix::fs::FileExt;
+    let path = mnt.join("rand");
+    let chunk = vec![0x3Cu8; 1 << 20];
+    let mut f = std::fs::File::create(&path).map_err(|e| format!("create: {e}"))?;
+    for _ in 0..file_bytes >> 20 {
+        f.write_all(&chunk).map_err(|e| format!("write: {e}"))?;
+    }
+    fsync_file(&f)?;
+    let block = vec![0xC3u8; 4096];
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let start = Instant::now();
+    for _ in 0..writes {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        f.write_at(&block, x % (file_bytes / 4096) * 4096).map_err(|e| format!("pwrite: {e}"))?;
+    }
+    fsync_file(&f)?;
+    Ok(writes as f64 / start.elapsed().as_secs_f64())
+}
+
+/// (4) setup: `files` files in 100 directories.
+fn make_tree(mnt: &Path, files: usize) -> Result<(), String> {
+    for d in 0..100 {
+        std::fs::create_dir(mnt.join(format!("tree-{d}"))).map_err(|e| format!("mkdir: {e}"))?;
+    }
+    for i in 0..files {
+        std::fs::write(mnt.join(format!("tree-{}/file-{i}", i % 100)), b"x").map_err(|e| format!("create: {e}"))?;
+    }
+    Ok(())
+}
+
+/// (4): files/s of a walk that stats every entry and asks for its ACL.
+fn walk(mnt: &Path) -> Result<f64, String> {
+    let start = Instant::now();
+    let mut count = 0usize;
+    let mut stack = vec![mnt.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).map_err(|e| format!("readdir: {e}"))? {
+            let entry = entry.map_err(|e| format!("readdir: {e}"))?;
+            let meta = std::fs::symlink_metadata(entry.path()).map_err(|e| format!("lstat: {e}"))?;
+            let name = std::ffi::CString::new(entry.path().as_os_str().as_encoded_bytes()).expect("no NUL");
+            // SAFETY: valid NUL-terminated path and attribute name; a null buffer of size 0 asks for the size.
+            unsafe { libc::lgetxattr(name.as_ptr(), c"system.posix_acl_access".as_ptr(), std::ptr::null_mut(), 0) };
+            if meta.is_dir() && entry.file_name() != "lost+found" {
+                stack.push(entry.path());
+            }
+            count += 1;
+        }
+    }
+    Ok(count as f64 / start.elapsed().as_secs_f64())
+}
+
+/// (5): seconds to fallocate `bytes`.
+fn fallocate(mnt: &Path, bytes: u64) -> Result<f64, String> {
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .mode(0o644)
+        .open(mnt.join("big"))
+        .map_err(|e| format!("create: {e}"))?;
+    // What earlier workloads left dirty is written first, outside the timing.
+    fsync_file(&f)?;
+    // SAFETY: a valid descriptor.
+    unsafe { libc::syncfs(std::os::fd::AsRawFd::as_raw_fd(&f)) };
+    let start = Instant::now();
+    // SAFETY: a valid descriptor; integer arguments.
+    let done = unsafe { libc::fallocate(std::os::fd::AsRawFd::as_raw_fd(&f), 0, 0, bytes as i64) };
+    if done != 0 {
+        return Err(format!("fallocate: {}", std::io::Error::last_os_error()));
+    }
+    fsync_file(&f)?;
+    Ok(start.elapsed().as_secs_f64())
+}
+
+/// Every workload on one system at one block size; `Err` names what failed.
+fn measure(system: System, bs: u32, root: &Path, sizes: &Sizes) -> Result<Vec<String>, String> {
+    let image = root.join(format!("img-{bs}"));
+    let mnt = root.join("mnt");
+    let _ = std::fs::remove_file(&image);
+    std::fs::create_dir_all(&mnt).map_err(|e| e.to_string())?;
+    let blocks_per_group = if bs == 65536 { "524288" } else { "32768" };
+    run_cmd(
+        Command::new("mke2fs")
+            .args(["-q", "-F", "-t", "ext4", "-O", system.features(), "-b", &bs.to_string()])
+            .args(["-g", blocks_per_group, "-E", "lazy_itable_init=0,lazy_journal_init=0"])
+            .arg(&image)
+            .arg(if bs == 65536 { "40G" } else { "4G" }),
+        "mke2fs",
+    )?;
+    mount(system, &image, &mnt)?;
+    let result = (|| {
+        let m = meta(&mnt, root, sizes.meta_ops)?;
+        let seq = sequential(&mnt, sizes.seq_bytes)?;
+        let rand = random(&mnt, sizes.rand_file, sizes.rand_writes)?;
+        make_tree(&mnt, sizes.tree_files)?;
+        let falloc = fallocate(&mnt, sizes.fallocate_bytes)?;
+        Ok::<_, String>((m, seq, rand, falloc))
+    })();
+    unmount(system, &image, &mnt)?;
+    let (m, seq, rand, falloc) = result?;
+    // Cold: a fresh mount, and the kernel's caches dropped.
+    let _ = std::fs::write("/proc/sys/vm/drop_caches", "3");
+    mount(system, &image, &mnt)?;
+    let walked = walk(&mnt);
+    unmount(system, &image, &mnt)?;
+    let _ = std::fs::remove_file(&image);
+    Ok(vec![
+        num(m[0]),
+        format!("{} / {}", num(m[1]), num(m[2])),
+        num(m[3]),
+        num(seq),
+        num(rand),
+        num(walked?),
+        num(falloc * 1e3),
+    ])
+}
+
+fn bench(args: &FsArgs) -> Result<(), String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err("needs root (loop and FUSE mounts)".into());
+    }
+    let sizes = if args.quick {
+        Sizes {
+            meta_ops: 200,
+            seq_bytes: 64 << 20,
+            rand_file: 16 << 20,
+            rand_writes: 2000,
+            tree_files: 2000,
+            fallocate_bytes: 1 << 30,
+        }
+    } else {
+        Sizes {
+            meta_ops: 2000,
+            seq_bytes: 512 << 20,
+            rand_file: 128 << 20,
+            rand_writes: 20_000,
+            tree_files: 100_000,
+            fallocate_bytes: 16 << 30,
+        }
+    };
+    let parent = args.dir.clone().unwrap_or_else(std::env::temp_dir);
+    let scratch = super::scratch(&parent, "fs").map_err(|e| e.to_string())?;
+    println!("{}", machine_line());
+    println!(
+        "workloads: (1) {} × create + 4 KiB write + fsync + unlink; (2) {} MiB in 1 MiB writes + fsync; \
+         (3) {} 4 KiB random writes into a {} MiB file + fsync; (4) walk of {} files (lstat + ACL probe) \
+         after a remount, caches dropped; (5) fallocate of {} GiB + fsync",
+        sizes.meta_ops,
+        sizes.seq_bytes >> 20,
+        sizes.rand_writes,
+        sizes.rand_file >> 20,
+        sizes.tree_files,
+        sizes.fallocate_bytes >> 30
+    );
+    for &bs in &args.block_sizes {
+        let mut table = Table::new(&[
+            "system",
+            "(1) ops/s",
+            "(1) fsync p50 / p99 ms",
+            "(1) KiB written per op",
+            "(2) MB/s",
+            "(3) IOPS",
+            "(4) files/s cold",
+            "(5) fallocate ms",
+        ]);
+        let mut skipped = Vec::new();
+        for system in System::ALL {
+            if system.is_kernel() && bs != 4096 {
+                continue; // the kernel mounts block sizes up to the page size only
+            }
+            match measure(system, bs, scratch.path(), &sizes) {
+                Ok(cells) => {
+                    let mut row = vec![system.name().to_string()];
+                    row.extend(cells);
+                    table.row(row);
+                }
+                Err(why) => skipped.push(format!("{}: {why}", system.name())),
+            }
+            let _ = std::io::stdout().flush();
+        }
+        table.print(&format!("filesystems at {} KiB blocks", bs / 1024));
+        for line in skipped {
+            println!("skipped {line}");
+        }
+    }
+    Ok(())
+}
