@@ -17,7 +17,6 @@ use crate::inode::{Inode, FLAG_EXTENTS, FLAG_INLINE_DATA};
 use crate::le::{le16, le32, put16, put32};
 use crate::map::Run;
 use crate::volume::Volume;
-use crate::write::{encode_time, now};
 
 /// Where an extent entry lives.
 enum Place {
@@ -124,15 +123,7 @@ impl Volume {
             }
             inode = self.cut_extents(inode, size.div_ceil(bs))?;
         }
-        let (sec, extra) = encode_time(now());
-        self.edit_inode(&inode, |r| {
-            put32(r, 0x04, size as u32);
-            put32(r, 0x6C, (size >> 32) as u32);
-            put32(r, 0x10, sec);
-            put32(r, 0x88, extra);
-            put32(r, 0x0C, sec);
-            put32(r, 0x84, extra);
-        })
+        self.set_size_now(&inode, size)
     }
 
     /// The largest file an extent-mapped inode holds: 2^32 blocks.

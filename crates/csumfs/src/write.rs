@@ -810,9 +810,14 @@ impl Volume {
                 )?;
             }
         }
-        let (sec, extra) = encode_time(now());
         let size = inode.size.max(end);
-        self.edit_inode(&inode, |r| {
+        self.set_size_now(&inode, size)
+    }
+
+    /// Sets `inode`'s size, and its mtime and ctime to now (a write, a truncate).
+    pub(crate) fn set_size_now(&mut self, inode: &Inode, size: u64) -> Result<Inode, Error> {
+        let (sec, extra) = encode_time(now());
+        self.edit_inode(inode, |r| {
             put32(r, 0x04, size as u32);
             put32(r, 0x6C, (size >> 32) as u32);
             put32(r, 0x10, sec);
