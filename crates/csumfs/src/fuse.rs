@@ -11,7 +11,7 @@
 
 use crate::error::Error;
 use crate::inode::{Inode, Timespec, ROOT};
-use crate::{DirEntry, NewInode, RenameMode, SetAttr, Volume};
+use crate::{DirEntry, NewInode, RenameMode, SetAttr, Volume, XattrMode};
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, KernelConfig, LockOwner,
     OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen,
@@ -510,6 +510,39 @@ impl Filesystem for Fs {
         let s = self.read().statfs();
         let bs = s.block_size as u32;
         reply.statfs(s.blocks, s.free_blocks, s.free_blocks, s.inodes, s.free_inodes, bs, s.name_max, bs);
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let mut volume = writable!(self, reply);
+        let Some(name) = name.to_str() else { return reply.error(Errno::from_i32(libc::EOPNOTSUPP)) };
+        let mode = match flags {
+            0 => XattrMode::Either,
+            libc::XATTR_CREATE => XattrMode::Create,
+            libc::XATTR_REPLACE => XattrMode::Replace,
+            _ => return reply.error(Errno::EINVAL),
+        };
+        match volume.setxattr(from_fuse(ino), name, value, mode) {
+            Ok(_) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let mut volume = writable!(self, reply);
+        let Some(name) = name.to_str() else { return reply.error(Errno::from_i32(libc::ENODATA)) };
+        match volume.removexattr(from_fuse(ino), name) {
+            Ok(_) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {

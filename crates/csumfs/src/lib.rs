@@ -39,6 +39,7 @@ mod stats;
 mod volume;
 mod write;
 mod xattr;
+mod xattr_write;
 
 pub use attr::SetAttr;
 pub use dir::DirEntry;
@@ -49,3 +50,4 @@ pub use namespace::RenameMode;
 pub use stats::Stats;
 pub use volume::{Checksums, Options, StatFs, Volume};
 pub use write::NewInode;
+pub use xattr_write::XattrMode;

@@ -126,7 +126,7 @@ impl Volume {
     }
 
     /// One reference less to an xattr block; freed with its last.
-    fn drop_xattr_block(&mut self, inode: &Inode) -> Result<(), Error> {
+    pub(crate) fn drop_xattr_block(&mut self, inode: &Inode) -> Result<(), Error> {
         let b = inode.file_acl;
         let old = self.block(b, &|| format!("inode {} xattr block {b}", inode.ino))?.to_vec();
         let refs = le32(&old, 4);

@@ -13,7 +13,7 @@ use crate::volume::Volume;
 use csumkit::crc32c;
 use csumkit::xattr_filter::{bit_of, Filter};
 
-const MAGIC: u32 = 0xEA02_0000;
+pub(crate) const MAGIC: u32 = 0xEA02_0000;
 /// The ext4 name indexes and their prefixes (2 and 3 are whole names).
 const PREFIXES: [(u8, &str); 7] = [
     (1, "user."),
@@ -43,7 +43,7 @@ impl Entry {
 }
 
 /// (index, suffix) of a full name; `None` when no ext4 prefix fits.
-fn split(name: &str) -> Option<(u8, &[u8])> {
+pub(crate) fn split(name: &str) -> Option<(u8, &[u8])> {
     PREFIXES.iter().find_map(|&(index, prefix)| {
         let suffix = name.strip_prefix(prefix)?;
         (!matches!(index, 2 | 3 | 8) || suffix.is_empty()).then_some((index, suffix.as_bytes()))

@@ -230,6 +230,17 @@ fn exercise(root: &Path) -> Model {
         std::io::Read::read_to_end(&mut f, &mut back).unwrap();
         assert_eq!(back, b"after unlink");
     }
+    // Twelve xattrs of 60 bytes: the inode holds the first, a block the rest.
+    let f4 = CString::new(p("d1/f4").as_os_str().as_bytes()).unwrap();
+    for i in 0..12 {
+        let (name, value) = (CString::new(format!("user.k{i}")).unwrap(), pattern(60, 100 + i));
+        // SAFETY: valid path, name and value buffer.
+        let done = unsafe { libc::lsetxattr(f4.as_ptr(), name.as_ptr(), value.as_ptr().cast(), value.len(), 0) };
+        assert_eq!(done, 0, "setxattr user.k{i}: {}", std::io::Error::last_os_error());
+    }
+    let name = CString::new("user.k5").unwrap();
+    // SAFETY: valid path and name.
+    assert_eq!(unsafe { libc::lremovexattr(f4.as_ptr(), name.as_ptr()) }, 0);
     // Modes, times, a FIFO.
     std::fs::set_permissions(p("d1/f0"), std::fs::Permissions::from_mode(0o640)).unwrap();
     let fifo = CString::new(p("d2/fifo").as_os_str().as_bytes()).unwrap();
@@ -277,6 +288,19 @@ fn compare(root: &Path, model: &Model, label: &str) {
     assert!(std::fs::symlink_metadata(root.join("d2/fifo")).unwrap().file_type().is_fifo(), "{label}: d2/fifo");
     let f4 = std::fs::metadata(root.join("d1/f4")).unwrap();
     assert_eq!(f4.nlink(), 2, "{label}: d1/f4 links");
+    let path = CString::new(root.join("d1/f4").as_os_str().as_bytes()).unwrap();
+    for i in 0..12u32 {
+        let name = CString::new(format!("user.k{i}")).unwrap();
+        let mut value = vec![0u8; 256];
+        // SAFETY: valid path, name and buffer.
+        let len = unsafe { libc::lgetxattr(path.as_ptr(), name.as_ptr(), value.as_mut_ptr().cast(), value.len()) };
+        if i == 5 {
+            assert_eq!(len, -1, "{label}: user.k5 was removed");
+        } else {
+            assert_eq!(usize::try_from(len).ok(), Some(60), "{label}: user.k{i}");
+            assert_eq!(value[..60], pattern(60, 100 + i)[..], "{label}: user.k{i}");
+        }
+    }
 }
 
 fn kernel_compare(scratch: &Scratch, image: &Path, model: &Model) {

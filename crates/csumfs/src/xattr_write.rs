@@ -1,0 +1,281 @@
+//! Setting and removing extended attributes. The inode's whole list is
+//! laid out again: entries that fit stay in the inode (after
+//! `i_extra_isize`, hash 0, as the kernel writes them there), the rest go
+//! to the external block, sorted and hashed as `ext4_xattr_set_entry` and
+//! `ext4_xattr_rehash` do. A block shared with other inodes is never
+//! changed: the inode gets a block of its own and the shared one loses a
+//! reference. POSIX ACLs arrive in the VFS encoding and are stored in
+//! ext4's compact one. The inode's checksum moves by splice; a rewritten
+//! block's by splice over the bytes that changed.
+
+use crate::error::Error;
+use crate::inode::{Inode, FLAG_INLINE_DATA};
+use crate::le::{le16, le32, put16, put32};
+use crate::volume::Volume;
+use crate::write::{encode_time, now, splice_all};
+use crate::xattr::{split, Entry, MAGIC};
+use csumkit::crc32c;
+
+/// What `setxattr` requires of the name's presence (`XATTR_CREATE`,
+/// `XATTR_REPLACE`, or neither).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum XattrMode {
+    /// Create or replace.
+    #[default]
+    Either,
+    /// `EEXIST` if present.
+    Create,
+    /// `ENODATA` if absent.
+    Replace,
+}
+
+/// Bytes an entry takes in an entry table (header, name, padding).
+fn entry_bytes(e: &Entry) -> usize {
+    (16 + e.suffix.len()).next_multiple_of(4)
+}
+
+fn value_bytes(e: &Entry) -> usize {
+    e.value.len().next_multiple_of(4)
+}
+
+/// `ext4_xattr_hash_entry`: the name bytes, then the value as
+/// little-endian words (zero padded).
+fn entry_hash(e: &Entry) -> u32 {
+    let mut hash = 0u32;
+    for &c in &e.suffix {
+        hash = (hash << 5) ^ (hash >> 27) ^ u32::from(c);
+    }
+    let mut padded = e.value.clone();
+    padded.resize(value_bytes(e), 0);
+    for word in padded.chunks_exact(4) {
+        hash = (hash << 16) ^ (hash >> 16) ^ le32(word, 0);
+    }
+    hash
+}
+
+/// Writes `entries` into `area` as an entry table from `start` with values
+/// packed down from `area.len()`, their offsets counted from `base`.
+/// `hashes`: whether entries carry their hash (blocks do, inodes do not).
+fn lay_out(area: &mut [u8], start: usize, base: usize, entries: &[Entry], hashes: bool) -> Vec<u32> {
+    let (mut at, mut value_end) = (start, area.len());
+    let mut out = Vec::with_capacity(entries.len());
+    for e in entries {
+        value_end -= value_bytes(e);
+        area[value_end..value_end + e.value.len()].copy_from_slice(&e.value);
+        let hash = if hashes { entry_hash(e) } else { 0 };
+        area[at] = e.suffix.len() as u8;
+        area[at + 1] = e.index;
+        put16(area, at + 2, if e.value.is_empty() { 0 } else { (value_end - base) as u16 });
+        put32(area, at + 4, 0);
+        put32(area, at + 8, e.value.len() as u32);
+        put32(area, at + 12, hash);
+        area[at + 16..at + 16 + e.suffix.len()].copy_from_slice(&e.suffix);
+        out.push(hash);
+        at += entry_bytes(e);
+    }
+    out
+}
+
+/// VFS ACL encoding (version 2, 8-byte entries) to ext4's (version 1;
+/// 4-byte entries for owner, group, mask, other).
+fn acl_from_vfs(value: &[u8]) -> Result<Vec<u8>, Error> {
+    if value.len() < 4 || le32(value, 0) != 2 || (value.len() - 4) % 8 != 0 {
+        return Err(Error::Invalid(format!("{} bytes are not a POSIX ACL (version 2)", value.len())));
+    }
+    let mut out = 1u32.to_le_bytes().to_vec();
+    for entry in value[4..].chunks_exact(8) {
+        out.extend_from_slice(&entry[..4]);
+        match le16(entry, 0) {
+            0x02 | 0x08 => out.extend_from_slice(&entry[4..8]),
+            0x01 | 0x04 | 0x10 | 0x20 => {}
+            tag => return Err(Error::Invalid(format!("ACL entry tag {tag:#x}"))),
+        }
+    }
+    Ok(out)
+}
+
+impl Volume {
+    /// Sets xattr `name` of inode `ino` to `value`.
+    ///
+    /// # Errors
+    /// `EEXIST` ([`XattrMode::Create`]), `ENODATA` ([`XattrMode::Replace`]),
+    /// `EOPNOTSUPP` for a name with no ext4 prefix, `ENOSPC` when the inode
+    /// and one block cannot hold the list, `E2BIG` for a value larger than a block.
+    pub fn setxattr(&mut self, ino: u32, name: &str, value: &[u8], mode: XattrMode) -> Result<Inode, Error> {
+        let inode = self.inode(ino)?;
+        let (index, suffix) = split(name).ok_or_else(|| Error::Unsupported {
+            feature: "this xattr namespace",
+            remedy: "ext4 stores user., trusted., security., system. and POSIX ACL names only",
+        })?;
+        if suffix.len() > 255 {
+            return Err(Error::NameTooLong(name.into()));
+        }
+        let value = if matches!(index, 2 | 3) { acl_from_vfs(value)? } else { value.to_vec() };
+        if value.len() + 32 + 20 + suffix.len() > self.layout.block_size as usize {
+            return Err(Error::Io {
+                context: format!("xattr {name}"),
+                source: std::io::Error::from_raw_os_error(libc::E2BIG),
+            });
+        }
+        let mut entries = self.editable_entries(&inode)?;
+        let found = entries.iter().position(|e| e.index == index && e.suffix == suffix);
+        match (found, mode) {
+            (Some(_), XattrMode::Create) => return Err(Error::Exists(name.into())),
+            (None, XattrMode::Replace) => return Err(Error::NoData(name.into())),
+            _ => {}
+        }
+        let new = Entry { index, suffix: suffix.to_vec(), value, value_inum: 0 };
+        match found {
+            Some(i) => entries[i] = new,
+            None => entries.push(new),
+        }
+        self.store_xattrs(&inode, entries)
+    }
+
+    /// Removes xattr `name` of inode `ino`.
+    ///
+    /// # Errors
+    /// `ENODATA` when absent; as [`setxattr`](Self::setxattr).
+    pub fn removexattr(&mut self, ino: u32, name: &str) -> Result<Inode, Error> {
+        let inode = self.inode(ino)?;
+        let absent = || Error::NoData(name.into());
+        let (index, suffix) = split(name).ok_or_else(absent)?;
+        let mut entries = self.editable_entries(&inode)?;
+        let i = entries.iter().position(|e| e.index == index && e.suffix == suffix).ok_or_else(absent)?;
+        entries.remove(i);
+        self.store_xattrs(&inode, entries)
+    }
+
+    /// The entries of an inode this writer can lay out again.
+    fn editable_entries(&self, inode: &Inode) -> Result<Vec<Entry>, Error> {
+        if inode.flags & FLAG_INLINE_DATA != 0 {
+            return Err(Error::Unsupported {
+                feature: "inline_data",
+                remedy: "changing the xattrs of an inline file is not implemented in csumfs yet",
+            });
+        }
+        if inode.raw.len() <= 128 {
+            return Err(Error::Unsupported { feature: "128-byte inodes", remedy: "no room for in-inode xattrs" });
+        }
+        let entries = self.entries(inode)?;
+        if entries.iter().any(|e| e.value_inum != 0) {
+            return Err(Error::Unsupported {
+                feature: "ea_inode",
+                remedy: "changing the xattrs of a file with a value in an inode of its own is not implemented",
+            });
+        }
+        Ok(entries)
+    }
+
+    /// Lays `entries` out (in the inode as far as they fit, the rest in
+    /// the inode's own block) and writes both.
+    fn store_xattrs(&mut self, inode: &Inode, entries: Vec<Entry>) -> Result<Inode, Error> {
+        let bs = self.layout.block_size as usize;
+        let region = inode.raw.len() - 128 - inode.extra_isize();
+        // Magic, entries, their values and the 4-byte end of the table.
+        let (mut in_inode, mut in_block) = (Vec::new(), Vec::new());
+        let mut used = 4 + 4;
+        for e in entries {
+            let need = entry_bytes(&e) + value_bytes(&e);
+            if in_block.is_empty() && used + need <= region {
+                used += need;
+                in_inode.push(e);
+            } else {
+                in_block.push(e);
+            }
+        }
+        // The kernel keeps block entries sorted by index, name length, name.
+        in_block.sort_by(|a, b| (a.index, a.suffix.len(), &a.suffix).cmp(&(b.index, b.suffix.len(), &b.suffix)));
+        let block_need: usize = 32 + 4 + in_block.iter().map(|e| entry_bytes(e) + value_bytes(e)).sum::<usize>();
+        if block_need > bs {
+            return Err(Error::Io {
+                context: format!("inode {} xattrs", inode.ino),
+                source: std::io::Error::from_raw_os_error(libc::ENOSPC),
+            });
+        }
+        let old_block = inode.file_acl;
+        let shared = old_block != 0 && {
+            let b = self.block(old_block, &|| format!("inode {} xattr block", inode.ino))?;
+            le32(b, 4) > 1
+        };
+        let mut block_no = old_block;
+        let mut sectors = inode.blocks;
+        if in_block.is_empty() || shared {
+            if old_block != 0 {
+                self.drop_xattr_block(inode)?;
+                sectors -= bs as u64 / 512;
+            }
+            block_no = 0;
+        }
+        if !in_block.is_empty() {
+            let mut block = vec![0u8; bs];
+            put32(&mut block, 0, MAGIC);
+            put32(&mut block, 4, 1);
+            put32(&mut block, 8, 1);
+            let hashes = lay_out(&mut block, 32, 0, &in_block, true);
+            let mut h = 0u32;
+            for hash in hashes {
+                if hash == 0 {
+                    h = 0;
+                    break;
+                }
+                h = (h << 16) ^ (h >> 16) ^ hash;
+            }
+            put32(&mut block, 0x0C, h);
+            if block_no == 0 {
+                let goal = self.inode_offset(inode.ino)? / bs as u64;
+                block_no = self.allocate_blocks(goal, 1)?.0;
+                sectors += bs as u64 / 512;
+                self.seal_new_xattr_block(block_no, &mut block);
+                self.store(block_no * bs as u64, &block)?;
+            } else {
+                let old = self.block(block_no, &|| format!("inode {} xattr block", inode.ino))?.to_vec();
+                let message = |blk: &[u8]| {
+                    let mut m = block_no.to_le_bytes().to_vec();
+                    m.extend_from_slice(blk);
+                    m[8 + 0x10..8 + 0x14].fill(0);
+                    m
+                };
+                let (old_m, new_m) = (message(&old), message(&block));
+                let seed = self.layout.csum_seed;
+                let crc = self.updated(
+                    "xattr block",
+                    || splice_all(le32(&old, 0x10), old_m.len(), &old_m, &new_m),
+                    || crc32c::raw_update(seed, &new_m),
+                );
+                put32(&mut block, 0x10, crc);
+                self.store(block_no * bs as u64, &block)?;
+            }
+        }
+        let extra = inode.extra_isize();
+        let mut area = vec![0u8; region];
+        if !in_inode.is_empty() {
+            put32(&mut area, 0, MAGIC);
+            lay_out(&mut area[4..], 0, 0, &in_inode, false);
+        }
+        let wide = self.layout.desc_size >= 64;
+        let (sec, e) = encode_time(now());
+        self.filters.lock().expect("filter cache").remove(&inode.ino);
+        self.edit_inode(inode, |r| {
+            r[128 + extra..].copy_from_slice(&area);
+            put32(r, 0x68, block_no as u32);
+            if wide {
+                put16(r, 0x76, (block_no >> 32) as u16);
+            }
+            put32(r, 0x1C, sectors as u32);
+            put16(r, 0x74, (sectors >> 32) as u16);
+            put32(r, 0x0C, sec);
+            put32(r, 0x84, e);
+        })
+    }
+
+    /// Seals a new xattr block: its checksum over the block number and
+    /// the block (checksum field zero).
+    fn seal_new_xattr_block(&self, block_no: u64, block: &mut [u8]) {
+        let crc = crc32c::raw_update(self.layout.csum_seed, &block_no.to_le_bytes());
+        let crc = crc32c::raw_update(crc, &block[..0x10]);
+        let crc = crc32c::raw_update(crc, &[0; 4]);
+        let crc = crc32c::raw_update(crc, &block[0x14..]);
+        put32(block, 0x10, crc);
+    }
+}

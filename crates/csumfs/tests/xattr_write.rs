@@ -1,0 +1,206 @@
+//! xattrs set and removed by csumfs — in the inode, spilling into a block,
+//! ACLs, a block shared with other inodes — judged by `e2fsck -fn` and read
+//! back through the kernel's ext4 (a loop mount, where allowed).
+
+use csumfs::{Error, NewInode, Options, Volume, XattrMode, ROOT};
+use std::collections::BTreeMap;
+use std::ffi::CString;
+use std::io::Write;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.0.join("mnt")).output();
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn have_e2fsprogs() -> bool {
+    let found = Path::new("/usr/sbin/mke2fs").exists() && Path::new("/usr/sbin/e2fsck").exists();
+    if !found {
+        assert!(std::env::var_os("CI").is_none(), "e2fsprogs is required in CI");
+        let test = std::thread::current().name().unwrap_or("a test").to_string();
+        let _ = writeln!(std::io::stderr(), "SKIPPED {test}: e2fsprogs not found (apt-get install e2fsprogs)");
+    }
+    found
+}
+
+fn assert_clean(image: &Path, step: &str) {
+    let out = Command::new("/usr/sbin/e2fsck").arg("-fn").arg(image).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && !text.contains("? no"), "after {step}, e2fsck -fn:\n{text}");
+}
+
+/// Every xattr of `path` as the kernel returns it.
+fn kernel_xattrs(path: &Path) -> BTreeMap<String, Vec<u8>> {
+    let c = CString::new(path.as_os_str().as_bytes()).unwrap();
+    let mut names = vec![0u8; 65536];
+    // SAFETY: valid path and buffer of the given size.
+    let n = unsafe { libc::llistxattr(c.as_ptr(), names.as_mut_ptr().cast(), names.len()) };
+    assert!(n >= 0, "llistxattr {}: {}", path.display(), std::io::Error::last_os_error());
+    let mut out = BTreeMap::new();
+    for name in names[..n as usize].split(|&b| b == 0).filter(|n| !n.is_empty()) {
+        let cname = CString::new(name).unwrap();
+        let mut value = vec![0u8; 65536];
+        // SAFETY: valid path, name and buffer.
+        let len = unsafe { libc::lgetxattr(c.as_ptr(), cname.as_ptr(), value.as_mut_ptr().cast(), value.len()) };
+        assert!(len >= 0, "lgetxattr {}", String::from_utf8_lossy(name));
+        value.truncate(len as usize);
+        out.insert(String::from_utf8(name.to_vec()).unwrap(), value);
+    }
+    out
+}
+
+/// An ACL in the VFS encoding: (tag, perm, id) entries.
+fn vfs_acl(entries: &[(u16, u16, u32)]) -> Vec<u8> {
+    let mut out = 2u32.to_le_bytes().to_vec();
+    for &(tag, perm, id) in entries {
+        out.extend_from_slice(&tag.to_le_bytes());
+        out.extend_from_slice(&perm.to_le_bytes());
+        out.extend_from_slice(&id.to_le_bytes());
+    }
+    out
+}
+
+#[test]
+fn xattrs_set_and_removed_are_what_e2fsck_and_the_kernel_expect() {
+    if !have_e2fsprogs() {
+        return;
+    }
+    let scratch = Scratch(std::env::temp_dir().join(format!("csumfs-xattr-{}", std::process::id())));
+    std::fs::create_dir_all(&scratch.0).unwrap();
+    let image = scratch.0.join("x.img");
+    let out = Command::new("/usr/sbin/mke2fs")
+        .args(["-q", "-F", "-t", "ext4", "-O", "metadata_csum,^has_journal", "-b", "4096"])
+        .arg(&image)
+        .arg("32M")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut v = Volume::open(&image, Options { write: true, check_updates: true, ..Options::default() }).unwrap();
+    let file = NewInode { mode: 0o100_644, uid: 0, gid: 0 };
+    let mut model: BTreeMap<&str, BTreeMap<String, Vec<u8>>> = BTreeMap::new();
+
+    // "many": a small one in the inode, then twenty 100-byte values that
+    // spill into a block; one replaced, one removed.
+    let many = v.create(ROOT, b"many", file).unwrap().ino;
+    let attrs = model.entry("many").or_default();
+    v.setxattr(many, "user.small", b"hi", XattrMode::Either).unwrap();
+    attrs.insert("user.small".into(), b"hi".to_vec());
+    assert_eq!(v.inode(many).unwrap().file_acl, 0, "a small value stays in the inode");
+    for i in 0..20 {
+        let value = format!("value-{i}-{}", "x".repeat(90)).into_bytes();
+        v.setxattr(many, &format!("user.attr{i}"), &value, XattrMode::Create).unwrap();
+        attrs.insert(format!("user.attr{i}"), value);
+    }
+    assert_ne!(v.inode(many).unwrap().file_acl, 0, "the rest spills into a block");
+    assert_clean(&image, "twenty xattrs");
+    v.setxattr(many, "user.attr7", b"replaced", XattrMode::Replace).unwrap();
+    attrs.insert("user.attr7".into(), b"replaced".to_vec());
+    v.removexattr(many, "user.attr3").unwrap();
+    attrs.remove("user.attr3");
+    v.setxattr(many, "trusted.t", b"", XattrMode::Either).unwrap();
+    attrs.insert("trusted.t".into(), Vec::new());
+    // Refusals change nothing.
+    let before = v.xattrs(&v.inode(many).unwrap()).unwrap();
+    let errno = |e: Error| e.errno();
+    assert_eq!(errno(v.setxattr(many, "user.small", b"x", XattrMode::Create).unwrap_err()), libc::EEXIST);
+    assert_eq!(errno(v.setxattr(many, "user.nope", b"x", XattrMode::Replace).unwrap_err()), libc::ENODATA);
+    assert_eq!(errno(v.removexattr(many, "user.nope").unwrap_err()), libc::ENODATA);
+    assert_eq!(errno(v.setxattr(many, "bogus.name", b"x", XattrMode::Either).unwrap_err()), libc::EOPNOTSUPP);
+    assert_eq!(errno(v.setxattr(many, "user.huge", &[7; 5000], XattrMode::Either).unwrap_err()), libc::E2BIG);
+    let mut filled = 0;
+    let full = loop {
+        match v.setxattr(many, &format!("user.fill{filled}"), &[b'f'; 300], XattrMode::Create) {
+            Ok(_) => filled += 1,
+            Err(e) => break e,
+        }
+        assert!(filled < 100, "a 4 KiB block cannot hold 100 values of 300 bytes");
+    };
+    assert_eq!(full.errno(), libc::ENOSPC);
+    for i in 0..filled {
+        v.removexattr(many, &format!("user.fill{i}")).unwrap();
+    }
+    assert_eq!(v.xattrs(&v.inode(many).unwrap()).unwrap(), before, "a refused or undone call changes nothing");
+    assert_clean(&image, "replace, remove, refusals, a full block emptied again");
+
+    // "gone": into a block and out again: the block is freed.
+    let gone = v.create(ROOT, b"gone", file).unwrap().ino;
+    for i in 0..3 {
+        v.setxattr(gone, &format!("user.g{i}"), &[b'g'; 200], XattrMode::Either).unwrap();
+    }
+    assert_ne!(v.inode(gone).unwrap().file_acl, 0);
+    for i in 0..3 {
+        v.removexattr(gone, &format!("user.g{i}")).unwrap();
+    }
+    assert_eq!(v.inode(gone).unwrap().file_acl, 0, "an emptied block is freed");
+    model.insert("gone", BTreeMap::new());
+
+    // ACLs: the access ACL of a file and the default ACL of a directory.
+    let acl = vfs_acl(&[
+        (0x01, 6, u32::MAX),
+        (0x02, 7, 1000),
+        (0x04, 4, u32::MAX),
+        (0x08, 4, 50),
+        (0x10, 7, u32::MAX),
+        (0x20, 4, u32::MAX),
+    ]);
+    let acl_file = v.create(ROOT, b"acl", file).unwrap().ino;
+    v.setxattr(acl_file, "system.posix_acl_access", &acl, XattrMode::Either).unwrap();
+    assert_eq!(v.getxattr(&v.inode(acl_file).unwrap(), "system.posix_acl_access").unwrap(), acl);
+    model.entry("acl").or_default().insert("system.posix_acl_access".into(), acl.clone());
+    let dir = v.mkdir(ROOT, b"dir", NewInode { mode: 0o755, uid: 0, gid: 0 }).unwrap().ino;
+    v.setxattr(dir, "system.posix_acl_default", &acl, XattrMode::Either).unwrap();
+    model.entry("dir").or_default().insert("system.posix_acl_default".into(), acl);
+    assert!(v.setxattr(acl_file, "system.posix_acl_access", b"not an acl", XattrMode::Either).is_err());
+    v.sync().unwrap();
+    assert_clean(&image, "ACLs");
+    drop(v);
+
+    let mnt = scratch.0.join("mnt");
+    std::fs::create_dir_all(&mnt).unwrap();
+    let mounted = Command::new("mount").args(["-t", "ext4", "-o", "loop,ro"]).arg(&image).arg(&mnt).output();
+    if !matches!(&mounted, Ok(o) if o.status.success()) {
+        let test = std::thread::current().name().unwrap_or("a test").to_string();
+        let _ = writeln!(std::io::stderr(), "SKIPPED {test} (kernel read-back): mount refused");
+        return;
+    }
+    for (name, want) in &model {
+        assert_eq!(&kernel_xattrs(&mnt.join(name)), want, "kernel: xattrs of {name}");
+    }
+}
+
+#[test]
+fn a_block_shared_by_three_kernel_made_files_is_copied_not_changed() {
+    if !have_e2fsprogs() {
+        return;
+    }
+    let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("../csumkit/tests/data/ext4/4k.img.gz");
+    let scratch = Scratch(std::env::temp_dir().join(format!("csumfs-xattr-shared-{}", std::process::id())));
+    std::fs::create_dir_all(&scratch.0).unwrap();
+    let image = scratch.0.join("4k.img");
+    let out = Command::new("gzip").arg("-dc").arg(&corpus).output().unwrap();
+    assert!(out.status.success());
+    std::fs::write(&image, out.stdout).unwrap();
+    let mut v = Volume::open(&image, Options { write: true, check_updates: true, ..Options::default() }).unwrap();
+    let shared: Vec<_> = ["/shared-1", "/shared-2", "/shared-3"].iter().map(|p| v.resolve(p).unwrap()).collect();
+    assert!(shared.iter().all(|i| i.file_acl == shared[0].file_acl && i.file_acl != 0), "the kernel shared one block");
+    let value = v.getxattr(&shared[0], "user.shared").unwrap();
+    v.setxattr(shared[1].ino, "user.own", b"mine", XattrMode::Create).unwrap();
+    let changed = v.inode(shared[1].ino).unwrap();
+    assert_ne!(changed.file_acl, shared[0].file_acl, "the changed file has a block of its own");
+    assert_eq!(v.getxattr(&changed, "user.shared").unwrap(), value);
+    assert_eq!(v.getxattr(&changed, "user.own").unwrap(), b"mine");
+    for other in [&shared[0], &shared[2]] {
+        let other = v.inode(other.ino).unwrap();
+        assert_eq!(other.file_acl, shared[0].file_acl);
+        assert!(v.getxattr(&other, "user.own").is_err(), "the others do not see it");
+    }
+    v.removexattr(shared[2].ino, "user.shared").unwrap();
+    v.sync().unwrap();
+    assert_clean(&image, "copying a shared block, dropping a reference");
+}
