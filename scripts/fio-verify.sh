@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # fio with verify=crc32c inside `csumkit mount`, then the kernel's judgement:
-# unmount, e2fsck -fn, mount the image with the kernel's ext4 (loop) and have
+# unmount, e2fsck -fn, `csumkit scrub` (every data checksum matches), mount the
+# image with the kernel's ext4 (loop) and have
 # fio verify every block it wrote again there (--verify_only).
 #   scripts/fio-verify.sh [--quick]      (--quick: smaller files, for CI)
 # Env: IMAGE_SIZE (1G; 256M with --quick), BLOCK_SIZE (4096), CSUMKIT (binary).
@@ -54,6 +55,8 @@ if [ $status != 0 ]; then echo "fio-verify.sh: fio failed inside csumkit mount:"
 fusermount3 -u "$work/mnt"
 for _ in $(seq 100); do pgrep -f "csumkit mount $work/img" >/dev/null || break; sleep 0.1; done
 if e2fsck -fn "$work/img" >"$work/fsck" 2>&1; then echo "e2fsck -fn: clean"; else echo "e2fsck -fn: NOT clean"; cat "$work/fsck"; exit 1; fi
+# Every block fio wrote has a data checksum that matches (seed 002).
+"$csumkit" scrub "$work/img" | tail -1
 mount -t ext4 -o loop "$work/img" "$work/kernel"  # fio opens its files read-write even to verify
 # The same jobs, verify only, against what the kernel reads.
 sed -i "s|directory=$work/mnt|directory=$work/kernel|" "$work/jobs.fio"

@@ -58,6 +58,9 @@ impl Volume {
             if from >= to {
                 continue;
             }
+            for k in (from - start) / bs..(to - start).div_ceil(bs) {
+                self.verify_data(inode, run.logical + k, run.physical + k)?;
+            }
             let disk = run.physical * bs + (from - start);
             let src = self.bytes(disk, (to - from) as usize, &|| format!("inode {} data", inode.ino))?;
             buf[(from - offset) as usize..(to - offset) as usize].copy_from_slice(src);

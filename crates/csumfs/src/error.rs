@@ -60,6 +60,20 @@ pub enum Error {
         /// Recomputed.
         computed: u32,
     },
+    /// `EIO`: a file data block does not match its checksum (seed 002).
+    #[error("inode {ino} block {logical} (disk block {physical}): data checksum {stored:#010x} stored, {computed:#010x} read")]
+    DataChecksum {
+        /// The file.
+        ino: u32,
+        /// Its block.
+        logical: u64,
+        /// The disk block.
+        physical: u64,
+        /// Checksum recorded when written.
+        stored: u32,
+        /// Checksum of what is there now.
+        computed: u32,
+    },
     /// Errors of the format layer (`csumkit::ext4`).
     #[error(transparent)]
     Format(#[from] csumkit::Error),
@@ -90,6 +104,7 @@ impl Error {
             Error::Unsupported { .. } => libc::EOPNOTSUPP,
             Error::Corrupt { .. } | Error::Format(_) => libc::EUCLEAN,
             Error::Checksum { .. } => libc::EBADMSG,
+            Error::DataChecksum { .. } => libc::EIO,
             Error::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
         }
     }

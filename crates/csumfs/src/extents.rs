@@ -117,8 +117,9 @@ impl Volume {
                 let written =
                     self.runs(&inode)?.into_iter().find(|r| !r.uninit && r.logical <= last && last < r.logical + r.len);
                 if let Some(r) = written {
-                    let at = (r.physical + last - r.logical) * bs + size % bs;
-                    self.store(at, &vec![0u8; (bs - size % bs) as usize])?;
+                    let physical = r.physical + last - r.logical;
+                    self.store(physical * bs + size % bs, &vec![0u8; (bs - size % bs) as usize])?;
+                    self.data_written(physical);
                 }
             }
             inode = self.cut_extents(inode, size.div_ceil(bs))?;

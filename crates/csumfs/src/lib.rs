@@ -24,6 +24,7 @@
 
 mod attr;
 mod data;
+mod datasum;
 mod dir;
 mod dir_write;
 mod error;
@@ -42,6 +43,7 @@ mod xattr;
 mod xattr_write;
 
 pub use attr::SetAttr;
+pub use datasum::ScrubReport;
 pub use dir::DirEntry;
 pub use error::Error;
 pub use inode::{Inode, Timespec, ROOT};

@@ -12,6 +12,10 @@ pub struct Stats {
     pub xattr_searches: AtomicU64,
     /// External xattr blocks read.
     pub xattr_block_reads: AtomicU64,
+    /// Data blocks verified against their checksum on read (seed 002).
+    pub data_verified: AtomicU64,
+    /// Data blocks whose checksum did not match (each an `EIO`).
+    pub data_mismatches: AtomicU64,
 }
 
 impl Stats {

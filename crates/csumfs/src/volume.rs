@@ -88,6 +88,8 @@ pub struct Volume {
     pub(crate) holds: HashMap<u32, u32>,
     /// Held inodes whose last name is gone: freed at their last unhold.
     pub(crate) orphans: HashSet<u32>,
+    /// Data checksums, when kept ([`Volume::enable_data_checksums`]).
+    pub(crate) datasums: Option<crate::datasum::DataSums>,
 }
 
 /// (feature bit, name, remedy) of the incompat features this code refuses.
@@ -159,6 +161,7 @@ impl Volume {
             stats: Stats::default(),
             holds: HashMap::new(),
             orphans: HashSet::new(),
+            datasums: None,
         })
     }
 

@@ -484,6 +484,7 @@ impl Volume {
 
     /// Returns `len` blocks from `start` to the free pool, group by group.
     pub(crate) fn free_blocks(&mut self, start: u64, len: u64) -> Result<(), Error> {
+        self.data_freed(start, len);
         let l = self.layout.clone();
         let (mut b, end) = (start, start + len);
         while b < end {
@@ -808,6 +809,9 @@ impl Volume {
                     run.physical * bs + (from - start),
                     &data[(from - offset) as usize..(to - offset) as usize],
                 )?;
+                for k in (from - start) / bs..(to - start).div_ceil(bs) {
+                    self.data_written(run.physical + k);
+                }
             }
         }
         let size = inode.size.max(end);
@@ -921,7 +925,8 @@ impl Volume {
         if let Bytes::MapMut(_, file) = &self.map {
             file.sync_data().map_err(|source| Error::Io { context: "fdatasync".into(), source })?;
         }
-        Ok(())
+        // Checksums of data now durable.
+        self.commit_data_checksums()
     }
 }
 

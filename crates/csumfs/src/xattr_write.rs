@@ -79,7 +79,7 @@ fn lay_out(area: &mut [u8], start: usize, base: usize, entries: &[Entry], hashes
 /// VFS ACL encoding (version 2, 8-byte entries) to ext4's (version 1;
 /// 4-byte entries for owner, group, mask, other).
 fn acl_from_vfs(value: &[u8]) -> Result<Vec<u8>, Error> {
-    if value.len() < 4 || le32(value, 0) != 2 || (value.len() - 4) % 8 != 0 {
+    if value.len() < 4 || le32(value, 0) != 2 || !(value.len() - 4).is_multiple_of(8) {
         return Err(Error::Invalid(format!("{} bytes are not a POSIX ACL (version 2)", value.len())));
     }
     let mut out = 1u32.to_le_bytes().to_vec();
@@ -103,7 +103,7 @@ impl Volume {
     /// and one block cannot hold the list, `E2BIG` for a value larger than a block.
     pub fn setxattr(&mut self, ino: u32, name: &str, value: &[u8], mode: XattrMode) -> Result<Inode, Error> {
         let inode = self.inode(ino)?;
-        let (index, suffix) = split(name).ok_or_else(|| Error::Unsupported {
+        let (index, suffix) = split(name).ok_or(Error::Unsupported {
             feature: "this xattr namespace",
             remedy: "ext4 stores user., trusted., security., system. and POSIX ACL names only",
         })?;

@@ -65,6 +65,10 @@ enum Command {
     /// Serve an ext4 (metadata_csum) image over FUSE: csumfs, read-write.
     #[cfg(unix)]
     Mount(mount::MountArgs),
+    /// Verify every file's data in an ext4 image against the checksums
+    /// csumkit mount recorded (IMAGE.csums); name each bad block.
+    #[cfg(unix)]
+    Scrub(mount::ScrubArgs),
     /// Run a benchmark and print its tables.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -121,6 +125,8 @@ fn main() -> ExitCode {
         Command::Ext4(command) => ext4::run(command),
         #[cfg(unix)]
         Command::Mount(args) => mount::run(&args),
+        #[cfg(unix)]
+        Command::Scrub(args) => mount::scrub(&args),
         Command::Bench(command) => bench::run(command),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut command(), "csumkit", &mut std::io::stdout());

@@ -28,7 +28,8 @@ pub struct MountArgs {
     foreground: bool,
     /// Mount options, comma-separated: ro, rw, allow_other,
     /// default_permissions (always on), threads=N (2), ttl=SECONDS (1),
-    /// csum=incremental|full (how metadata checksums are kept).
+    /// csum=incremental|full (how metadata checksums are kept),
+    /// datasum=on|off (data checksums in IMAGE.csums, verified on read: on).
     #[arg(short = 'o', value_name = "OPTIONS", value_delimiter = ',')]
     options: Vec<String>,
 }
@@ -37,10 +38,12 @@ pub struct MountArgs {
 struct Parsed {
     mount: MountOptions,
     checksums: Checksums,
+    /// Data checksums in `IMAGE.csums` (seed 002).
+    datasum: bool,
 }
 
 fn parse_options(list: &[String]) -> Result<Parsed, String> {
-    let mut parsed = Parsed { mount: MountOptions::default(), checksums: Checksums::Incremental };
+    let mut parsed = Parsed { mount: MountOptions::default(), checksums: Checksums::Incremental, datasum: true };
     for option in list.iter().map(|o| o.trim()).filter(|o| !o.is_empty()) {
         let (key, value) = option.split_once('=').map_or((option, None), |(k, v)| (k, Some(v)));
         match (key, value) {
@@ -65,15 +68,24 @@ fn parse_options(list: &[String]) -> Result<Parsed, String> {
             }
             ("csum", Some("incremental")) => parsed.checksums = Checksums::Incremental,
             ("csum", Some("full")) => parsed.checksums = Checksums::Full,
+            ("datasum", Some("on")) => parsed.datasum = true,
+            ("datasum", Some("off")) => parsed.datasum = false,
             _ => {
                 return Err(format!(
                     "unknown mount option {option:?} (known: ro, rw, allow_other, default_permissions, \
-                     threads=N, ttl=SECONDS, csum=incremental|full)"
+                     threads=N, ttl=SECONDS, csum=incremental|full, datasum=on|off)"
                 ))
             }
         }
     }
     Ok(parsed)
+}
+
+/// Where the data checksums of `image` live: `IMAGE.csums` beside it.
+pub fn sidecar_path(image: &Path) -> PathBuf {
+    let mut name = image.as_os_str().to_os_string();
+    name.push(".csums");
+    PathBuf::from(name)
 }
 
 /// Why the mountpoint cannot take a mount, if it cannot.
@@ -110,10 +122,16 @@ pub fn run(args: &MountArgs) -> ExitCode {
         return fail(problem);
     }
     let options = Options { write: !parsed.mount.read_only, checksums: parsed.checksums, ..Options::default() };
-    let volume = match Volume::open(&args.image, options) {
+    let mut volume = match Volume::open(&args.image, options) {
         Ok(volume) => volume,
         Err(e) => return fail(format!("{}: {e}", args.image.display())),
     };
+    if parsed.datasum {
+        let sidecar = sidecar_path(&args.image);
+        if let Err(e) = volume.enable_data_checksums(&sidecar) {
+            return fail(format!("{}: {e}", sidecar.display()));
+        }
+    }
     if !args.foreground && std::env::var_os(READY_ENV).is_none() {
         drop(volume);
         return detach();
@@ -210,5 +228,57 @@ fn serve(volume: Volume, args: &MountArgs, options: &MountOptions) -> ExitCode {
             eprintln!("csumkit mount: {}: sync after unmount: {e}", args.image.display());
             ExitCode::from(2)
         }
+    }
+}
+
+#[derive(clap::Args)]
+pub struct ScrubArgs {
+    /// The ext4 image whose files' data is verified against `IMAGE.csums`.
+    image: PathBuf,
+}
+
+/// `csumkit scrub IMAGE`: every file block with a recorded checksum read
+/// and verified; each bad one named (path, file block, disk block).
+pub fn scrub(args: &ScrubArgs) -> ExitCode {
+    let fail = |message: String| {
+        eprintln!("csumkit scrub: {message}");
+        ExitCode::from(2)
+    };
+    let mut volume = match Volume::open(&args.image, Options::default()) {
+        Ok(volume) => volume,
+        Err(e) => return fail(format!("{}: {e}", args.image.display())),
+    };
+    let sidecar = sidecar_path(&args.image);
+    match volume.enable_data_checksums(&sidecar) {
+        Ok(true) => {}
+        Ok(false) => {
+            return fail(format!(
+                "{}: no data checksums for this image (missing, or the image was written since by another driver)",
+                sidecar.display()
+            ))
+        }
+        Err(e) => return fail(format!("{}: {e}", sidecar.display())),
+    }
+    let report = match volume.scrub() {
+        Ok(report) => report,
+        Err(e) => return fail(format!("{}: {e}", args.image.display())),
+    };
+    for (path, logical, physical) in &report.bad {
+        println!(
+            "{}: {path}: file block {logical} (disk block {physical}): data checksum mismatch",
+            args.image.display()
+        );
+    }
+    let verified = csumfs::Stats::get(&volume.stats().data_verified);
+    println!(
+        "scrub: {} files, {} blocks read, {verified} verified against their checksum, {} bad",
+        report.files,
+        report.blocks + report.bad.len() as u64,
+        report.bad.len()
+    );
+    if report.bad.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
     }
 }

@@ -402,3 +402,54 @@ fn refusals_are_one_line_and_exit_2() {
         assert!(stderr.contains(want), "{want}: {stderr}");
     }
 }
+
+#[test]
+fn a_flipped_data_byte_reads_as_eio_and_scrub_names_the_file_and_block() {
+    if cannot_mount() {
+        return;
+    }
+    let scratch = Scratch::new("datasum");
+    let image = scratch.image("32M", "4096");
+    let data = pattern(100_000, 42);
+    let child = mount_foreground(&image, &scratch.mnt(), &[]);
+    std::fs::write(scratch.mnt().join("file"), &data).unwrap();
+    std::fs::create_dir(scratch.mnt().join("d")).unwrap();
+    std::fs::write(scratch.mnt().join("d/other"), b"untouched").unwrap();
+    unmount_and_wait(child, &scratch.mnt());
+    let scrub = || Command::new(env!("CARGO_BIN_EXE_csumkit")).arg("scrub").arg(&image).output().unwrap();
+    let clean = scrub();
+    assert!(clean.status.success(), "{}", String::from_utf8_lossy(&clean.stdout));
+    assert!(String::from_utf8_lossy(&clean.stdout).contains("26 verified against their checksum, 0 bad"));
+    // Flip one byte of the file's block 5 in the image.
+    let out = Command::new("/usr/sbin/debugfs").args(["-R", "bmap /file 5"]).arg(&image).output().unwrap();
+    let block: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    let mut bytes = std::fs::read(&image).unwrap();
+    bytes[(block * 4096 + 7) as usize] ^= 0x20;
+    std::fs::write(&image, &bytes).unwrap();
+    let bad = scrub();
+    let text = String::from_utf8_lossy(&bad.stdout);
+    assert_eq!(bad.status.code(), Some(1), "{text}");
+    assert!(text.contains(&format!("/file: file block 5 (disk block {block}): data checksum mismatch")), "{text}");
+    assert!(text.contains("1 bad"), "{text}");
+    // Through the mount: EIO for that block, the rest of the file and the
+    // other file read; with datasum=off the changed byte reads as it is.
+    let child = mount_foreground(&image, &scratch.mnt(), &["-o", "ro"]);
+    let read = std::fs::read(scratch.mnt().join("file"));
+    let head = {
+        use std::io::Read;
+        let mut f = std::fs::File::open(scratch.mnt().join("file")).unwrap();
+        let mut head = vec![0u8; 4 * 4096];
+        f.read_exact(&mut head).map(|()| head)
+    };
+    let other = std::fs::read(scratch.mnt().join("d/other"));
+    unmount_and_wait(child, &scratch.mnt());
+    assert_eq!(read.unwrap_err().raw_os_error(), Some(libc::EIO));
+    assert_eq!(head.unwrap(), data[..4 * 4096]);
+    assert_eq!(other.unwrap(), b"untouched");
+    let child = mount_foreground(&image, &scratch.mnt(), &["-o", "ro,datasum=off"]);
+    let read = std::fs::read(scratch.mnt().join("file"));
+    unmount_and_wait(child, &scratch.mnt());
+    let mut want = data.clone();
+    want[5 * 4096 + 7] ^= 0x20;
+    assert_eq!(read.unwrap(), want);
+}

@@ -1,6 +1,7 @@
 //! `csumkit bench fs`: whole filesystems side by side in one run, each on
 //! an image of its own in the same directory — csumfs through `csumkit
-//! mount` (incremental checksums, and `csum=full`), e2fsprogs' `fuse2fs`,
+//! mount` (all on; without data checksums; with the techniques off:
+//! `csum=full,datasum=off`), e2fsprogs' `fuse2fs`,
 //! and the kernel's ext4 on a loop device (journal, and `fast_commit`).
 //! Workloads are ordinary file calls on the mountpoint:
 //! (1) create + 4 KiB write + fsync + unlink, (2) 1 MiB sequential writes,
@@ -45,6 +46,7 @@ pub fn run(args: &FsArgs) -> ExitCode {
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum System {
     Csumfs,
+    CsumfsNoDatasum,
     CsumfsFull,
     Fuse2fs,
     Kernel,
@@ -52,13 +54,20 @@ enum System {
 }
 
 impl System {
-    const ALL: [System; 5] =
-        [System::Csumfs, System::CsumfsFull, System::Fuse2fs, System::Kernel, System::KernelFastCommit];
+    const ALL: [System; 6] = [
+        System::Csumfs,
+        System::CsumfsNoDatasum,
+        System::CsumfsFull,
+        System::Fuse2fs,
+        System::Kernel,
+        System::KernelFastCommit,
+    ];
 
     fn name(self) -> &'static str {
         match self {
             System::Csumfs => "csumfs",
-            System::CsumfsFull => "csumfs csum=full",
+            System::CsumfsNoDatasum => "csumfs datasum=off",
+            System::CsumfsFull => "csumfs csum=full,datasum=off",
             System::Fuse2fs => "fuse2fs",
             System::Kernel => "kernel ext4 (journal)",
             System::KernelFastCommit => "kernel ext4 fast_commit",
@@ -110,10 +119,14 @@ fn daemon_running(image: &Path) -> bool {
 
 fn mount(system: System, image: &Path, mnt: &Path) -> Result<(), String> {
     match system {
-        System::Csumfs | System::CsumfsFull => {
+        System::Csumfs | System::CsumfsNoDatasum | System::CsumfsFull => {
             let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-            let csum = if system == System::CsumfsFull { "csum=full" } else { "csum=incremental" };
-            run_cmd(Command::new(exe).arg("mount").arg(image).arg(mnt).args(["-o", csum]), "csumkit mount")
+            let options = match system {
+                System::Csumfs => "csum=incremental,datasum=on",
+                System::CsumfsNoDatasum => "csum=incremental,datasum=off",
+                _ => "csum=full,datasum=off",
+            };
+            run_cmd(Command::new(exe).arg("mount").arg(image).arg(mnt).args(["-o", options]), "csumkit mount")
         }
         System::Fuse2fs => run_cmd(Command::new("fuse2fs").arg(image).arg(mnt).args(["-o", "rw"]), "fuse2fs"),
         _ => run_cmd(Command::new("mount").args(["-t", "ext4", "-o", "loop"]).arg(image).arg(mnt), "mount -o loop"),
@@ -273,6 +286,7 @@ fn measure(system: System, bs: u32, root: &Path, sizes: &Sizes) -> Result<Vec<St
     let image = root.join(format!("img-{bs}"));
     let mnt = root.join("mnt");
     let _ = std::fs::remove_file(&image);
+    let _ = std::fs::remove_file(crate::mount::sidecar_path(&image));
     std::fs::create_dir_all(&mnt).map_err(|e| e.to_string())?;
     let blocks_per_group = if bs == 65536 { "524288" } else { "32768" };
     run_cmd(
@@ -300,6 +314,7 @@ fn measure(system: System, bs: u32, root: &Path, sizes: &Sizes) -> Result<Vec<St
     let walked = walk(&mnt);
     unmount(system, &image, &mnt)?;
     let _ = std::fs::remove_file(&image);
+    let _ = std::fs::remove_file(crate::mount::sidecar_path(&image));
     Ok(vec![
         num(m[0]),
         format!("{} / {}", num(m[1]), num(m[2])),

@@ -1,0 +1,218 @@
+//! Data checksums (seed 002's store): a CRC32C of every file data block
+//! csumfs writes, kept in `csumkit::csum_tree`'s copy-on-write tree in a
+//! file beside the image (`IMAGE.csums`), committed at every sync after
+//! the image's own data is durable. Reads of a block with a checksum
+//! verify it and fail with `EIO` on a mismatch, as btrfs does; `scrub`
+//! verifies every file offline.
+//!
+//! The sidecar's first 4 KiB hold what ties it to the image: the image's
+//! UUID, its last mount and write times and its lifetime writes
+//! (`s_kbytes_written`). The kernel updates those when it mounts the
+//! image; a sidecar that no longer matches is stale, and is started
+//! afresh (with a line on stderr) rather than failing good data.
+
+use crate::error::Error;
+use crate::inode::Inode;
+use crate::stats::Stats;
+use crate::volume::Volume;
+use csumkit::crc32c;
+use csumkit::csum_tree::{ChecksumTree, NodeStore, NODE_BYTES};
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+const MAGIC: &[u8; 8] = b"CSFSDSUM";
+
+/// The tree and its file.
+pub(crate) struct DataSums {
+    tree: ChecksumTree,
+    store: FileStore,
+    /// Updates not yet committed.
+    dirty: bool,
+}
+
+/// Tree nodes at 4 KiB slots of the sidecar; the superblock slot is
+/// written between two `fdatasync`s, so it never points at nodes that are
+/// not yet durable.
+struct FileStore {
+    file: File,
+}
+
+/// Node slot of the tree's superblock (slot 0 is the sidecar header).
+const TREE_START: u64 = 1;
+
+impl NodeStore for FileStore {
+    fn write(&mut self, location: u64, node: &[u8; NODE_BYTES]) -> Result<(), csumkit::Error> {
+        let io = |e: std::io::Error| csumkit::Error::Io { context: "checksum sidecar".into(), source: e };
+        if location == TREE_START {
+            self.file.sync_data().map_err(io)?;
+        }
+        self.file.write_all_at(node, location * NODE_BYTES as u64).map_err(io)?;
+        if location == TREE_START {
+            self.file.sync_data().map_err(io)?;
+        }
+        Ok(())
+    }
+
+    fn read(&mut self, location: u64, node: &mut [u8; NODE_BYTES]) -> Result<(), csumkit::Error> {
+        let io = |e: std::io::Error| csumkit::Error::Io { context: "checksum sidecar".into(), source: e };
+        self.file.read_exact_at(node, location * NODE_BYTES as u64).map_err(io)
+    }
+}
+
+/// What in the image's superblock ties a sidecar to it.
+fn identity(image: &[u8]) -> [u8; 48] {
+    let sb = &image[1024..2048];
+    let mut id = [0u8; 48];
+    id[..8].copy_from_slice(MAGIC);
+    id[8..24].copy_from_slice(&sb[0x68..0x78]); // s_uuid
+    id[24..28].copy_from_slice(&sb[0x2C..0x30]); // s_mtime
+    id[28..32].copy_from_slice(&sb[0x30..0x34]); // s_wtime
+    id[32..40].copy_from_slice(&sb[0x178..0x180]); // s_kbytes_written
+    id[40..44].copy_from_slice(&sb[0x34..0x38]); // s_mnt_count, s_max_mnt_count
+    id
+}
+
+impl Volume {
+    /// Keeps data checksums in the sidecar at `path`. On a volume opened
+    /// for writing the sidecar is created if missing and started afresh if
+    /// it belongs to another image or is stale; read-only, such a sidecar
+    /// is left alone and `Ok(false)` says no checksums are kept.
+    ///
+    /// # Errors
+    /// [`Error::Io`] for the sidecar file; [`Error::Format`] for a damaged tree.
+    pub fn enable_data_checksums(&mut self, path: &Path) -> Result<bool, Error> {
+        let io = |source| Error::Io { context: path.display().to_string(), source };
+        let write = self.options.write;
+        let file = match std::fs::OpenOptions::new().read(true).write(write).create(write).truncate(false).open(path) {
+            Ok(file) => file,
+            Err(e) if !write && e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(io(e)),
+        };
+        let blocks = self.layout.blocks_count;
+        let area = ChecksumTree::area_blocks_for(blocks);
+        let len = (TREE_START + area) * NODE_BYTES as u64;
+        let id = identity(&self.map);
+        let mut header = [0u8; 48];
+        let fresh =
+            file.metadata().map_err(io)?.len() != len || file.read_exact_at(&mut header, 0).is_err() || header != id;
+        if fresh {
+            let stale = header[..8] == *MAGIC;
+            if !write {
+                if stale {
+                    eprintln!("csumfs: {}: the image was written since by another driver; not used", path.display());
+                }
+                return Ok(false);
+            }
+            if stale {
+                eprintln!(
+                    "csumfs: {}: the image was written since by another driver; data checksums start afresh",
+                    path.display()
+                );
+            }
+            file.set_len(0).map_err(io)?;
+            file.set_len(len).map_err(io)?;
+            file.write_all_at(&id, 0).map_err(io)?;
+            file.sync_all().map_err(io)?;
+        }
+        let mut store = FileStore { file };
+        let tree = ChecksumTree::open(&mut store, blocks, TREE_START, area)?;
+        self.datasums = Some(DataSums { tree, store, dirty: false });
+        Ok(true)
+    }
+
+    /// Records the checksum of data block `physical` as it is now.
+    pub(crate) fn data_written(&mut self, physical: u64) {
+        let bs = self.layout.block_size;
+        if let Some(sums) = &mut self.datasums {
+            let block = &self.map[(physical * bs) as usize..((physical + 1) * bs) as usize];
+            sums.tree.update(physical, crc32c::checksum(block));
+            sums.dirty = true;
+        }
+    }
+
+    /// Forgets the checksums of freed blocks.
+    pub(crate) fn data_freed(&mut self, start: u64, len: u64) {
+        if let Some(sums) = &mut self.datasums {
+            for b in start..start + len {
+                sums.tree.remove(b);
+            }
+            sums.dirty = true;
+        }
+    }
+
+    /// Verifies data block `physical` of `inode` (file block `logical`)
+    /// against its checksum, if it has one.
+    pub(crate) fn verify_data(&self, inode: &Inode, logical: u64, physical: u64) -> Result<(), Error> {
+        let Some(sums) = &self.datasums else { return Ok(()) };
+        let Some(want) = sums.tree.get(physical) else { return Ok(()) };
+        let bs = self.layout.block_size;
+        let block = &self.map[(physical * bs) as usize..((physical + 1) * bs) as usize];
+        let got = crc32c::checksum(block);
+        Stats::bump(&self.stats.data_verified);
+        if got != want {
+            Stats::bump(&self.stats.data_mismatches);
+            return Err(Error::DataChecksum { ino: inode.ino, logical, physical, stored: want, computed: got });
+        }
+        Ok(())
+    }
+
+    /// Commits the data checksums (after the image's data is durable).
+    pub(crate) fn commit_data_checksums(&mut self) -> Result<(), Error> {
+        if let Some(sums) = &mut self.datasums {
+            if sums.dirty {
+                sums.tree.commit(&mut sums.store)?;
+                sums.dirty = false;
+            }
+        }
+        Ok(())
+    }
+
+    /// Every data block of every file reachable from the root that has a
+    /// checksum and does not match it: (path, file block, disk block).
+    ///
+    /// # Errors
+    /// As [`read_dir`](Self::read_dir) and [`runs`](Self::runs).
+    pub fn scrub(&self) -> Result<ScrubReport, Error> {
+        let mut report = ScrubReport::default();
+        let mut seen = std::collections::HashSet::new();
+        let mut stack = vec![(String::new(), self.inode(crate::inode::ROOT)?)];
+        while let Some((path, dir)) = stack.pop() {
+            for entry in self.read_dir(&dir)? {
+                if entry.name == b"." || entry.name == b".." || !seen.insert(entry.ino) {
+                    continue;
+                }
+                let child = format!("{path}/{}", String::from_utf8_lossy(&entry.name));
+                let inode = self.inode(entry.ino)?;
+                if inode.is_dir() {
+                    stack.push((child, inode));
+                } else if inode.is_file() {
+                    report.files += 1;
+                    for run in self.runs(&inode)?.into_iter().filter(|r| !r.uninit) {
+                        for k in 0..run.len {
+                            match self.verify_data(&inode, run.logical + k, run.physical + k) {
+                                Ok(()) => report.blocks += 1,
+                                Err(Error::DataChecksum { logical, physical, .. }) => {
+                                    report.bad.push((child.clone(), logical, physical));
+                                }
+                                Err(e) => return Err(e),
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Ok(report)
+    }
+}
+
+/// What [`Volume::scrub`] found.
+#[derive(Debug, Default)]
+pub struct ScrubReport {
+    /// Regular files walked.
+    pub files: u64,
+    /// Blocks read (with or without a checksum) that were not bad.
+    pub blocks: u64,
+    /// (path, file block, disk block) of every mismatch.
+    pub bad: Vec<(String, u64, u64)>,
+}
