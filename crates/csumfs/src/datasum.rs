@@ -128,6 +128,7 @@ impl Volume {
             let block = &self.map[(physical * bs) as usize..((physical + 1) * bs) as usize];
             sums.tree.update(physical, crc32c::checksum(block));
             sums.dirty = true;
+            Stats::bump(&self.stats.data_checksummed);
         }
     }
 
@@ -161,8 +162,10 @@ impl Volume {
     pub(crate) fn commit_data_checksums(&mut self) -> Result<(), Error> {
         if let Some(sums) = &mut self.datasums {
             if sums.dirty {
-                sums.tree.commit(&mut sums.store)?;
+                let wrote = sums.tree.commit(&mut sums.store)?;
                 sums.dirty = false;
+                Stats::bump(&self.stats.datasum_commits);
+                Stats::add(&self.stats.datasum_commit_bytes, wrote.bytes);
             }
         }
         Ok(())

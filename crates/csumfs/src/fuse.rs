@@ -25,6 +25,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+/// The root's virtual xattr holding the per-seed counters.
+pub const STATS_XATTR: &str = "csumfs.stats";
+
 /// How the volume is mounted.
 #[derive(Clone, Debug)]
 pub struct MountOptions {
@@ -548,7 +551,14 @@ impl Filesystem for Fs {
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         let volume = self.read();
         let Some(name) = name.to_str() else { return reply.error(Errno::from_i32(libc::ENODATA)) };
-        match volume.inode(from_fuse(ino)).and_then(|inode| volume.getxattr(&inode, name)) {
+        // The per-seed counters, on the root only, under a name no ext4
+        // image can hold (`csumkit mount --stats DIR` reads it).
+        let found = if ino == INodeNo::ROOT && name == STATS_XATTR {
+            Ok(volume.stats().report().into_bytes())
+        } else {
+            volume.inode(from_fuse(ino)).and_then(|inode| volume.getxattr(&inode, name))
+        };
+        match found {
             Ok(value) if size == 0 => reply.size(value.len() as u32),
             Ok(value) if value.len() > size as usize => reply.error(Errno::from_i32(libc::ERANGE)),
             Ok(value) => reply.data(&value),

@@ -19,6 +19,7 @@ use crate::dir_write::new_dir_block;
 use crate::error::Error;
 use crate::inode::{Inode, Timespec, FLAG_EXTENTS, FLAG_INLINE_DATA};
 pub(crate) use crate::le::{le16, le32, put16, put32};
+use crate::stats::Stats;
 use crate::volume::{Bytes, Checksums, Volume};
 use csumkit::crc32c;
 use csumkit::ext4::{Features, Group, Layout};
@@ -148,8 +149,10 @@ impl Volume {
     /// equal the recomputed one.
     pub(crate) fn updated(&self, what: &str, incremental: impl FnOnce() -> u32, full: impl FnOnce() -> u32) -> u32 {
         if self.options.checksums == Checksums::Full {
+            Stats::bump(&self.stats.csum_full);
             return full();
         }
+        Stats::bump(&self.stats.csum_incremental);
         let crc = incremental();
         if cfg!(debug_assertions) || self.options.check_updates {
             let recomputed = full();
@@ -211,6 +214,7 @@ impl Volume {
         let at = group.desc_offset;
         let mut new = self.bytes(at, size, &|| format!("group {} descriptor", group.number))?.to_vec();
         edit(&mut new);
+        Stats::bump(&self.stats.csum_full);
         let crc = crc32c::raw_update(self.layout.csum_seed, &(group.number as u32).to_le_bytes());
         let crc = crc32c::raw_update(crc, &new[..0x1E]);
         let crc = crc32c::raw_update(crc, &[0, 0]);
@@ -282,12 +286,16 @@ impl Volume {
         let full = || crc32c::raw_update(seed, &map[(block * bs) as usize..][..(bits / 8) as usize]);
         let crc = match moved {
             Some(crc) => {
+                Stats::bump(&self.stats.csum_incremental);
                 if cfg!(debug_assertions) || self.options.check_updates {
                     assert_eq!(crc, full(), "bitmap: incremental checksum differs from the recomputed one");
                 }
                 crc
             }
-            None => full(),
+            None => {
+                Stats::bump(&self.stats.csum_full);
+                full()
+            }
         };
         self.edit_descriptor(group, |d| {
             put16(d, lo, crc as u16);

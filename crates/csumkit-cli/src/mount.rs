@@ -20,9 +20,14 @@ const READY_LINE: &str = "csumkit-mount-ready";
 #[derive(clap::Args)]
 pub struct MountArgs {
     /// The ext4 image (metadata_csum).
-    image: PathBuf,
+    #[arg(required_unless_present = "stats")]
+    image: Option<PathBuf>,
     /// An empty directory to mount it on.
-    mountpoint: PathBuf,
+    #[arg(required_unless_present = "stats")]
+    mountpoint: Option<PathBuf>,
+    /// Print the per-seed counters of the csumkit mount at DIR and exit.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["image", "mountpoint", "foreground", "options"])]
+    stats: Option<PathBuf>,
     /// Stay in the foreground until unmounted (default: return once mounted).
     #[arg(short, long)]
     foreground: bool,
@@ -111,6 +116,18 @@ pub fn run(args: &MountArgs) -> ExitCode {
         eprintln!("csumkit mount: {message}");
         ExitCode::from(2)
     };
+    if let Some(dir) = &args.stats {
+        return match read_stats(dir) {
+            Ok(text) => {
+                print!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(message) => fail(message),
+        };
+    }
+    let (Some(image), Some(mountpoint)) = (&args.image, &args.mountpoint) else {
+        return fail("give IMAGE and MOUNTPOINT".into());
+    };
     let parsed = match parse_options(&args.options) {
         Ok(parsed) => parsed,
         Err(message) => return fail(message),
@@ -118,16 +135,16 @@ pub fn run(args: &MountArgs) -> ExitCode {
     if !Path::new("/dev/fuse").exists() {
         return fail("/dev/fuse is missing: load the fuse module (modprobe fuse)".into());
     }
-    if let Some(problem) = mountpoint_problem(&args.mountpoint) {
+    if let Some(problem) = mountpoint_problem(mountpoint) {
         return fail(problem);
     }
     let options = Options { write: !parsed.mount.read_only, checksums: parsed.checksums, ..Options::default() };
-    let mut volume = match Volume::open(&args.image, options) {
+    let mut volume = match Volume::open(image, options) {
         Ok(volume) => volume,
-        Err(e) => return fail(format!("{}: {e}", args.image.display())),
+        Err(e) => return fail(format!("{}: {e}", image.display())),
     };
     if parsed.datasum {
-        let sidecar = sidecar_path(&args.image);
+        let sidecar = sidecar_path(image);
         if let Err(e) = volume.enable_data_checksums(&sidecar) {
             return fail(format!("{}: {e}", sidecar.display()));
         }
@@ -136,7 +153,23 @@ pub fn run(args: &MountArgs) -> ExitCode {
         drop(volume);
         return detach();
     }
-    serve(volume, args, &parsed.mount)
+    serve(volume, image, mountpoint, &parsed.mount)
+}
+
+/// The counters of the csumkit mount at `dir` (its root's virtual xattr).
+fn read_stats(dir: &Path) -> Result<String, String> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).map_err(|e| e.to_string())?;
+    let name = std::ffi::CString::new(csumfs::fuse::STATS_XATTR).expect("no NUL");
+    let mut buf = vec![0u8; 8192];
+    // SAFETY: valid NUL-terminated path and name; the buffer's length is passed.
+    let n = unsafe { libc::getxattr(path.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    if n < 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(format!("{}: not a csumkit mount ({e})", dir.display()));
+    }
+    buf.truncate(n as usize);
+    String::from_utf8(buf).map_err(|e| e.to_string())
 }
 
 /// Starts this command again in the foreground in a session of its own,
@@ -179,13 +212,13 @@ fn detach() -> ExitCode {
     }
 }
 
-fn serve(volume: Volume, args: &MountArgs, options: &MountOptions) -> ExitCode {
+fn serve(volume: Volume, image: &Path, mountpoint: &Path, options: &MountOptions) -> ExitCode {
     let volume = Arc::new(RwLock::new(volume));
-    let options = MountOptions { fsname: args.image.display().to_string(), ..options.clone() };
-    let mut session = match csumfs::fuse::mount(Arc::clone(&volume), &args.mountpoint, &options) {
+    let options = MountOptions { fsname: image.display().to_string(), ..options.clone() };
+    let mut session = match csumfs::fuse::mount(Arc::clone(&volume), mountpoint, &options) {
         Ok(session) => session,
         Err(e) => {
-            eprintln!("csumkit mount: {}: {e}", args.mountpoint.display());
+            eprintln!("csumkit mount: {}: {e}", mountpoint.display());
             return ExitCode::from(2);
         }
     };
@@ -225,7 +258,7 @@ fn serve(volume: Volume, args: &MountArgs, options: &MountOptions) -> ExitCode {
             ExitCode::from(2)
         }
         (_, Err(e)) => {
-            eprintln!("csumkit mount: {}: sync after unmount: {e}", args.image.display());
+            eprintln!("csumkit mount: {}: sync after unmount: {e}", image.display());
             ExitCode::from(2)
         }
     }

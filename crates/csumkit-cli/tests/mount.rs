@@ -330,6 +330,17 @@ fn a_mounted_image_changed_by_file_calls_is_clean_for_e2fsck_and_the_kernel() {
         let model = std::panic::catch_unwind(|| {
             let model = exercise(&scratch.mnt());
             compare(&scratch.mnt(), &model, "csumfs");
+            let stats = Command::new(env!("CARGO_BIN_EXE_csumkit"))
+                .arg("mount")
+                .arg("--stats")
+                .arg(scratch.mnt())
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&stats.stdout);
+            assert!(stats.status.success() && text.lines().count() == 5, "--stats: {text}");
+            let moved: u64 = text.split(": ").nth(1).and_then(|t| t.split(' ').next()).unwrap().parse().unwrap();
+            assert!(moved > 1000, "seed 000 counted {moved} incremental updates: {text}");
+            assert!(text.contains("data checksums: ") && !text.contains("data checksums: 0 blocks"), "{text}");
             model
         });
         unmount_and_wait(child, &scratch.mnt());
