@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # kill -9 the `csumkit mount` daemon at a random moment (0.1–0.9 s) of a metadata-heavy
-# workload (mkdir, create, write, fsync, rename, unlink), N times; then e2fsck -fn on
-# each image. Prints how many runs left findings. Needs root, /dev/fuse, e2fsprogs.
+# workload (mkdir, create, write, fsync, rename, unlink), N times; then mount it again
+# (which undoes an operation the kill cut short), unmount, and e2fsck -fn each image. Prints how many runs left findings. Needs root, /dev/fuse, e2fsprogs.
 #   scripts/kill9.sh [N]     (default 20; CSUMKIT: the binary)
 root=$(cd "$(dirname "$0")/.." && pwd)
 csumkit=${CSUMKIT:-$root/target/release/csumkit}
-n=${1:-20}; bad=0
+n=${1:-20}; bad=0; lost=0
 for run in $(seq $n); do
   d=$(mktemp -d /tmp/crash.XXXX); mkdir $d/m; truncate -s 64M $d/img; mke2fs -q -F -t ext4 -O metadata_csum,^has_journal -b 4096 $d/img
   "$csumkit" mount -f $d/img $d/m -o datasum=off & pid=$!
@@ -30,7 +30,34 @@ PY
   sleep 0.$((RANDOM % 9 + 1))
   kill -9 $pid; wait $pid 2>/dev/null; kill $wl 2>/dev/null; wait $wl 2>/dev/null
   fusermount3 -uz $d/m 2>/dev/null
+  # Mount again (an interrupted operation is undone); every file whose fsync
+  # returned is there with its size (under its new name if it was being
+  # renamed), unless the workload removed it; unmount; then e2fsck judges.
+  "$csumkit" mount -f $d/img $d/m -o datasum=off & pid=$!
+  for _ in $(seq 100); do mountpoint -q $d/m && break; sleep 0.01; done
+  python3 - $d/m $d/acked <<'PY' || lost=$((lost+1))
+import os, sys
+m, acked = sys.argv[1], open(sys.argv[2]).read().split("\n")
+files, moved, removed = {}, set(), set()
+for line in acked:
+    w = line.split()
+    if len(w) == 2 and w[0].startswith("/"): files[w[0]] = int(w[1])
+    elif len(w) == 2 and w[0] == "mv": moved.add(w[1])
+    elif len(w) == 2 and w[0] == "rm": removed.add(int(w[1]))
+last = max((int(f.rsplit("/f", 1)[1]) for f in files), default=0)
+for f, size in files.items():
+    i = int(f.rsplit("/f", 1)[1])
+    # Removed, or being removed when the kill came (iteration last or last+1
+    # removes file last-10 or last-9 before saying so).
+    if i in removed or last - 10 <= i <= last - 9:
+        continue
+    names = [f + ".r"] if f in moved else [f, f + ".r"]
+    if not any(os.path.exists(n) and os.path.getsize(n) == size for n in names):
+        print(f"acknowledged {f} ({size} B) missing")
+        sys.exit(1)
+PY
+  fusermount3 -u $d/m; wait $pid
   if ! e2fsck -fn $d/img >$d/fsck 2>&1; then bad=$((bad+1)); [ $bad = 1 ] && grep -v '^Pass\|^e2fsck\|files' $d/fsck | head -8; fi
   rm -rf $d
 done
-echo "kill -9 runs: $n, e2fsck -fn not clean after: $bad"
+echo "kill -9 runs: $n, e2fsck -fn not clean after: $bad, acknowledged files missing in: $lost"

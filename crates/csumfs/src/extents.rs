@@ -118,7 +118,7 @@ impl Volume {
                     self.runs(&inode)?.into_iter().find(|r| !r.uninit && r.logical <= last && last < r.logical + r.len);
                 if let Some(r) = written {
                     let physical = r.physical + last - r.logical;
-                    self.store(physical * bs + size % bs, &vec![0u8; (bs - size % bs) as usize])?;
+                    self.store_data(physical * bs + size % bs, &vec![0u8; (bs - size % bs) as usize])?;
                     self.data_written(physical);
                 }
             }
@@ -223,7 +223,7 @@ impl Volume {
         let bs = self.layout.block_size;
         let zeros = vec![0u8; bs as usize];
         for k in 0..run.len {
-            self.store((run.physical + k) * bs, &zeros)?;
+            self.store_data((run.physical + k) * bs, &zeros)?;
         }
         let new_len = raw_len(run.len, false).to_le_bytes();
         match self.place_of(inode, run.logical)? {

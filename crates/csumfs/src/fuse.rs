@@ -58,6 +58,7 @@ impl Default for MountOptions {
 /// The FUSE filesystem over a shared volume.
 pub struct Fs {
     volume: Arc<RwLock<Volume>>,
+    block_size: u32,
     read_only: bool,
     ttl: Duration,
     /// Directory listings taken at `opendir`, by handle: `readdir` pages
@@ -90,8 +91,10 @@ pub fn mount(
     }
     config.n_threads = Some(options.threads.max(1));
     config.clone_fd = options.threads > 1;
+    let block_size = volume.read().unwrap_or_else(std::sync::PoisonError::into_inner).layout().block_size as u32;
     let fs = Fs {
         volume,
+        block_size,
         read_only: options.read_only,
         ttl: options.ttl,
         listings: Mutex::new(HashMap::new()),
@@ -176,7 +179,7 @@ fn kind_of_entry(file_type: u8) -> FileType {
 }
 
 impl Fs {
-    fn attr(&self, volume: &Volume, inode: &Inode) -> FileAttr {
+    fn attr(&self, inode: &Inode) -> FileAttr {
         FileAttr {
             ino: to_fuse(inode.ino),
             size: inode.size,
@@ -191,31 +194,40 @@ impl Fs {
             uid: inode.uid,
             gid: inode.gid,
             rdev: inode.rdev,
-            blksize: volume.layout().block_size as u32,
+            blksize: self.block_size,
             flags: 0,
         }
     }
 
-    fn entry(&self, volume: &Volume, inode: &Inode, reply: ReplyEntry) {
-        reply.entry(&self.ttl, &self.attr(volume, inode), Generation(u64::from(inode.generation)));
+    fn entry(&self, inode: &Inode, reply: ReplyEntry) {
+        reply.entry(&self.ttl, &self.attr(inode), Generation(u64::from(inode.generation)));
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Volume> {
         self.volume.read().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// The volume for a change; `EROFS` on a read-only mount.
-    fn write(&self) -> Result<std::sync::RwLockWriteGuard<'_, Volume>, Errno> {
+    /// Runs `op` as one all-or-nothing change of the volume (its undo log
+    /// puts back what a failed operation changed); `EROFS` on a read-only
+    /// mount.
+    fn change<T>(&self, op: impl FnOnce(&mut Volume) -> Result<T, Error>) -> Result<T, Errno> {
         if self.read_only {
             return Err(Errno::EROFS);
         }
-        Ok(self.volume.write().unwrap_or_else(std::sync::PoisonError::into_inner))
+        let mut volume = self.volume.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        volume.begin();
+        let result = op(&mut volume);
+        if let Err(e) = volume.end(result.is_ok()) {
+            eprintln!("csumfs: undoing a failed operation: {e}");
+            return Err(Errno::EIO);
+        }
+        result.map_err(|e| errno(&e))
     }
 
     /// Owner of a new inode in `parent`: the caller, with the parent's
     /// group when the parent is set-group-ID (and its mode keeps the bit
     /// for a directory), as the kernel's `inode_init_owner` does.
-    fn new_inode(&self, volume: &Volume, req: &Request, parent: u32, mode: u16) -> Result<NewInode, Error> {
+    fn new_inode(volume: &Volume, req: &Request, parent: u32, mode: u16) -> Result<NewInode, Error> {
         let dir = volume.inode(parent)?;
         let mut new = NewInode { mode, uid: req.uid(), gid: req.gid() };
         if dir.mode & 0o2000 != 0 {
@@ -234,19 +246,20 @@ impl Fs {
 
 /// Replies with the entry `made` produced, or its error.
 macro_rules! reply_entry {
-    ($fs:expr, $volume:expr, $made:expr, $reply:expr) => {
+    ($fs:expr, $made:expr, $reply:expr) => {
         match $made {
-            Ok(inode) => $fs.entry(&$volume, &inode, $reply),
-            Err(e) => $reply.error(errno(&e)),
+            Ok(inode) => $fs.entry(&inode, $reply),
+            Err(e) => $reply.error(e),
         }
     };
 }
 
-macro_rules! writable {
-    ($fs:expr, $reply:expr) => {
-        match $fs.write() {
-            Ok(volume) => volume,
-            Err(e) => return $reply.error(e),
+/// Replies `ok` or the error.
+macro_rules! reply_empty {
+    ($done:expr, $reply:expr) => {
+        match $done {
+            Ok(_) => $reply.ok(),
+            Err(e) => $reply.error(e),
         }
     };
 }
@@ -264,13 +277,13 @@ impl Filesystem for Fs {
             .inode(from_fuse(parent))
             .and_then(|dir| volume.lookup(&dir, name.as_bytes()))
             .and_then(|entry| volume.inode(entry.ino));
-        reply_entry!(self, volume, found, reply);
+        reply_entry!(self, found.map_err(|e| errno(&e)), reply);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         let volume = self.read();
         match volume.inode(from_fuse(ino)) {
-            Ok(inode) => reply.attr(&self.ttl, &self.attr(&volume, &inode)),
+            Ok(inode) => reply.attr(&self.ttl, &self.attr(&inode)),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -293,7 +306,6 @@ impl Filesystem for Fs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        let mut volume = writable!(self, reply);
         let attr = SetAttr {
             mode: mode.map(|m| m as u16),
             uid,
@@ -303,9 +315,9 @@ impl Filesystem for Fs {
             mtime: mtime.map(time_or_now),
             ctime: ctime.map(timespec),
         };
-        match volume.set_attr(from_fuse(ino), attr) {
-            Ok(inode) => reply.attr(&self.ttl, &self.attr(&volume, &inode)),
-            Err(e) => reply.error(errno(&e)),
+        match self.change(|v| v.set_attr(from_fuse(ino), attr)) {
+            Ok(inode) => reply.attr(&self.ttl, &self.attr(&inode)),
+            Err(e) => reply.error(e),
         }
     }
 
@@ -318,49 +330,42 @@ impl Filesystem for Fs {
     }
 
     fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
-        let mut volume = writable!(self, reply);
         let (parent, mode) = (from_fuse(parent), (mode & !(umask & 0o777)) as u16);
-        let made = self.new_inode(&volume, req, parent, mode).and_then(|new| {
+        let made = self.change(|v| {
+            let new = Self::new_inode(v, req, parent, mode)?;
             if mode & 0o170_000 == 0o100_000 || mode & 0o170_000 == 0 {
-                volume.create(parent, name.as_bytes(), NewInode { mode: new.mode | 0o100_000, ..new })
+                v.create(parent, name.as_bytes(), NewInode { mode: new.mode | 0o100_000, ..new })
             } else {
-                volume.mknod(parent, name.as_bytes(), new, rdev)
+                v.mknod(parent, name.as_bytes(), new, rdev)
             }
         });
-        reply_entry!(self, volume, made, reply);
+        reply_entry!(self, made, reply);
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
-        let mut volume = writable!(self, reply);
         let (parent, mode) = (from_fuse(parent), (mode & !umask & 0o7777) as u16 | 0o040_000);
-        let made =
-            self.new_inode(&volume, req, parent, mode).and_then(|new| volume.mkdir(parent, name.as_bytes(), new));
-        reply_entry!(self, volume, made, reply);
+        let made = self.change(|v| {
+            let new = Self::new_inode(v, req, parent, mode)?;
+            v.mkdir(parent, name.as_bytes(), new)
+        });
+        reply_entry!(self, made, reply);
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let mut volume = writable!(self, reply);
-        match volume.unlink(from_fuse(parent), name.as_bytes()) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
-        }
+        reply_empty!(self.change(|v| v.unlink(from_fuse(parent), name.as_bytes())), reply);
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let mut volume = writable!(self, reply);
-        match volume.rmdir(from_fuse(parent), name.as_bytes()) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
-        }
+        reply_empty!(self.change(|v| v.rmdir(from_fuse(parent), name.as_bytes())), reply);
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
-        let mut volume = writable!(self, reply);
         let parent = from_fuse(parent);
-        let made = self.new_inode(&volume, req, parent, 0o120_777).and_then(|new| {
-            volume.symlink(parent, link_name.as_bytes(), target.as_os_str().as_bytes(), new.uid, new.gid)
+        let made = self.change(|v| {
+            let new = Self::new_inode(v, req, parent, 0o120_777)?;
+            v.symlink(parent, link_name.as_bytes(), target.as_os_str().as_bytes(), new.uid, new.gid)
         });
-        reply_entry!(self, volume, made, reply);
+        reply_entry!(self, made, reply);
     }
 
     fn rename(
@@ -373,7 +378,6 @@ impl Filesystem for Fs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        let mut volume = writable!(self, reply);
         let mode = if flags.contains(RenameFlags::RENAME_EXCHANGE) {
             RenameMode::Exchange
         } else if flags.contains(RenameFlags::RENAME_NOREPLACE) {
@@ -383,16 +387,13 @@ impl Filesystem for Fs {
         } else {
             return reply.error(Errno::EINVAL);
         };
-        match volume.rename(from_fuse(parent), name.as_bytes(), from_fuse(newparent), newname.as_bytes(), mode) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
-        }
+        let (from, to) = (from_fuse(parent), from_fuse(newparent));
+        reply_empty!(self.change(|v| v.rename(from, name.as_bytes(), to, newname.as_bytes(), mode)), reply);
     }
 
     fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
-        let mut volume = writable!(self, reply);
-        let made = volume.link(from_fuse(ino), from_fuse(newparent), newname.as_bytes());
-        reply_entry!(self, volume, made, reply);
+        let made = self.change(|v| v.link(from_fuse(ino), from_fuse(newparent), newname.as_bytes()));
+        reply_entry!(self, made, reply);
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -434,10 +435,9 @@ impl Filesystem for Fs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        let mut volume = writable!(self, reply);
-        match volume.write(from_fuse(ino), offset, data) {
+        match self.change(|v| v.write(from_fuse(ino), offset, data)) {
             Ok(_) => reply.written(data.len() as u32),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(e),
         }
     }
 
@@ -458,11 +458,8 @@ impl Filesystem for Fs {
         if self.read_only {
             return reply.ok();
         }
-        let mut volume = self.volume.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-        match volume.unhold(from_fuse(ino)) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
-        }
+        // The last close of an unlinked file frees it: a change like any other.
+        reply_empty!(self.change(|v| v.unhold(from_fuse(ino))), reply);
     }
 
     fn fsync(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
@@ -525,7 +522,6 @@ impl Filesystem for Fs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        let mut volume = writable!(self, reply);
         let Some(name) = name.to_str() else { return reply.error(Errno::from_i32(libc::EOPNOTSUPP)) };
         let mode = match flags {
             0 => XattrMode::Either,
@@ -533,19 +529,12 @@ impl Filesystem for Fs {
             libc::XATTR_REPLACE => XattrMode::Replace,
             _ => return reply.error(Errno::EINVAL),
         };
-        match volume.setxattr(from_fuse(ino), name, value, mode) {
-            Ok(_) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
-        }
+        reply_empty!(self.change(|v| v.setxattr(from_fuse(ino), name, value, mode)), reply);
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let mut volume = writable!(self, reply);
         let Some(name) = name.to_str() else { return reply.error(Errno::from_i32(libc::ENODATA)) };
-        match volume.removexattr(from_fuse(ino), name) {
-            Ok(_) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
-        }
+        reply_empty!(self.change(|v| v.removexattr(from_fuse(ino), name)), reply);
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
@@ -601,19 +590,20 @@ impl Filesystem for Fs {
         _flags: i32,
         reply: ReplyCreate,
     ) {
-        let mut volume = writable!(self, reply);
         let (parent, mode) = (from_fuse(parent), (mode & !(umask & 0o777)) as u16);
-        let made = self
-            .new_inode(&volume, req, parent, mode)
-            .and_then(|new| volume.create(parent, name.as_bytes(), NewInode { mode: new.mode | 0o100_000, ..new }));
+        let made = self.change(|v| {
+            let new = Self::new_inode(v, req, parent, mode)?;
+            let inode = v.create(parent, name.as_bytes(), NewInode { mode: new.mode | 0o100_000, ..new })?;
+            v.hold(inode.ino);
+            Ok(inode)
+        });
         match made {
             Ok(inode) => {
-                volume.hold(inode.ino);
-                let attr = self.attr(&volume, &inode);
+                let attr = self.attr(&inode);
                 let generation = Generation(u64::from(inode.generation));
                 reply.created(&self.ttl, &attr, generation, self.handle(), FopenFlags::FOPEN_KEEP_CACHE);
             }
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(e),
         }
     }
 
@@ -627,13 +617,10 @@ impl Filesystem for Fs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        let mut volume = writable!(self, reply);
         if mode & !libc::FALLOC_FL_KEEP_SIZE != 0 {
             return reply.error(Errno::from_i32(libc::EOPNOTSUPP));
         }
-        match volume.fallocate(from_fuse(ino), offset, length, mode & libc::FALLOC_FL_KEEP_SIZE != 0) {
-            Ok(_) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
-        }
+        let keep_size = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
+        reply_empty!(self.change(|v| v.fallocate(from_fuse(ino), offset, length, keep_size)), reply);
     }
 }

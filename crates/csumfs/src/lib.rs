@@ -37,6 +37,7 @@ mod map;
 mod namespace;
 mod remove;
 mod stats;
+mod undo;
 mod volume;
 mod write;
 mod xattr;

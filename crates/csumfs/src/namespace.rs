@@ -269,8 +269,8 @@ impl Volume {
         // The dx checksum covers the root up to its last entry, then
         // dt_reserved and a zeroed dt_checksum: recomputed whole (a few
         // hundred bytes at most).
-        let image = self.image_mut()?;
         let base = physical as usize * bs;
+        let image = self.image_mut(base, bs)?;
         image[base + at..base + at + bytes.len()].copy_from_slice(bytes);
         let node = image[base..base + bs].to_vec();
         let crc = csumkit::crc32c::raw_update(dir.csum_seed, &node[..covered]);

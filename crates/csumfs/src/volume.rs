@@ -90,6 +90,8 @@ pub struct Volume {
     pub(crate) orphans: HashSet<u32>,
     /// Data checksums, when kept ([`Volume::enable_data_checksums`]).
     pub(crate) datasums: Option<crate::datasum::DataSums>,
+    /// All-or-nothing operations, when on ([`Volume::enable_undo`]).
+    pub(crate) undo: Option<crate::undo::UndoLog>,
 }
 
 /// (feature bit, name, remedy) of the incompat features this code refuses.
@@ -162,6 +164,7 @@ impl Volume {
             holds: HashMap::new(),
             orphans: HashSet::new(),
             datasums: None,
+            undo: None,
         })
     }
 

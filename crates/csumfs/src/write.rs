@@ -183,24 +183,40 @@ impl Volume {
             if self.options.checksums == Checksums::Incremental {
                 crc = crc32c::splice(crc, covered as u64, at as u64, old, new)?;
             }
-            let image = self.image_mut()?;
+            let image = self.image_mut(base_at + at, new.len())?;
             image[base_at + at..base_at + at + new.len()].copy_from_slice(new);
         }
         let map = &self.map;
         let full = || crc32c::raw_update(seed, &map[base_at..base_at + covered]);
         let crc = self.updated(what, || crc, full);
-        let image = self.image_mut()?;
+        let image = self.image_mut(base_at + csum_at, 4)?;
         put32(image, base_at + csum_at, crc);
         Ok(())
     }
 
-    pub(crate) fn image_mut(&mut self) -> Result<&mut [u8], Error> {
+    /// The image's bytes, to change the `len` metadata bytes at `at`:
+    /// their old bytes go to the undo log first while an operation is in
+    /// progress.
+    pub(crate) fn image_mut(&mut self, at: usize, len: usize) -> Result<&mut [u8], Error> {
+        if let Some(undo) = self.undo.as_mut().filter(|u| u.depth > 0) {
+            let old =
+                self.map.get(at..at + len).ok_or_else(|| crate::error::corrupt("image", "a write past its end"))?;
+            undo.record(at, old)?;
+        }
         self.map.writable().ok_or_else(|| Error::Invalid("the volume was opened read-only".into()))
     }
 
-    /// Writes `new` over `len` bytes at `at` of the image.
+    /// Writes the metadata bytes `new` at `at` of the image.
     pub(crate) fn store(&mut self, at: u64, new: &[u8]) -> Result<(), Error> {
-        let image = self.image_mut()?;
+        let at = at as usize;
+        let image = self.image_mut(at, new.len())?;
+        image[at..at + new.len()].copy_from_slice(new);
+        Ok(())
+    }
+
+    /// Writes file data `new` at `at` of the image: in place, not logged.
+    pub(crate) fn store_data(&mut self, at: u64, new: &[u8]) -> Result<(), Error> {
+        let image = self.map.writable().ok_or_else(|| Error::Invalid("the volume was opened read-only".into()))?;
         let at = at as usize;
         image[at..at + new.len()].copy_from_slice(new);
         Ok(())
@@ -268,8 +284,9 @@ impl Volume {
             None
         };
         {
-            let image = self.image_mut()?;
             let base = (block * bs) as usize;
+            let (lo, hi) = ((first / 8) as usize, ((first + len).div_ceil(8)) as usize);
+            let image = self.image_mut(base + lo, hi - lo)?;
             for bit in first..first + len {
                 let byte = &mut image[base + (bit / 8) as usize];
                 debug_assert_eq!(
@@ -709,7 +726,7 @@ impl Volume {
             let (start, len) = self.allocate_blocks(goal, (logical + blocks - next).min(cap))?;
             if fill == Fill::Zeros {
                 let zeros = vec![0u8; (len * bs) as usize];
-                self.store(start * bs, &zeros)?;
+                self.store_data(start * bs, &zeros)?;
             }
             inode = match self.add_extent(&inode, next, start, len, fill == Fill::Unwritten) {
                 Ok(inode) => inode,
@@ -813,7 +830,7 @@ impl Volume {
             let (start, stop) = (run.logical * bs, (run.logical + run.len) * bs);
             let (from, to) = (start.max(offset), stop.min(end));
             if from < to {
-                self.store(
+                self.store_data(
                     run.physical * bs + (from - start),
                     &data[(from - offset) as usize..(to - offset) as usize],
                 )?;

@@ -88,8 +88,12 @@ fn parse_options(list: &[String]) -> Result<Parsed, String> {
 
 /// Where the data checksums of `image` live: `IMAGE.csums` beside it.
 pub fn sidecar_path(image: &Path) -> PathBuf {
+    with_suffix(image, ".csums")
+}
+
+fn with_suffix(image: &Path, suffix: &str) -> PathBuf {
     let mut name = image.as_os_str().to_os_string();
-    name.push(".csums");
+    name.push(suffix);
     PathBuf::from(name)
 }
 
@@ -143,6 +147,17 @@ pub fn run(args: &MountArgs) -> ExitCode {
         Ok(volume) => volume,
         Err(e) => return fail(format!("{}: {e}", image.display())),
     };
+    if !parsed.mount.read_only {
+        let undo = with_suffix(image, ".undo");
+        match volume.enable_undo(&undo) {
+            Ok(true) => eprintln!(
+                "csumkit mount: {}: an operation a stopped csumkit mount left half done was undone",
+                image.display()
+            ),
+            Ok(false) => {}
+            Err(e) => return fail(format!("{}: {e}", undo.display())),
+        }
+    }
     if parsed.datasum {
         let sidecar = sidecar_path(image);
         if let Err(e) = volume.enable_data_checksums(&sidecar) {
@@ -250,7 +265,9 @@ fn serve(volume: Volume, image: &Path, mountpoint: &Path, options: &MountOptions
     }
     let ran = session.run();
     let mut volume = volume.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-    let synced = volume.release_orphans().and_then(|()| volume.sync());
+    volume.begin();
+    let released = volume.release_orphans();
+    let synced = volume.end(released.is_ok()).and(released).and_then(|()| volume.sync());
     match (ran, synced) {
         (Ok(()), Ok(())) => ExitCode::SUCCESS,
         (Err(e), _) => {

@@ -1,0 +1,186 @@
+//! Operations that are all or nothing for the daemon's death: before an
+//! operation changes metadata bytes of the image, their old bytes are
+//! appended to an undo log in a file beside it (`IMAGE.undo`, shared
+//! memory-mapped); the operation's end empties the log. Stores to the two
+//! maps reach the page cache in program order and stay there when the
+//! process dies (kill -9, a panic), so an interrupted operation always
+//! finds its undo record complete up to the last byte it changed: the next
+//! open puts those bytes back, newest first, and the image is as it was
+//! before the operation. An operation that fails with an error is rolled
+//! back the same way at once. File data is written in place, not logged
+//! (as ext4's `data=writeback`). A power cut is not covered: that needs
+//! the log's records durable before the image's pages, the ByteLog's job.
+//!
+//! Layout: 64-byte header (magic `CSFSUNDO`, record count u64 at 8, bytes
+//! used u64 at 16), then records: image offset u64, length u32, 4 bytes
+//! zero, the old bytes padded to 8. The count is stored after its record,
+//! so a record cut by the process's death is never counted.
+
+use crate::error::Error;
+use crate::le::le32;
+use std::fs::File;
+use std::path::Path;
+use std::sync::atomic::{compiler_fence, Ordering};
+
+const MAGIC: &[u8; 8] = b"CSFSUNDO";
+const HEADER: usize = 64;
+/// The log's first size; it doubles when an operation needs more.
+const INITIAL_BYTES: u64 = 1 << 20;
+
+/// (image offset, old bytes) of one change.
+type Record = (usize, Vec<u8>);
+
+/// The undo log and the depth of the operation in progress.
+pub(crate) struct UndoLog {
+    file: File,
+    map: memmap2::MmapMut,
+    /// Nested `begin`s; the outermost `end` commits or rolls back.
+    pub(crate) depth: u32,
+}
+
+fn le64(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+fn io(path: &Path) -> impl Fn(std::io::Error) -> Error + '_ {
+    move |source| Error::Io { context: path.display().to_string(), source }
+}
+
+impl UndoLog {
+    /// Opens (or creates) the log at `path`; returns it with the records
+    /// an interrupted operation left, in the order to put them back.
+    pub(crate) fn open(path: &Path) -> Result<(UndoLog, Vec<Record>), Error> {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .map_err(io(path))?;
+        if file.metadata().map_err(io(path))?.len() < INITIAL_BYTES {
+            file.set_len(INITIAL_BYTES).map_err(io(path))?;
+        }
+        // SAFETY: the file is csumfs's own; nothing else maps it while the volume is open.
+        let map = unsafe { memmap2::MmapMut::map_mut(&file) }.map_err(io(path))?;
+        let mut log = UndoLog { file, map, depth: 0 };
+        let pending = if &log.map[..8] == MAGIC {
+            log.pending().map_err(|detail| crate::error::corrupt(path.display().to_string(), detail))?
+        } else {
+            log.map[..8].copy_from_slice(MAGIC);
+            Vec::new()
+        };
+        log.clear();
+        Ok((log, pending))
+    }
+
+    /// Forgets every record (the operation is complete, or undone).
+    pub(crate) fn clear(&mut self) {
+        // The image's stores before this one stay before it.
+        compiler_fence(Ordering::SeqCst);
+        self.map[8..16].copy_from_slice(&0u64.to_le_bytes());
+        self.map[16..24].copy_from_slice(&(HEADER as u64).to_le_bytes());
+    }
+
+    /// Appends the old bytes at image offset `at`.
+    pub(crate) fn record(&mut self, at: usize, old: &[u8]) -> Result<(), Error> {
+        let used = le64(&self.map, 16) as usize;
+        let need = used + 16 + old.len().next_multiple_of(8);
+        if need > self.map.len() {
+            let len = (need as u64).next_power_of_two().max(2 * self.map.len() as u64);
+            self.file.set_len(len).map_err(|source| Error::Io { context: "undo log".into(), source })?;
+            // SAFETY: as in `open`; the old map is dropped by the assignment.
+            self.map = unsafe { memmap2::MmapMut::map_mut(&self.file) }
+                .map_err(|source| Error::Io { context: "undo log".into(), source })?;
+        }
+        self.map[used..used + 8].copy_from_slice(&(at as u64).to_le_bytes());
+        self.map[used + 8..used + 12].copy_from_slice(&(old.len() as u32).to_le_bytes());
+        self.map[used + 12..used + 16].fill(0);
+        self.map[used + 16..used + 16 + old.len()].copy_from_slice(old);
+        // The record first, then the bytes used, then the count.
+        self.map[16..24].copy_from_slice(&(need as u64).to_le_bytes());
+        let count = le64(&self.map, 8) + 1;
+        self.map[8..16].copy_from_slice(&count.to_le_bytes());
+        // The record is stored before the image store it protects.
+        compiler_fence(Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// The records of the operation in progress, newest first.
+    pub(crate) fn pending(&self) -> Result<Vec<Record>, String> {
+        let (count, used, mut at) = (le64(&self.map, 8), le64(&self.map, 16) as usize, HEADER);
+        let mut out = Vec::new();
+        for _ in 0..count {
+            if at + 16 > used.min(self.map.len()) {
+                return Err(format!("record {} of {count} lies past the {used} bytes used", out.len()));
+            }
+            let (offset, len) = (le64(&self.map, at) as usize, le32(&self.map, at + 8) as usize);
+            let old = self.map.get(at + 16..at + 16 + len).ok_or("a record runs off the log")?;
+            out.push((offset, old.to_vec()));
+            at += 16 + len.next_multiple_of(8);
+        }
+        out.reverse();
+        Ok(out)
+    }
+}
+
+impl crate::volume::Volume {
+    /// Makes every operation between [`begin`](Self::begin) and
+    /// [`end`](Self::end) all or nothing, with the undo log at `path`.
+    /// Returns whether an operation a dead process left half done was
+    /// undone (the image is as it was before that operation).
+    ///
+    /// # Errors
+    /// [`Error::Io`] for the log file; [`Error::Corrupt`] for a damaged log.
+    pub fn enable_undo(&mut self, path: &Path) -> Result<bool, Error> {
+        let (log, pending) = UndoLog::open(path)?;
+        let undone = !pending.is_empty();
+        self.put_back(&pending)?;
+        if undone {
+            self.sync()?;
+        }
+        self.undo = Some(log);
+        Ok(undone)
+    }
+
+    fn put_back(&mut self, records: &[Record]) -> Result<(), Error> {
+        let image = self.map.writable().ok_or_else(|| Error::Invalid("the volume was opened read-only".into()))?;
+        for (at, old) in records {
+            let end = at.checked_add(old.len()).filter(|&e| e <= image.len());
+            let Some(end) = end else {
+                return Err(crate::error::corrupt("undo log", format!("a record at {at} past the image")));
+            };
+            image[*at..end].copy_from_slice(old);
+        }
+        Ok(())
+    }
+
+    /// Starts an operation (nested calls join the outermost one).
+    pub fn begin(&mut self) {
+        if let Some(undo) = &mut self.undo {
+            undo.depth += 1;
+        }
+    }
+
+    /// Ends an operation: kept if `ok`, else every metadata byte it
+    /// changed is put back. Only the outermost `end` acts.
+    ///
+    /// # Errors
+    /// [`Error::Corrupt`] if the log cannot be applied.
+    pub fn end(&mut self, ok: bool) -> Result<(), Error> {
+        let Some(undo) = &mut self.undo else { return Ok(()) };
+        undo.depth = undo.depth.saturating_sub(1);
+        if undo.depth > 0 {
+            return Ok(());
+        }
+        if !ok {
+            let records = undo.pending().map_err(|detail| crate::error::corrupt("undo log", detail))?;
+            self.put_back(&records)?;
+            // Cached xattr name filters may describe what was undone.
+            self.filters.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clear();
+        }
+        if let Some(undo) = &mut self.undo {
+            undo.clear();
+        }
+        Ok(())
+    }
+}

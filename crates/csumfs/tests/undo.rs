@@ -1,0 +1,122 @@
+//! All-or-nothing operations: what an operation changed is put back when
+//! it fails, and when the process died before it ended (the next open
+//! undoes it) — the image's metadata byte for byte as before, `e2fsck -fn`
+//! clean.
+
+use csumfs::{NewInode, Options, Volume, XattrMode, ROOT};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn image(name: &str, size: &str) -> Option<(Scratch, PathBuf)> {
+    if !Path::new("/usr/sbin/mke2fs").exists() || !Path::new("/usr/sbin/e2fsck").exists() {
+        assert!(std::env::var_os("CI").is_none(), "e2fsprogs is required in CI");
+        let test = std::thread::current().name().unwrap_or("a test").to_string();
+        let _ = writeln!(std::io::stderr(), "SKIPPED {test}: e2fsprogs not found (apt-get install e2fsprogs)");
+        return None;
+    }
+    let scratch = Scratch(std::env::temp_dir().join(format!("csumfs-undo-{name}-{}", std::process::id())));
+    std::fs::create_dir_all(&scratch.0).unwrap();
+    let path = scratch.0.join("u.img");
+    let out = Command::new("/usr/sbin/mke2fs")
+        .args(["-q", "-F", "-t", "ext4", "-O", "metadata_csum,^has_journal", "-b", "1024"])
+        .arg(&path)
+        .arg(size)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    Some((scratch, path))
+}
+
+fn assert_clean(image: &Path) {
+    let out = Command::new("/usr/sbin/e2fsck").arg("-fn").arg(image).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && !text.contains("? no"), "e2fsck -fn:\n{text}");
+}
+
+fn open(image: &Path) -> Volume {
+    Volume::open(image, Options { write: true, check_updates: true, ..Options::default() }).unwrap()
+}
+
+const FILE: NewInode = NewInode { mode: 0o100_644, uid: 0, gid: 0 };
+const DIR: NewInode = NewInode { mode: 0o755, uid: 0, gid: 0 };
+
+/// Metadata operations only (no file data), so the whole image must come back.
+fn metadata_work(v: &mut Volume, base: u32) {
+    let d = v.mkdir(ROOT, b"new-dir", DIR).unwrap().ino;
+    for i in 0..40 {
+        v.create(d, format!("name-{i}").as_bytes(), FILE).unwrap();
+    }
+    v.setxattr(base, "user.a", &[b'a'; 300], XattrMode::Either).unwrap();
+    v.rename(ROOT, b"kept", d, b"moved", csumfs::RenameMode::Replace).unwrap();
+    v.unlink(d, b"name-3").unwrap();
+    v.truncate(base, 0).unwrap();
+}
+
+#[test]
+fn a_failed_or_interrupted_operation_leaves_the_image_as_before() {
+    let Some((scratch, path)) = image("meta", "16M") else { return };
+    let undo = scratch.0.join("u.undo");
+    let mut v = open(&path);
+    let base = v.create(ROOT, b"kept", FILE).unwrap().ino;
+    v.write(base, 0, &[7; 5000]).unwrap();
+    v.sync().unwrap();
+    assert!(!v.enable_undo(&undo).unwrap(), "a new log has nothing to undo");
+    let before = std::fs::read(&path).unwrap();
+
+    // Ended as failed: put back at once.
+    v.begin();
+    metadata_work(&mut v, base);
+    v.end(false).unwrap();
+    v.sync().unwrap();
+    assert!(std::fs::read(&path).unwrap() == before, "rolled back byte for byte");
+    assert_eq!(v.resolve("/kept").unwrap().size, 5000);
+
+    // Never ended: the process "dies" (the volume is dropped mid-operation);
+    // the next open undoes it.
+    v.begin();
+    metadata_work(&mut v, base);
+    drop(v);
+    assert!(std::fs::read(&path).unwrap() != before, "the interrupted operation reached the image");
+    let mut v = open(&path);
+    assert!(v.enable_undo(&undo).unwrap(), "the next open undoes it");
+    assert!(std::fs::read(&path).unwrap() == before, "undone byte for byte");
+    assert_clean(&path);
+
+    // Nested operations end with the outermost; a completed one is kept.
+    v.begin();
+    v.begin();
+    v.mkdir(ROOT, b"kept-dir", DIR).unwrap();
+    v.end(true).unwrap();
+    v.end(true).unwrap();
+    drop(v);
+    let mut v = open(&path);
+    assert!(!v.enable_undo(&undo).unwrap());
+    assert!(v.resolve("/kept-dir").is_ok());
+    assert_clean(&path);
+}
+
+#[test]
+fn a_write_that_runs_out_of_space_is_undone_whole() {
+    let Some((scratch, path)) = image("enospc", "8M") else { return };
+    let mut v = open(&path);
+    v.enable_undo(&scratch.0.join("u.undo")).unwrap();
+    let f = v.create(ROOT, b"big", FILE).unwrap().ino;
+    let free = v.statfs().free_blocks;
+    v.begin();
+    let err = v.write(f, 0, &vec![1u8; 16 << 20]).unwrap_err();
+    v.end(false).unwrap();
+    assert_eq!(err.errno(), libc::ENOSPC);
+    assert_eq!(v.statfs().free_blocks, free, "every block the write took is free again");
+    assert_eq!(v.inode(f).unwrap().size, 0);
+    v.sync().unwrap();
+    assert_clean(&path);
+}
