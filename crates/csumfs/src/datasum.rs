@@ -5,7 +5,16 @@
 //! verify it and fail with `EIO` on a mismatch, as btrfs does; `scrub`
 //! verifies every file offline.
 //!
-//! The sidecar's first 4 KiB hold what ties it to the image: the image's
+//! Data is written in place, so between two commits a block's recorded
+//! checksum can be older than its data. Before a run of blocks is written
+//! it goes on an intent list in the sidecar's header (one `pwrite`,
+//! adjacent runs merged); a commit empties the list. When the process dies
+//! in between, the next open forgets the checksums of the listed blocks
+//! (they read unverified until rewritten) instead of failing good data.
+//! A power cut is not covered: nothing orders the list's page before the
+//! data's on disk.
+//!
+//! The sidecar's first bytes hold what ties it to the image: the image's
 //! UUID, its last mount and write times and its lifetime writes
 //! (`s_kbytes_written`). The kernel updates those when it mounts the
 //! image; a sidecar that no longer matches is stale, and is started
@@ -29,6 +38,11 @@ pub(crate) struct DataSums {
     store: FileStore,
     /// Updates not yet committed.
     dirty: bool,
+    /// Runs of blocks written (or about to be) since the last commit, as
+    /// also recorded in the sidecar's header before the data is stored: a
+    /// process that dies before the next commit leaves their old checksums
+    /// behind, and the next open forgets those rather than fail good data.
+    intent: Vec<(u64, u64)>,
 }
 
 /// Tree nodes at 4 KiB slots of the sidecar; the superblock slot is
@@ -38,8 +52,14 @@ struct FileStore {
     file: File,
 }
 
-/// Node slot of the tree's superblock (slot 0 is the sidecar header).
-const TREE_START: u64 = 1;
+/// Node slot of the tree's superblock (slots before it are the header:
+/// the identity, then the intent list).
+const TREE_START: u64 = 16;
+/// Where the intent list's count and runs are in the header.
+const INTENT_COUNT_AT: u64 = 48;
+const INTENT_AT: u64 = 64;
+/// Runs (first block u64, blocks u64) the intent list holds.
+const INTENT_RUNS: usize = ((TREE_START as usize * NODE_BYTES) - INTENT_AT as usize) / 16;
 
 impl NodeStore for FileStore {
     fn write(&mut self, location: u64, node: &[u8; NODE_BYTES]) -> Result<(), csumkit::Error> {
@@ -58,6 +78,30 @@ impl NodeStore for FileStore {
         let io = |e: std::io::Error| csumkit::Error::Io { context: "checksum sidecar".into(), source: e };
         self.file.read_exact_at(node, location * NODE_BYTES as u64).map_err(io)
     }
+}
+
+impl FileStore {
+    /// Stores intent run `i` (and the run count, when given: after the run).
+    fn write_intent(&mut self, i: usize, (start, len): (u64, u64), count: Option<u64>) -> Result<(), Error> {
+        let io = |source| Error::Io { context: "checksum sidecar intent list".into(), source };
+        let mut run = [0u8; 16];
+        run[..8].copy_from_slice(&start.to_le_bytes());
+        run[8..].copy_from_slice(&len.to_le_bytes());
+        self.file.write_all_at(&run, INTENT_AT + 16 * i as u64).map_err(io)?;
+        if let Some(count) = count {
+            self.file.write_all_at(&count.to_le_bytes(), INTENT_COUNT_AT).map_err(io)?;
+        }
+        Ok(())
+    }
+
+    fn clear_intent(&mut self) -> Result<(), Error> {
+        let io = |source| Error::Io { context: "checksum sidecar intent list".into(), source };
+        self.file.write_all_at(&0u64.to_le_bytes(), INTENT_COUNT_AT).map_err(io)
+    }
+}
+
+fn le64(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
 }
 
 /// What in the image's superblock ties a sidecar to it.
@@ -116,9 +160,54 @@ impl Volume {
             file.sync_all().map_err(io)?;
         }
         let mut store = FileStore { file };
-        let tree = ChecksumTree::open(&mut store, blocks, TREE_START, area)?;
-        self.datasums = Some(DataSums { tree, store, dirty: false });
+        let mut tree = ChecksumTree::open(&mut store, blocks, TREE_START, area)?;
+        // Blocks a dead process was writing: their checksums are unknown.
+        let mut count = [0u8; 8];
+        store.file.read_exact_at(&mut count, INTENT_COUNT_AT).map_err(io)?;
+        let count = (u64::from_le_bytes(count) as usize).min(INTENT_RUNS);
+        let mut runs = vec![0u8; count * 16];
+        store.file.read_exact_at(&mut runs, INTENT_AT).map_err(io)?;
+        let mut forgotten = 0;
+        for run in runs.chunks_exact(16) {
+            let (start, len) = (le64(run, 0), le64(run, 8));
+            for b in start..start.saturating_add(len).min(blocks) {
+                tree.remove(b);
+                forgotten += 1;
+            }
+        }
+        self.datasums = Some(DataSums { tree, store, dirty: forgotten > 0, intent: Vec::new() });
+        if forgotten > 0 && write {
+            eprintln!(
+                "csumfs: {}: {forgotten} blocks were being written when csumfs stopped; their checksums are forgotten",
+                path.display()
+            );
+            self.commit_data_checksums()?;
+        }
         Ok(true)
+    }
+
+    /// Records, before they are written, that data blocks `start..start +
+    /// len` are about to change (merged with the last run when adjacent);
+    /// a full list is emptied by a commit first.
+    pub(crate) fn data_will_write(&mut self, start: u64, len: u64) -> Result<(), Error> {
+        let Some(sums) = &mut self.datasums else { return Ok(()) };
+        if let Some(last) = sums.intent.last_mut() {
+            if last.0 <= start && start + len <= last.0 + last.1 {
+                return Ok(());
+            }
+            if last.0 + last.1 == start {
+                last.1 += len;
+                let (i, run) = (sums.intent.len() - 1, *sums.intent.last().expect("non-empty"));
+                return sums.store.write_intent(i, run, None);
+            }
+        }
+        if sums.intent.len() == INTENT_RUNS {
+            self.sync()?;
+        }
+        let sums = self.datasums.as_mut().expect("checked above");
+        sums.intent.push((start, len));
+        let i = sums.intent.len() - 1;
+        sums.store.write_intent(i, (start, len), Some(sums.intent.len() as u64))
     }
 
     /// Records the checksum of data block `physical` as it is now.
@@ -164,6 +253,9 @@ impl Volume {
             if sums.dirty {
                 let wrote = sums.tree.commit(&mut sums.store)?;
                 sums.dirty = false;
+                // Every checksum is now current: the intent list empties.
+                sums.intent.clear();
+                sums.store.clear_intent()?;
                 Stats::bump(&self.stats.datasum_commits);
                 Stats::add(&self.stats.datasum_commit_bytes, wrote.bytes);
             }

@@ -118,6 +118,7 @@ impl Volume {
                     self.runs(&inode)?.into_iter().find(|r| !r.uninit && r.logical <= last && last < r.logical + r.len);
                 if let Some(r) = written {
                     let physical = r.physical + last - r.logical;
+                    self.data_will_write(physical, 1)?;
                     self.store_data(physical * bs + size % bs, &vec![0u8; (bs - size % bs) as usize])?;
                     self.data_written(physical);
                 }

@@ -830,6 +830,8 @@ impl Volume {
             let (start, stop) = (run.logical * bs, (run.logical + run.len) * bs);
             let (from, to) = (start.max(offset), stop.min(end));
             if from < to {
+                let (first_block, end_block) = ((from - start) / bs, (to - start).div_ceil(bs));
+                self.data_will_write(run.physical + first_block, end_block - first_block)?;
                 self.store_data(
                     run.physical * bs + (from - start),
                     &data[(from - offset) as usize..(to - offset) as usize],

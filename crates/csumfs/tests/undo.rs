@@ -120,3 +120,35 @@ fn a_write_that_runs_out_of_space_is_undone_whole() {
     v.sync().unwrap();
     assert_clean(&path);
 }
+
+#[test]
+fn data_rewritten_after_the_last_commit_reads_back_after_a_death_not_as_eio() {
+    let Some((scratch, path)) = image("datasum", "16M") else { return };
+    let sums = scratch.0.join("u.csums");
+    let mut v = open(&path);
+    assert!(v.enable_data_checksums(&sums).unwrap());
+    let f = v.create(ROOT, b"f", FILE).unwrap().ino;
+    v.write(f, 0, &[1u8; 3000]).unwrap();
+    v.sync().unwrap(); // the checksum of [1; 3000] is committed
+    v.write(f, 100, &[2u8; 50]).unwrap(); // in place; its new checksum is not
+    drop(v); // the process dies before the next commit
+    let mut v = open(&path);
+    assert!(v.enable_data_checksums(&sums).unwrap());
+    let mut want = vec![1u8; 3000];
+    want[100..150].fill(2);
+    assert_eq!(v.read_all(&v.inode(f).unwrap()).unwrap(), want, "good data, not EIO");
+    // Written again, the block has a checksum again, and it is verified.
+    v.write(f, 0, &[3u8; 10]).unwrap();
+    v.sync().unwrap();
+    drop(v);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let v = open(&path);
+    let block = v.runs(&v.inode(f).unwrap()).unwrap()[0].physical;
+    drop(v);
+    bytes[(block * 1024 + 2000) as usize] ^= 1;
+    std::fs::write(&path, &bytes).unwrap();
+    let mut v = Volume::open(&path, Options::default()).unwrap();
+    assert!(v.enable_data_checksums(&sums).unwrap());
+    let err = v.read_all(&v.inode(f).unwrap()).unwrap_err();
+    assert_eq!(err.errno(), libc::EIO, "{err}");
+}
