@@ -2,35 +2,13 @@
 //! csumfs, judged by `e2fsck -fn` after every step and read back by the
 //! kernel's ext4 (a loop mount, where allowed).
 
+mod common;
+
+use common::{assert_clean, tool, Scratch};
 use csumfs::{NewInode, Options, SetAttr, Timespec, Volume, ROOT};
 use std::io::Write;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
-use std::path::{Path, PathBuf};
 use std::process::Command;
-
-fn tool(name: &str) -> Option<PathBuf> {
-    let found = ["/usr/sbin", "/sbin"].iter().map(|d| Path::new(d).join(name)).find(|p| p.exists());
-    if found.is_none() {
-        assert!(std::env::var_os("CI").is_none(), "{name} is required in CI (apt-get install e2fsprogs)");
-        let test = std::thread::current().name().unwrap_or("a test").to_string();
-        let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {name} not found (apt-get install e2fsprogs)");
-    }
-    found
-}
-
-struct Scratch(PathBuf);
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn assert_clean(image: &Path, step: &str) {
-    let out = Command::new("/usr/sbin/e2fsck").arg("-fn").arg(image).output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success() && !text.contains("? no"), "after {step}, e2fsck -fn:\n{text}");
-}
 
 const FILE: NewInode = NewInode { mode: 0o100_644, uid: 0, gid: 0 };
 

@@ -4,11 +4,12 @@
 //! calls the image clean and csumfs reads back exactly the model. An
 //! operation the writer refuses (`Unsupported`) must leave both unchanged.
 
+mod common;
+
+use common::tool;
 use csumfs::{Error, NewInode, Options, RenameMode, Volume};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
-use std::io::Write;
-use std::path::{Path, PathBuf};
 use std::process::Command;
 
 #[derive(Clone, Debug, PartialEq)]
@@ -192,16 +193,6 @@ fn apply(v: &mut Volume, model: &mut Model, op: &Op, step: usize) -> Result<(), 
         Ok(()) | Err(Error::Unsupported { .. }) => Ok(()),
         Err(e) => Err(format!("{op:?}: {e}")),
     }
-}
-
-fn tool(name: &str) -> Option<PathBuf> {
-    let found = ["/usr/sbin", "/sbin"].iter().map(|d| Path::new(d).join(name)).find(|p| p.exists());
-    if found.is_none() {
-        assert!(std::env::var_os("CI").is_none(), "{name} is required in CI (apt-get install e2fsprogs)");
-        let test = std::thread::current().name().unwrap_or("a test").to_string();
-        let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {name} not found (apt-get install e2fsprogs)");
-    }
-    found
 }
 
 fn run_sequence(ops: &[Op]) -> Result<(), String> {

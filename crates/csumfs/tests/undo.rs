@@ -3,43 +3,20 @@
 //! undoes it) — the image's metadata byte for byte as before, `e2fsck -fn`
 //! clean.
 
+mod common;
+
+use common::{assert_clean, have_e2fsprogs, mke2fs, Scratch};
 use csumfs::{NewInode, Options, Volume, XattrMode, ROOT};
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::Command;
-
-struct Scratch(PathBuf);
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 fn image(name: &str, size: &str) -> Option<(Scratch, PathBuf)> {
-    if !Path::new("/usr/sbin/mke2fs").exists() || !Path::new("/usr/sbin/e2fsck").exists() {
-        assert!(std::env::var_os("CI").is_none(), "e2fsprogs is required in CI");
-        let test = std::thread::current().name().unwrap_or("a test").to_string();
-        let _ = writeln!(std::io::stderr(), "SKIPPED {test}: e2fsprogs not found (apt-get install e2fsprogs)");
+    if !have_e2fsprogs() {
         return None;
     }
-    let scratch = Scratch(std::env::temp_dir().join(format!("csumfs-undo-{name}-{}", std::process::id())));
-    std::fs::create_dir_all(&scratch.0).unwrap();
+    let scratch = Scratch::new(&format!("undo-{name}"));
     let path = scratch.0.join("u.img");
-    let out = Command::new("/usr/sbin/mke2fs")
-        .args(["-q", "-F", "-t", "ext4", "-O", "metadata_csum,^has_journal", "-b", "1024"])
-        .arg(&path)
-        .arg(size)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    mke2fs(&path, "1024", size);
     Some((scratch, path))
-}
-
-fn assert_clean(image: &Path) {
-    let out = Command::new("/usr/sbin/e2fsck").arg("-fn").arg(image).output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success() && !text.contains("? no"), "e2fsck -fn:\n{text}");
 }
 
 fn open(image: &Path) -> Volume {
@@ -89,7 +66,7 @@ fn a_failed_or_interrupted_operation_leaves_the_image_as_before() {
     let mut v = open(&path);
     assert!(v.enable_undo(&undo).unwrap(), "the next open undoes it");
     assert!(std::fs::read(&path).unwrap() == before, "undone byte for byte");
-    assert_clean(&path);
+    assert_clean(&path, "the operations above");
 
     // Nested operations end with the outermost; a completed one is kept.
     v.begin();
@@ -101,7 +78,7 @@ fn a_failed_or_interrupted_operation_leaves_the_image_as_before() {
     let mut v = open(&path);
     assert!(!v.enable_undo(&undo).unwrap());
     assert!(v.resolve("/kept-dir").is_ok());
-    assert_clean(&path);
+    assert_clean(&path, "the operations above");
 }
 
 #[test]
@@ -118,7 +95,7 @@ fn a_write_that_runs_out_of_space_is_undone_whole() {
     assert_eq!(v.statfs().free_blocks, free, "every block the write took is free again");
     assert_eq!(v.inode(f).unwrap().size, 0);
     v.sync().unwrap();
-    assert_clean(&path);
+    assert_clean(&path, "the operations above");
 }
 
 #[test]

@@ -3,39 +3,14 @@
 //! clean and the kernel (a loop mount, where allowed) reads back every name
 //! and byte of the model; csumkit's checker finds every checksum current.
 
+mod common;
+
+use common::{e2fsck_clean, tool, Scratch};
 use csumfs::{Checksums, Error, NewInode, Options, RenameMode, Volume, ROOT};
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
-
-fn tool(name: &str) -> Option<PathBuf> {
-    let found = ["/usr/sbin", "/sbin", "/usr/bin"].iter().map(|d| Path::new(d).join(name)).find(|p| p.exists());
-    if found.is_none() {
-        assert!(std::env::var_os("CI").is_none(), "{name} is required in CI (apt-get install e2fsprogs)");
-        let test = std::thread::current().name().unwrap_or("a test").to_string();
-        let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {name} not found (apt-get install e2fsprogs)");
-    }
-    found
-}
-
-struct Scratch(PathBuf);
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn e2fsck_clean(image: &Path) -> Result<(), String> {
-    let out = Command::new(tool("e2fsck").unwrap()).arg("-fn").arg(image).output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    if out.status.code() == Some(0) && !text.contains("? no") && !text.contains("IGNORED") {
-        Ok(())
-    } else {
-        Err(text)
-    }
-}
 
 /// The tree the test writes: path → content (`None`: a directory).
 type Model = BTreeMap<String, Option<Vec<u8>>>;

@@ -2,38 +2,16 @@
 //! ACLs, a block shared with other inodes — judged by `e2fsck -fn` and read
 //! back through the kernel's ext4 (a loop mount, where allowed).
 
+mod common;
+
+use common::{assert_clean, have_e2fsprogs, Scratch};
 use csumfs::{Error, NewInode, Options, Volume, XattrMode, ROOT};
 use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
-
-struct Scratch(PathBuf);
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(self.0.join("mnt")).output();
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn have_e2fsprogs() -> bool {
-    let found = Path::new("/usr/sbin/mke2fs").exists() && Path::new("/usr/sbin/e2fsck").exists();
-    if !found {
-        assert!(std::env::var_os("CI").is_none(), "e2fsprogs is required in CI");
-        let test = std::thread::current().name().unwrap_or("a test").to_string();
-        let _ = writeln!(std::io::stderr(), "SKIPPED {test}: e2fsprogs not found (apt-get install e2fsprogs)");
-    }
-    found
-}
-
-fn assert_clean(image: &Path, step: &str) {
-    let out = Command::new("/usr/sbin/e2fsck").arg("-fn").arg(image).output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success() && !text.contains("? no"), "after {step}, e2fsck -fn:\n{text}");
-}
 
 /// Every xattr of `path` as the kernel returns it.
 fn kernel_xattrs(path: &Path) -> BTreeMap<String, Vec<u8>> {

@@ -1,0 +1,74 @@
+//! What the csumfs tests share: e2fsprogs found (or the test visibly
+//! skipped, a failure in CI), scratch directories, fresh images, and
+//! `e2fsck -fn` as the judge.
+
+#![allow(dead_code)] // each test binary uses its own part of this
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The path of e2fsprogs' `name`; `None` (after saying the running test
+/// skipped itself) when it is missing — a failure in CI.
+pub fn tool(name: &str) -> Option<PathBuf> {
+    let found = ["/usr/sbin", "/sbin", "/usr/bin"].iter().map(|d| Path::new(d).join(name)).find(|p| p.exists());
+    if found.is_none() {
+        assert!(std::env::var_os("CI").is_none(), "{name} is required in CI (apt-get install e2fsprogs)");
+        let test = std::thread::current().name().unwrap_or("a test").to_string();
+        let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {name} not found (apt-get install e2fsprogs)");
+    }
+    found
+}
+
+/// Whether mke2fs and e2fsck are both here (the test skips itself if not).
+pub fn have_e2fsprogs() -> bool {
+    tool("mke2fs").is_some() && tool("e2fsck").is_some()
+}
+
+/// A directory removed when dropped.
+pub struct Scratch(pub PathBuf);
+
+impl Scratch {
+    /// A fresh directory in the temp dir named for `tag` and this process.
+    pub fn new(tag: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("csumfs-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A fresh ext4 image at `path` (metadata_csum, no journal).
+pub fn mke2fs(path: &Path, block_size: &str, size: &str) {
+    let out = Command::new(tool("mke2fs").unwrap())
+        .args(["-q", "-F", "-t", "ext4", "-O", "metadata_csum,^has_journal", "-b", block_size])
+        .arg(path)
+        .arg(size)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "mke2fs: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// `Ok` when `e2fsck -fn` finds nothing; its report otherwise.
+pub fn e2fsck_clean(image: &Path) -> Result<(), String> {
+    let out = Command::new(tool("e2fsck").unwrap()).arg("-fn").arg(image).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    if out.status.code() == Some(0) && !text.contains("? no") && !text.contains("IGNORED") {
+        Ok(())
+    } else {
+        Err(text)
+    }
+}
+
+/// Panics with e2fsck's report unless the image is clean after `step`.
+pub fn assert_clean(image: &Path, step: &str) {
+    if let Err(report) = e2fsck_clean(image) {
+        panic!("after {step}, e2fsck -fn:\n{report}");
+    }
+}
