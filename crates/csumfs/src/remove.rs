@@ -8,8 +8,7 @@
 use crate::error::{corrupt, Error};
 use crate::inode::{Inode, FLAG_INDEX, FLAG_INLINE_DATA};
 use crate::volume::Volume;
-use crate::write::{encode_time, le16, le32, now, put16, put32, splice_all};
-use csumkit::crc32c;
+use crate::write::{encode_time, le16, le32, now, put16, put32};
 
 impl Volume {
     /// Removes the name `name` (not a directory) from `dir`; the inode
@@ -135,22 +134,7 @@ impl Volume {
         }
         let mut new = old.clone();
         put32(&mut new, 4, refs - 1);
-        // The checksum: fs seed, le64 block number, the block with h_checksum zero.
-        let message = |blk: &[u8]| {
-            let mut m = b.to_le_bytes().to_vec();
-            m.extend_from_slice(blk);
-            m[8 + 0x10..8 + 0x14].fill(0);
-            m
-        };
-        let (old_m, new_m) = (message(&old), message(&new));
-        let seed = self.layout.csum_seed;
-        let crc = self.updated(
-            "xattr block",
-            || splice_all(le32(&old, 0x10), old_m.len(), &old_m, &new_m),
-            || crc32c::raw_update(seed, &new_m),
-        );
-        put32(&mut new, 0x10, crc);
-        self.store(b * self.layout.block_size, &new)
+        self.rewrite_xattr_block(b, &mut new)
     }
 
     /// Takes `name`'s entry out of its leaf block.

@@ -229,22 +229,7 @@ impl Volume {
                 self.seal_new_xattr_block(block_no, &mut block);
                 self.store(block_no * bs as u64, &block)?;
             } else {
-                let old = self.block(block_no, &|| format!("inode {} xattr block", inode.ino))?.to_vec();
-                let message = |blk: &[u8]| {
-                    let mut m = block_no.to_le_bytes().to_vec();
-                    m.extend_from_slice(blk);
-                    m[8 + 0x10..8 + 0x14].fill(0);
-                    m
-                };
-                let (old_m, new_m) = (message(&old), message(&block));
-                let seed = self.layout.csum_seed;
-                let crc = self.updated(
-                    "xattr block",
-                    || splice_all(le32(&old, 0x10), old_m.len(), &old_m, &new_m),
-                    || crc32c::raw_update(seed, &new_m),
-                );
-                put32(&mut block, 0x10, crc);
-                self.store(block_no * bs as u64, &block)?;
+                self.rewrite_xattr_block(block_no, &mut block)?;
             }
         }
         let extra = inode.extra_isize();
@@ -267,6 +252,28 @@ impl Volume {
             put32(r, 0x0C, sec);
             put32(r, 0x84, e);
         })
+    }
+
+    /// Writes `new` over xattr block `block_no`, its checksum (fs seed,
+    /// le64 block number, the block with `h_checksum` zero) moved by splice
+    /// over what changed.
+    pub(crate) fn rewrite_xattr_block(&mut self, block_no: u64, new: &mut [u8]) -> Result<(), Error> {
+        let old = self.block(block_no, &|| format!("xattr block {block_no}"))?.to_vec();
+        let message = |blk: &[u8]| {
+            let mut m = block_no.to_le_bytes().to_vec();
+            m.extend_from_slice(blk);
+            m[8 + 0x10..8 + 0x14].fill(0);
+            m
+        };
+        let (old_m, new_m) = (message(&old), message(new));
+        let seed = self.layout.csum_seed;
+        let crc = self.updated(
+            "xattr block",
+            || splice_all(le32(&old, 0x10), old_m.len(), &old_m, &new_m),
+            || crc32c::raw_update(seed, &new_m),
+        );
+        put32(new, 0x10, crc);
+        self.store(block_no * self.layout.block_size, new)
     }
 
     /// Seals a new xattr block: its checksum over the block number and

@@ -4,30 +4,20 @@
 
 mod common;
 
-use common::{assert_clean, tool, Scratch};
+use common::{assert_clean, have_e2fsprogs, mke2fs, with_kernel_mount, Scratch};
 use csumfs::{NewInode, Options, SetAttr, Timespec, Volume, ROOT};
-use std::io::Write;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
-use std::process::Command;
 
 const FILE: NewInode = NewInode { mode: 0o100_644, uid: 0, gid: 0 };
 
 #[test]
 fn truncation_times_unwritten_extents_and_devices_are_what_e2fsck_and_the_kernel_expect() {
-    let Some(mkfs) = tool("mke2fs") else { return };
-    if tool("e2fsck").is_none() {
+    if !have_e2fsprogs() {
         return;
     }
-    let scratch = Scratch(std::env::temp_dir().join(format!("csumfs-attr-{}", std::process::id())));
-    std::fs::create_dir_all(&scratch.0).unwrap();
+    let scratch = Scratch::new("attr");
     let image = scratch.0.join("a.img");
-    let out = Command::new(&mkfs)
-        .args(["-q", "-F", "-t", "ext4", "-O", "metadata_csum,^has_journal", "-b", "1024"])
-        .arg(&image)
-        .arg("32M")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    mke2fs(&image, "1024", "32M");
     let bs = 1024u64;
     let mut v = Volume::open(&image, Options { write: true, check_updates: true, ..Options::default() }).unwrap();
 
@@ -101,14 +91,7 @@ fn truncation_times_unwritten_extents_and_devices_are_what_e2fsck_and_the_kernel
     drop(v);
 
     let mnt = scratch.0.join("mnt");
-    std::fs::create_dir_all(&mnt).unwrap();
-    let mounted = Command::new("mount").args(["-t", "ext4", "-o", "loop,ro"]).arg(&image).arg(&mnt).output();
-    if !matches!(&mounted, Ok(o) if o.status.success()) {
-        let test = std::thread::current().name().unwrap_or("a test").to_string();
-        let _ = writeln!(std::io::stderr(), "SKIPPED {test} (kernel read-back): mount refused");
-        return;
-    }
-    let result = std::panic::catch_unwind(|| {
+    with_kernel_mount(&image, &mnt, || {
         assert_eq!(std::fs::read(mnt.join("sparse")).unwrap(), model, "kernel: sparse");
         assert_eq!(std::fs::read(mnt.join("falloc")).unwrap(), falloc_model, "kernel: falloc");
         assert_eq!(std::fs::read(mnt.join("deep-falloc")).unwrap(), deep_model, "kernel: deep-falloc");
@@ -128,8 +111,4 @@ fn truncation_times_unwritten_extents_and_devices_are_what_e2fsck_and_the_kernel
         assert!(std::fs::symlink_metadata(mnt.join("fifo")).unwrap().file_type().is_fifo());
         assert!(std::fs::symlink_metadata(mnt.join("sock")).unwrap().file_type().is_socket());
     });
-    assert!(Command::new("umount").arg(&mnt).status().unwrap().success());
-    if let Err(panic) = result {
-        std::panic::resume_unwind(panic);
-    }
 }

@@ -4,11 +4,10 @@
 
 mod common;
 
-use common::{assert_clean, have_e2fsprogs, Scratch};
+use common::{assert_clean, have_e2fsprogs, mke2fs, with_kernel_mount, Scratch};
 use csumfs::{Error, NewInode, Options, Volume, XattrMode, ROOT};
 use std::collections::BTreeMap;
 use std::ffi::CString;
-use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::process::Command;
@@ -49,16 +48,9 @@ fn xattrs_set_and_removed_are_what_e2fsck_and_the_kernel_expect() {
     if !have_e2fsprogs() {
         return;
     }
-    let scratch = Scratch(std::env::temp_dir().join(format!("csumfs-xattr-{}", std::process::id())));
-    std::fs::create_dir_all(&scratch.0).unwrap();
+    let scratch = Scratch::new("xattr");
     let image = scratch.0.join("x.img");
-    let out = Command::new("/usr/sbin/mke2fs")
-        .args(["-q", "-F", "-t", "ext4", "-O", "metadata_csum,^has_journal", "-b", "4096"])
-        .arg(&image)
-        .arg("32M")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    mke2fs(&image, "4096", "32M");
     let mut v = Volume::open(&image, Options { write: true, check_updates: true, ..Options::default() }).unwrap();
     let file = NewInode { mode: 0o100_644, uid: 0, gid: 0 };
     let mut model: BTreeMap<&str, BTreeMap<String, Vec<u8>>> = BTreeMap::new();
@@ -140,26 +132,19 @@ fn xattrs_set_and_removed_are_what_e2fsck_and_the_kernel_expect() {
     drop(v);
 
     let mnt = scratch.0.join("mnt");
-    std::fs::create_dir_all(&mnt).unwrap();
-    let mounted = Command::new("mount").args(["-t", "ext4", "-o", "loop,ro"]).arg(&image).arg(&mnt).output();
-    if !matches!(&mounted, Ok(o) if o.status.success()) {
-        let test = std::thread::current().name().unwrap_or("a test").to_string();
-        let _ = writeln!(std::io::stderr(), "SKIPPED {test} (kernel read-back): mount refused");
-        return;
-    }
-    for (name, want) in &model {
-        assert_eq!(&kernel_xattrs(&mnt.join(name)), want, "kernel: xattrs of {name}");
-    }
+    with_kernel_mount(&image, &mnt, || {
+        for (name, want) in &model {
+            assert_eq!(&kernel_xattrs(&mnt.join(name)), want, "kernel: xattrs of {name}");
+        }
+    });
 }
-
 #[test]
 fn a_block_shared_by_three_kernel_made_files_is_copied_not_changed() {
     if !have_e2fsprogs() {
         return;
     }
     let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("../csumkit/tests/data/ext4/4k.img.gz");
-    let scratch = Scratch(std::env::temp_dir().join(format!("csumfs-xattr-shared-{}", std::process::id())));
-    std::fs::create_dir_all(&scratch.0).unwrap();
+    let scratch = Scratch::new("xattr-shared");
     let image = scratch.0.join("4k.img");
     let out = Command::new("gzip").arg("-dc").arg(&corpus).output().unwrap();
     assert!(out.status.success());

@@ -72,3 +72,31 @@ pub fn assert_clean(image: &Path, step: &str) {
         panic!("after {step}, e2fsck -fn:\n{report}");
     }
 }
+
+/// Mounts `image` read-only with the kernel's ext4 at `mnt`; `false` (after
+/// saying the running test skipped its kernel read-back) where this machine
+/// does not allow it.
+pub fn kernel_mount(image: &Path, mnt: &Path) -> bool {
+    std::fs::create_dir_all(mnt).unwrap();
+    let out = Command::new("mount").args(["-t", "ext4", "-o", "loop,ro"]).arg(image).arg(mnt).output();
+    if matches!(&out, Ok(o) if o.status.success()) {
+        return true;
+    }
+    let why = out.map_or_else(|e| e.to_string(), |o| String::from_utf8_lossy(&o.stderr).trim().to_string());
+    let test = std::thread::current().name().unwrap_or("a test").to_string();
+    let _ = writeln!(std::io::stderr(), "SKIPPED {test} (kernel read-back): {why}");
+    false
+}
+
+/// Runs `check` on the kernel's mount of `image` at `mnt`, unmounts, and
+/// passes a failure on.
+pub fn with_kernel_mount(image: &Path, mnt: &Path, check: impl FnOnce() + std::panic::UnwindSafe) {
+    if !kernel_mount(image, mnt) {
+        return;
+    }
+    let result = std::panic::catch_unwind(check);
+    assert!(Command::new("umount").arg(mnt).status().unwrap().success());
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}
