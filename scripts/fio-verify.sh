@@ -49,7 +49,8 @@ size=$rsize
 JOBS
 "$csumkit" mount "$work/img" "$work/mnt"
 status=0
-fio --output-format=terse --terse-version=3 "$work/jobs.fio" >"$work/fio.out" 2>&1 || status=$?
+# fio keeps its verify state files in the current directory: the work dir.
+(cd "$work" && fio --output-format=terse --terse-version=3 jobs.fio) >"$work/fio.out" 2>&1 || status=$?
 awk -F';' 'NF > 50 {printf "fio %-6s write %8.1f MB/s  read %8.1f MB/s  errors %s\n", $3, $48/1024, $7/1024, $5}' "$work/fio.out"
 if [ $status != 0 ]; then echo "fio-verify.sh: fio failed inside csumkit mount:"; cat "$work/fio.out"; exit 1; fi
 fusermount3 -u "$work/mnt"
@@ -61,7 +62,7 @@ mount -t ext4 -o loop "$work/img" "$work/kernel"  # fio opens its files read-wri
 # The same jobs, verify only, against what the kernel reads.
 sed -i "s|directory=$work/mnt|directory=$work/kernel|" "$work/jobs.fio"
 sed -i 's/^\[mixed\]/[mixed]\nverify=0/' "$work/jobs.fio"  # a mixed job's last state is not one verify pass
-if fio --verify_only "$work/jobs.fio" >"$work/verify.out" 2>&1; then
+if (cd "$work" && fio --verify_only jobs.fio) >"$work/verify.out" 2>&1; then
   echo "kernel ext4 re-verified every block fio wrote: ok"
 else
   echo "fio-verify.sh: the kernel reads different data:"; cat "$work/verify.out"; exit 1
