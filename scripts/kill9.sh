@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # kill -9 the `csumkit mount` daemon at a random moment (0.1–0.9 s) of a metadata-heavy
 # workload (mkdir, create, write, fsync, rename, unlink), N times; then mount it again
-# (which undoes an operation the kill cut short), read back every file whose fsync
-# returned (data checksums verified), unmount, and e2fsck -fn each image. Prints how many runs left findings. Needs root, /dev/fuse, e2fsprogs.
-#   scripts/kill9.sh [N]     (default 20; CSUMKIT: the binary)
+# (which replays the ByteLog, or with MOUNT_OPTS="-o log=off" undoes an operation the kill
+# cut short), read back every file whose fsync returned (data checksums verified),
+# unmount, and e2fsck -fn each image. Prints how many runs left findings. Needs root,
+# /dev/fuse, e2fsprogs.
+#   scripts/kill9.sh [N]     (default 20; CSUMKIT: the binary; MOUNT_OPTS: extra mount options)
 root=$(cd "$(dirname "$0")/.." && pwd)
 csumkit=${CSUMKIT:-$root/target/release/csumkit}
 n=${1:-20}; bad=0; lost=0
 for run in $(seq $n); do
   d=$(mktemp -d /tmp/crash.XXXX); mkdir $d/m; truncate -s 64M $d/img; mke2fs -q -F -t ext4 -O metadata_csum,^has_journal -b 4096 $d/img
-  "$csumkit" mount -f $d/img $d/m & pid=$!
+  "$csumkit" mount -f $d/img $d/m $MOUNT_OPTS & pid=$!
   for _ in $(seq 100); do mountpoint -q $d/m && break; sleep 0.01; done
   python3 - $d/m > $d/acked 2>/dev/null <<'PY' &
 import os, sys
@@ -31,10 +33,10 @@ PY
   sleep 0.$((RANDOM % 9 + 1))
   kill -9 $pid; wait $pid 2>/dev/null; kill $wl 2>/dev/null; wait $wl 2>/dev/null
   fusermount3 -uz $d/m 2>/dev/null
-  # Mount again (an interrupted operation is undone); every file whose fsync
-  # returned is there with its size (under its new name if it was being
-  # renamed), unless the workload removed it; unmount; then e2fsck judges.
-  "$csumkit" mount -f $d/img $d/m & pid=$!
+  # Mount again (the log replayed); every file whose fsync returned is there
+  # with its size (under its new name once a later fsync made the rename
+  # durable), unless the workload removed it; unmount; then e2fsck judges.
+  "$csumkit" mount -f $d/img $d/m $MOUNT_OPTS & pid=$!
   for _ in $(seq 100); do mountpoint -q $d/m && break; sleep 0.01; done
   python3 - $d/m $d/acked <<'PY' || lost=$((lost+1))
 import os, sys
@@ -52,7 +54,8 @@ for f, size in files.items():
     # removes file last-10 or last-9 before saying so).
     if i in removed or last - 10 <= i <= last - 9:
         continue
-    names = [f + ".r"] if f in moved else [f, f + ".r"]
+    # A rename is durable once a later fsync returned (the next file's).
+    names = [f + ".r"] if f in moved and i < last else [f, f + ".r"]
     # Read whole: every block with a data checksum is verified (EIO fails).
     if not any(os.path.exists(n) and len(open(n, "rb").read()) == size for n in names):
         print(f"acknowledged {f} ({size} B) missing")

@@ -28,6 +28,16 @@ pub struct Stats {
     pub data_verified: AtomicU64,
     /// Data blocks whose checksum did not match (each an `EIO`).
     pub data_mismatches: AtomicU64,
+    /// ByteLog commits of metadata (seed 001).
+    pub log_commits: AtomicU64,
+    /// Records those commits appended.
+    pub log_records: AtomicU64,
+    /// Bytes those commits made durable (whole 64-byte lines).
+    pub log_commit_bytes: AtomicU64,
+    /// Checkpoints (the image file brought up to the log, the log emptied).
+    pub log_checkpoints: AtomicU64,
+    /// Commits too large for the log, written through to the image instead.
+    pub log_write_through: AtomicU64,
 }
 
 impl Stats {
@@ -36,7 +46,8 @@ impl Stats {
         let g = Stats::get;
         format!(
             "seed 000 incremental checksums: {} metadata checksum updates moved by flip_range/splice, {} recomputed in full\n\
-             seed 001 ByteLog: not on the mount's path yet (metadata is written in place; fsync = fdatasync)\n\
+             seed 001 ByteLog: {} metadata commits in {} records, {} bytes persisted ({} per commit), \
+             {} checkpoints, {} commits written through\n\
              seed 002 data checksums: {} blocks checksummed on write, {} verified on read, {} mismatches (EIO), \
              {} tree commits writing {} bytes\n\
              seed 003 xattr name filter: {} absent-name lookups answered from the filter, {} searched the xattrs \
@@ -44,6 +55,12 @@ impl Stats {
              seed 004 PI offload: not on the mount's path yet\n",
             g(&self.csum_incremental),
             g(&self.csum_full),
+            g(&self.log_commits),
+            g(&self.log_records),
+            g(&self.log_commit_bytes),
+            g(&self.log_commit_bytes).checked_div(g(&self.log_commits)).unwrap_or(0),
+            g(&self.log_checkpoints),
+            g(&self.log_write_through),
             g(&self.data_checksummed),
             g(&self.data_verified),
             g(&self.data_mismatches),

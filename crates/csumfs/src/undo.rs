@@ -32,8 +32,11 @@ type Record = (usize, Vec<u8>);
 
 /// The undo log and the depth of the operation in progress.
 pub(crate) struct UndoLog {
-    file: File,
-    map: memmap2::MmapMut,
+    /// The log file and its map; `None`: records are kept in memory only
+    /// (a ByteLog volume, whose private copy of the image dies with the
+    /// process, needs them only to roll back an operation that failed).
+    file: Option<(File, memmap2::MmapMut)>,
+    memory: Vec<Record>,
     /// Nested `begin`s; the outermost `end` commits or rolls back.
     pub(crate) depth: u32,
 }
@@ -61,45 +64,56 @@ impl UndoLog {
             file.set_len(INITIAL_BYTES).map_err(io(path))?;
         }
         // SAFETY: the file is csumfs's own; nothing else maps it while the volume is open.
-        let map = unsafe { memmap2::MmapMut::map_mut(&file) }.map_err(io(path))?;
-        let mut log = UndoLog { file, map, depth: 0 };
-        let pending = if &log.map[..8] == MAGIC {
-            log.pending().map_err(|detail| crate::error::corrupt(path.display().to_string(), detail))?
+        let mut map = unsafe { memmap2::MmapMut::map_mut(&file) }.map_err(io(path))?;
+        let pending = if &map[..8] == MAGIC {
+            pending(&map).map_err(|detail| crate::error::corrupt(path.display().to_string(), detail))?
         } else {
-            log.map[..8].copy_from_slice(MAGIC);
+            map[..8].copy_from_slice(MAGIC);
             Vec::new()
         };
+        let mut log = UndoLog { file: Some((file, map)), memory: Vec::new(), depth: 0 };
         log.clear();
         Ok((log, pending))
     }
 
+    /// A log kept in memory only.
+    pub(crate) fn in_memory() -> UndoLog {
+        UndoLog { file: None, memory: Vec::new(), depth: 0 }
+    }
+
     /// Forgets every record (the operation is complete, or undone).
     pub(crate) fn clear(&mut self) {
+        self.memory.clear();
+        let Some((_, map)) = &mut self.file else { return };
         // The image's stores before this one stay before it.
         compiler_fence(Ordering::SeqCst);
-        self.map[8..16].copy_from_slice(&0u64.to_le_bytes());
-        self.map[16..24].copy_from_slice(&(HEADER as u64).to_le_bytes());
+        map[8..16].copy_from_slice(&0u64.to_le_bytes());
+        map[16..24].copy_from_slice(&(HEADER as u64).to_le_bytes());
     }
 
     /// Appends the old bytes at image offset `at`.
     pub(crate) fn record(&mut self, at: usize, old: &[u8]) -> Result<(), Error> {
-        let used = le64(&self.map, 16) as usize;
+        let Some((file, map)) = &mut self.file else {
+            self.memory.push((at, old.to_vec()));
+            return Ok(());
+        };
+        let used = le64(map, 16) as usize;
         let need = used + 16 + old.len().next_multiple_of(8);
-        if need > self.map.len() {
-            let len = (need as u64).next_power_of_two().max(2 * self.map.len() as u64);
-            self.file.set_len(len).map_err(|source| Error::Io { context: "undo log".into(), source })?;
+        if need > map.len() {
+            let len = (need as u64).next_power_of_two().max(2 * map.len() as u64);
+            file.set_len(len).map_err(|source| Error::Io { context: "undo log".into(), source })?;
             // SAFETY: as in `open`; the old map is dropped by the assignment.
-            self.map = unsafe { memmap2::MmapMut::map_mut(&self.file) }
+            *map = unsafe { memmap2::MmapMut::map_mut(&*file) }
                 .map_err(|source| Error::Io { context: "undo log".into(), source })?;
         }
-        self.map[used..used + 8].copy_from_slice(&(at as u64).to_le_bytes());
-        self.map[used + 8..used + 12].copy_from_slice(&(old.len() as u32).to_le_bytes());
-        self.map[used + 12..used + 16].fill(0);
-        self.map[used + 16..used + 16 + old.len()].copy_from_slice(old);
+        map[used..used + 8].copy_from_slice(&(at as u64).to_le_bytes());
+        map[used + 8..used + 12].copy_from_slice(&(old.len() as u32).to_le_bytes());
+        map[used + 12..used + 16].fill(0);
+        map[used + 16..used + 16 + old.len()].copy_from_slice(old);
         // The record first, then the bytes used, then the count.
-        self.map[16..24].copy_from_slice(&(need as u64).to_le_bytes());
-        let count = le64(&self.map, 8) + 1;
-        self.map[8..16].copy_from_slice(&count.to_le_bytes());
+        map[16..24].copy_from_slice(&(need as u64).to_le_bytes());
+        let count = le64(map, 8) + 1;
+        map[8..16].copy_from_slice(&count.to_le_bytes());
         // The record is stored before the image store it protects.
         compiler_fence(Ordering::SeqCst);
         Ok(())
@@ -107,20 +121,28 @@ impl UndoLog {
 
     /// The records of the operation in progress, newest first.
     pub(crate) fn pending(&self) -> Result<Vec<Record>, String> {
-        let (count, used, mut at) = (le64(&self.map, 8), le64(&self.map, 16) as usize, HEADER);
-        let mut out = Vec::new();
-        for _ in 0..count {
-            if at + 16 > used.min(self.map.len()) {
-                return Err(format!("record {} of {count} lies past the {used} bytes used", out.len()));
-            }
-            let (offset, len) = (le64(&self.map, at) as usize, le32(&self.map, at + 8) as usize);
-            let old = self.map.get(at + 16..at + 16 + len).ok_or("a record runs off the log")?;
-            out.push((offset, old.to_vec()));
-            at += 16 + len.next_multiple_of(8);
+        match &self.file {
+            Some((_, map)) => pending(map),
+            None => Ok(self.memory.iter().rev().cloned().collect()),
         }
-        out.reverse();
-        Ok(out)
     }
+}
+
+/// The records a log file's map holds, newest first.
+fn pending(map: &[u8]) -> Result<Vec<Record>, String> {
+    let (count, used, mut at) = (le64(map, 8), le64(map, 16) as usize, HEADER);
+    let mut out = Vec::new();
+    for _ in 0..count {
+        if at + 16 > used.min(map.len()) {
+            return Err(format!("record {} of {count} lies past the {used} bytes used", out.len()));
+        }
+        let (offset, len) = (le64(map, at) as usize, le32(map, at + 8) as usize);
+        let old = map.get(at + 16..at + 16 + len).ok_or("a record runs off the log")?;
+        out.push((offset, old.to_vec()));
+        at += 16 + len.next_multiple_of(8);
+    }
+    out.reverse();
+    Ok(out)
 }
 
 impl crate::volume::Volume {
@@ -180,6 +202,9 @@ impl crate::volume::Volume {
         }
         if let Some(undo) = &mut self.undo {
             undo.clear();
+        }
+        if ok {
+            self.after_operation()?;
         }
         Ok(())
     }

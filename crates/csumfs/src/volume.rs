@@ -49,6 +49,9 @@ pub(crate) enum Bytes {
     /// `fdatasync`, which writes the pages the map dirtied without walking
     /// the whole map as `msync` does (hundreds of milliseconds at 40 GiB).
     MapMut(memmap2::MmapMut, std::fs::File),
+    /// A private (copy-on-write) map: stores stay in this process; a
+    /// ByteLog makes them durable and checkpoints put them in the file.
+    Private(memmap2::MmapMut),
     Owned(Vec<u8>),
 }
 
@@ -57,7 +60,7 @@ impl std::ops::Deref for Bytes {
     fn deref(&self) -> &[u8] {
         match self {
             Bytes::Map(map) => map,
-            Bytes::MapMut(map, _) => map,
+            Bytes::MapMut(map, _) | Bytes::Private(map) => map,
             Bytes::Owned(bytes) => bytes,
         }
     }
@@ -68,7 +71,7 @@ impl Bytes {
     pub(crate) fn writable(&mut self) -> Option<&mut [u8]> {
         match self {
             Bytes::Map(_) => None,
-            Bytes::MapMut(map, _) => Some(map),
+            Bytes::MapMut(map, _) | Bytes::Private(map) => Some(map),
             Bytes::Owned(bytes) => Some(bytes),
         }
     }
@@ -92,10 +95,18 @@ pub struct Volume {
     pub(crate) datasums: Option<crate::datasum::DataSums>,
     /// All-or-nothing operations, when on ([`Volume::enable_undo`]).
     pub(crate) undo: Option<crate::undo::UndoLog>,
+    /// Metadata made durable through a ByteLog ([`Volume::open_logged`]).
+    pub(crate) redo: Option<crate::redo::Redo>,
 }
 
 /// (feature bit, name, remedy) of the incompat features this code refuses.
-const REFUSED_INCOMPAT: [(u32, &str, &str); 4] = [
+const REFUSED_INCOMPAT: [(u32, &str, &str); 5] = [
+    (
+        crate::redo::LOG_PENDING,
+        "csumfs_log",
+        "csumkit mount's ByteLog (IMAGE.bytelog) holds changes the image lacks: run `csumkit ext4 checkpoint IMAGE` \
+         (or mount it with csumkit mount again)",
+    ),
     (
         Features::INCOMPAT_RECOVER,
         "needs_recovery",
@@ -138,7 +149,7 @@ impl Volume {
         Volume::new(Bytes::Owned(bytes), options)
     }
 
-    fn new(map: Bytes, options: Options) -> Result<Volume, Error> {
+    pub(crate) fn new(map: Bytes, options: Options) -> Result<Volume, Error> {
         let layout = Layout::parse(&map)?;
         let sb = &map[1024..2048];
         let incompat = layout.features.incompat;
@@ -165,6 +176,7 @@ impl Volume {
             orphans: HashSet::new(),
             datasums: None,
             undo: None,
+            redo: None,
         })
     }
 

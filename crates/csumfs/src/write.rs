@@ -203,6 +203,9 @@ impl Volume {
                 self.map.get(at..at + len).ok_or_else(|| crate::error::corrupt("image", "a write past its end"))?;
             undo.record(at, old)?;
         }
+        if let Some(redo) = &mut self.redo {
+            redo.note(at, len);
+        }
         self.map.writable().ok_or_else(|| Error::Invalid("the volume was opened read-only".into()))
     }
 
@@ -214,8 +217,12 @@ impl Volume {
         Ok(())
     }
 
-    /// Writes file data `new` at `at` of the image: in place, not logged.
+    /// Writes file data `new` at `at` of the image: in place, not logged
+    /// (with a ByteLog, see `store_logged_data`).
     pub(crate) fn store_data(&mut self, at: u64, new: &[u8]) -> Result<(), Error> {
+        if self.redo.is_some() {
+            return self.store_logged_data(at as usize, new);
+        }
         let image = self.map.writable().ok_or_else(|| Error::Invalid("the volume was opened read-only".into()))?;
         let at = at as usize;
         image[at..at + new.len()].copy_from_slice(new);
@@ -510,6 +517,10 @@ impl Volume {
     /// Returns `len` blocks from `start` to the free pool, group by group.
     pub(crate) fn free_blocks(&mut self, start: u64, len: u64) -> Result<(), Error> {
         self.data_freed(start, len);
+        if let Some(redo) = &mut self.redo {
+            let bs = self.layout.block_size as usize;
+            redo.freed(start as usize * bs, len as usize * bs);
+        }
         let l = self.layout.clone();
         let (mut b, end) = (start, start + len);
         while b < end {
@@ -943,12 +954,17 @@ impl Volume {
         self.inode(ino)
     }
 
-    /// Flushes every change to the image: `fdatasync` of the image file,
-    /// which writes the pages written through the map.
+    /// Makes every change durable: `fdatasync` of the image file, which
+    /// writes the pages written through the map; with a ByteLog, the data
+    /// written so far, then one commit of the metadata changed since the
+    /// last (the image file gets metadata at checkpoints).
     ///
     /// # Errors
     /// [`Error::Io`] when the flush fails.
     pub fn sync(&mut self) -> Result<(), Error> {
+        if self.redo.is_some() {
+            return self.sync_logged();
+        }
         if let Bytes::MapMut(_, file) = &self.map {
             file.sync_data().map_err(|source| Error::Io { context: "fdatasync".into(), source })?;
         }

@@ -34,7 +34,9 @@ pub struct MountArgs {
     /// Mount options, comma-separated: ro, rw, allow_other,
     /// default_permissions (always on), threads=N (2), ttl=SECONDS (1),
     /// csum=incremental|full (how metadata checksums are kept),
-    /// datasum=on|off (data checksums in IMAGE.csums, verified on read: on).
+    /// datasum=on|off (data checksums in IMAGE.csums, verified on read: on),
+    /// log=PATH|off (metadata made durable through a ByteLog: IMAGE.bytelog;
+    /// off: written in place, fsync = fdatasync of the image).
     #[arg(short = 'o', value_name = "OPTIONS", value_delimiter = ',')]
     options: Vec<String>,
 }
@@ -45,10 +47,17 @@ struct Parsed {
     checksums: Checksums,
     /// Data checksums in `IMAGE.csums` (seed 002).
     datasum: bool,
+    /// The ByteLog (seed 001): `None` = `log=off`; an empty path = beside the image.
+    log: Option<PathBuf>,
 }
 
 fn parse_options(list: &[String]) -> Result<Parsed, String> {
-    let mut parsed = Parsed { mount: MountOptions::default(), checksums: Checksums::Incremental, datasum: true };
+    let mut parsed = Parsed {
+        mount: MountOptions::default(),
+        checksums: Checksums::Incremental,
+        datasum: true,
+        log: Some(PathBuf::new()),
+    };
     for option in list.iter().map(|o| o.trim()).filter(|o| !o.is_empty()) {
         let (key, value) = option.split_once('=').map_or((option, None), |(k, v)| (k, Some(v)));
         match (key, value) {
@@ -75,15 +84,26 @@ fn parse_options(list: &[String]) -> Result<Parsed, String> {
             ("csum", Some("full")) => parsed.checksums = Checksums::Full,
             ("datasum", Some("on")) => parsed.datasum = true,
             ("datasum", Some("off")) => parsed.datasum = false,
+            ("log", Some("off")) => parsed.log = None,
+            ("log", Some(path)) if !path.is_empty() => parsed.log = Some(PathBuf::from(path)),
             _ => {
                 return Err(format!(
                     "unknown mount option {option:?} (known: ro, rw, allow_other, default_permissions, \
-                     threads=N, ttl=SECONDS, csum=incremental|full, datasum=on|off)"
+                     threads=N, ttl=SECONDS, csum=incremental|full, datasum=on|off, log=PATH|off)"
                 ))
             }
         }
     }
     Ok(parsed)
+}
+
+/// Bytes of the ByteLog file: commits happen at every fsync, at 1 MiB
+/// pending or every 5 s, and a checkpoint empties it once half full.
+pub const LOG_BYTES: u64 = 16 << 20;
+
+/// Where the ByteLog of `image` lives by default: `IMAGE.bytelog` beside it.
+pub fn log_path(image: &Path) -> PathBuf {
+    with_suffix(image, ".bytelog")
 }
 
 /// Where the data checksums of `image` live: `IMAGE.csums` beside it.
@@ -143,21 +163,14 @@ pub fn run(args: &MountArgs) -> ExitCode {
         return fail(problem);
     }
     let options = Options { write: !parsed.mount.read_only, checksums: parsed.checksums, ..Options::default() };
-    let mut volume = match Volume::open(image, options) {
-        Ok(volume) => volume,
-        Err(e) => return fail(format!("{}: {e}", image.display())),
+    let volume = match (&parsed.log, parsed.mount.read_only) {
+        (Some(log), false) => open_logged(image, log, options),
+        _ => open_in_place(image, options),
     };
-    if !parsed.mount.read_only {
-        let undo = with_suffix(image, ".undo");
-        match volume.enable_undo(&undo) {
-            Ok(true) => eprintln!(
-                "csumkit mount: {}: an operation a stopped csumkit mount left half done was undone",
-                image.display()
-            ),
-            Ok(false) => {}
-            Err(e) => return fail(format!("{}: {e}", undo.display())),
-        }
-    }
+    let mut volume = match volume {
+        Ok(volume) => volume,
+        Err(message) => return fail(message),
+    };
     if parsed.datasum {
         let sidecar = sidecar_path(image);
         if let Err(e) = volume.enable_data_checksums(&sidecar) {
@@ -169,6 +182,46 @@ pub fn run(args: &MountArgs) -> ExitCode {
         return detach();
     }
     serve(volume, image, mountpoint, &parsed.mount)
+}
+
+/// The volume with its metadata written in place (`log=off`, or `ro`): an
+/// operation a stopped mount left half done is undone from `IMAGE.undo`.
+fn open_in_place(image: &Path, options: Options) -> Result<Volume, String> {
+    let mut volume = Volume::open(image, options).map_err(|e| format!("{}: {e}", image.display()))?;
+    if options.write {
+        let undo = with_suffix(image, ".undo");
+        match volume.enable_undo(&undo) {
+            Ok(true) => eprintln!(
+                "csumkit mount: {}: an operation a stopped csumkit mount left half done was undone",
+                image.display()
+            ),
+            Ok(false) => {}
+            Err(e) => return Err(format!("{}: {e}", undo.display())),
+        }
+    }
+    Ok(volume)
+}
+
+/// The volume with its metadata logged (the default): the log replayed
+/// first, and an undo log a `log=off` mount left applied before that.
+fn open_logged(image: &Path, log: &Path, options: Options) -> Result<Volume, String> {
+    let log = if log.as_os_str().is_empty() { log_path(image) } else { log.to_path_buf() };
+    if with_suffix(image, ".undo").exists() {
+        drop(open_in_place(image, options)?);
+        let _ = std::fs::remove_file(with_suffix(image, ".undo"));
+    }
+    let (volume, replayed) = Volume::open_logged(image, &log, LOG_BYTES, options)
+        .map_err(|e| format!("{} (log {}): {e}", image.display(), log.display()))?;
+    if replayed.commits > 0 {
+        eprintln!(
+            "csumkit mount: {}: replayed {} commits ({} bytes of metadata) from {}",
+            image.display(),
+            replayed.commits,
+            replayed.bytes,
+            log.display()
+        );
+    }
+    Ok(volume)
 }
 
 /// The counters of the csumkit mount at `dir` (its root's virtual xattr).
@@ -267,7 +320,9 @@ fn serve(volume: Volume, image: &Path, mountpoint: &Path, options: &MountOptions
     let mut volume = volume.write().unwrap_or_else(std::sync::PoisonError::into_inner);
     volume.begin();
     let released = volume.release_orphans();
-    let synced = volume.end(released.is_ok()).and(released).and_then(|()| volume.sync());
+    // Everything into the image (with a ByteLog: a final checkpoint, so
+    // the kernel and e2fsck accept the image after unmount).
+    let synced = volume.end(released.is_ok()).and(released).and_then(|()| volume.checkpoint());
     match (ran, synced) {
         (Ok(()), Ok(())) => ExitCode::SUCCESS,
         (Err(e), _) => {

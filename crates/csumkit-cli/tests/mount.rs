@@ -355,6 +355,58 @@ fn a_mounted_image_changed_by_file_calls_is_clean_for_e2fsck_and_the_kernel() {
     }
 }
 
+/// kill -9 after an fsync: the image says its ByteLog holds changes.
+fn fsync_and_kill(mut child: Child, mnt: &Path) {
+    std::fs::File::open(mnt).unwrap().sync_all().unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let _ = Command::new("/usr/bin/fusermount3").arg("-uz").arg(mnt).output();
+}
+
+fn csumkit(args: &[&std::ffi::OsStr]) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_csumkit")).args(args).output().unwrap();
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr))
+}
+
+#[test]
+fn a_killed_mount_is_replayed_by_the_next_and_checkpointed_for_the_kernel() {
+    if cannot_mount() {
+        return;
+    }
+    let scratch = Scratch::new("killed");
+    let image = scratch.image("64M", "4096");
+    let child = mount_foreground(&image, &scratch.mnt(), &[]);
+    let model = std::panic::catch_unwind(|| exercise(&scratch.mnt()));
+    fsync_and_kill(child, &scratch.mnt());
+    let model = model.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+
+    // The kernel's tools refuse the image; csumfs's readers name the remedy.
+    let out = Command::new("/usr/sbin/e2fsck").arg("-fn").arg(&image).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && text.contains("unsupported feature"), "e2fsck -fn:\n{text}");
+    let (ok, text) = csumkit(&["ext4".as_ref(), "ls".as_ref(), image.as_os_str(), "/".as_ref()]);
+    assert!(!ok && text.contains("csumkit ext4 checkpoint"), "ext4 ls: {text}");
+    let (ok, text) = csumkit(&["ext4".as_ref(), "check".as_ref(), image.as_os_str()]);
+    assert!(ok && text.contains("checked as its ByteLog"), "ext4 check: {text}");
+
+    // The next mount replays the log and reads everything back.
+    let child = mount_foreground(&image, &scratch.mnt(), &[]);
+    let again = std::panic::catch_unwind(|| {
+        compare(&scratch.mnt(), &model, "csumfs after replay");
+        std::fs::write(scratch.mnt().join("after-replay"), b"written after the replay").unwrap();
+    });
+    fsync_and_kill(child, &scratch.mnt());
+    again.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+
+    // Checkpointed without mounting: e2fsck and the kernel see it all.
+    let (ok, text) = csumkit(&["ext4".as_ref(), "checkpoint".as_ref(), image.as_os_str()]);
+    assert!(ok && text.contains("commits") && text.contains("replayed"), "ext4 checkpoint: {text}");
+    e2fsck_clean(&image);
+    kernel_compare(&scratch, &image, &model);
+    let (ok, text) = csumkit(&["ext4".as_ref(), "cat".as_ref(), image.as_os_str(), "/after-replay".as_ref()]);
+    assert!(ok && text == "written after the replay", "ext4 cat: {text}");
+}
+
 #[test]
 fn sigterm_and_sigint_unmount_and_exit_zero_and_the_default_is_a_daemon() {
     if cannot_mount() {

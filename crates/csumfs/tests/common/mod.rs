@@ -4,6 +4,8 @@
 
 #![allow(dead_code)] // each test binary uses its own part of this
 
+pub mod model;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -1,7 +1,7 @@
 //! `csumkit bench fs`: whole filesystems side by side in one run, each on
 //! an image of its own in the same directory — csumfs through `csumkit
 //! mount` (all on; without data checksums; with the techniques off:
-//! `csum=full,datasum=off`), e2fsprogs' `fuse2fs`,
+//! `csum=full,datasum=off,log=off`), e2fsprogs' `fuse2fs`,
 //! and the kernel's ext4 on a loop device (journal, and `fast_commit`).
 //! Workloads are ordinary file calls on the mountpoint:
 //! (1) create + 4 KiB write + fsync + unlink, (2) 1 MiB sequential writes,
@@ -67,7 +67,7 @@ impl System {
         match self {
             System::Csumfs => "csumfs",
             System::CsumfsNoDatasum => "csumfs datasum=off",
-            System::CsumfsFull => "csumfs csum=full,datasum=off",
+            System::CsumfsFull => "csumfs csum=full,datasum=off,log=off",
             System::Fuse2fs => "fuse2fs",
             System::Kernel => "kernel ext4 (journal)",
             System::KernelFastCommit => "kernel ext4 fast_commit",
@@ -124,7 +124,7 @@ fn mount(system: System, image: &Path, mnt: &Path) -> Result<(), String> {
             let options = match system {
                 System::Csumfs => "csum=incremental,datasum=on",
                 System::CsumfsNoDatasum => "csum=incremental,datasum=off",
-                _ => "csum=full,datasum=off",
+                _ => "csum=full,datasum=off,log=off",
             };
             run_cmd(Command::new(exe).arg("mount").arg(image).arg(mnt).args(["-o", options]), "csumkit mount")
         }

@@ -75,5 +75,5 @@ pub use log::{
     decode_tlvs, encode_tlvs, ByteLog, LogStats, Record, RecordRef, Tlv, ANCHOR_EVERY_BYTES, RING_BYTES_MIN,
 };
 #[cfg(unix)]
-pub use medium::MmapMedium;
+pub use medium::{FileMedium, MmapMedium};
 pub use medium::{Medium, Persist, SimMedium};

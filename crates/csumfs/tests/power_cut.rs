@@ -1,0 +1,277 @@
+//! Power cuts under csumfs's ByteLog: a random workload (the model test's
+//! operations, a `sync` every few) runs on a volume whose image is a
+//! simulated disk (writes durable only at its `sync`) and whose log is a
+//! simulated persistent medium (lines durable only once flushed and
+//! fenced). At every fence of the log — the moment a commit or a
+//! checkpoint becomes durable — the power is cut: the disk keeps a random
+//! subset of its unsynced 512-byte sectors, the log a random subset of its
+//! dirty lines (one of them torn). What that leaves is replayed as `mount`
+//! does, and must be a tree the workload had at an operation boundary at
+//! or after the last acknowledged `sync`, with every file the workload had
+//! not changed since that `sync` byte for byte; `e2fsck -fn` judges the
+//! image for a sample of the cuts.
+
+mod common;
+
+use common::model::{apply, op, Model, Node, Op};
+use common::{assert_clean, have_e2fsprogs, mke2fs, Scratch};
+use csumfs::{Backing, Options, Stats, Volume};
+use csumkit::bytelog::{Medium, SimMedium};
+use proptest::strategy::{Strategy, ValueTree};
+use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+const SECTOR: usize = 512;
+
+/// A disk: what reads see now, what is durable, and the writes since the
+/// last flush.
+struct Disk {
+    current: Vec<u8>,
+    durable: Vec<u8>,
+    unsynced: Vec<(usize, usize)>,
+}
+
+struct SimDisk(Arc<Mutex<Disk>>);
+
+impl Backing for SimDisk {
+    fn write_at(&mut self, at: u64, bytes: &[u8]) -> std::io::Result<()> {
+        let mut disk = self.0.lock().unwrap();
+        let at = at as usize;
+        disk.current[at..at + bytes.len()].copy_from_slice(bytes);
+        disk.unsynced.push((at, at + bytes.len()));
+        Ok(())
+    }
+    fn sync(&mut self) -> std::io::Result<()> {
+        let mut disk = self.0.lock().unwrap();
+        let Disk { current, durable, unsynced } = &mut *disk;
+        for (start, end) in unsynced.drain(..) {
+            durable[start..end].copy_from_slice(&current[start..end]);
+        }
+        Ok(())
+    }
+}
+
+/// The workload's trees: from the last acknowledged `sync` on.
+struct History {
+    trees: Vec<Model>,
+}
+
+/// Everything a cut needs, shared with the medium.
+struct World {
+    disk: Arc<Mutex<Disk>>,
+    history: Arc<Mutex<History>>,
+    rng: u64,
+    cuts: u64,
+    judged: u64,
+    scratch: std::path::PathBuf,
+}
+
+/// The log's medium: a simulated one that cuts the power at every fence.
+struct CuttingMedium {
+    sim: SimMedium,
+    world: Arc<Mutex<World>>,
+}
+
+impl Medium for CuttingMedium {
+    fn len(&self) -> u64 {
+        self.sim.len()
+    }
+    fn view(&self, offset: u64, len: u64) -> Result<&[u8], csumkit::Error> {
+        self.sim.view(offset, len)
+    }
+    fn write(&mut self, offset: u64, data: &[u8]) -> Result<(), csumkit::Error> {
+        self.sim.write(offset, data)
+    }
+    fn flush(&mut self, offset: u64, len: u64) -> Result<(), csumkit::Error> {
+        self.sim.flush(offset, len)
+    }
+    fn fence(&mut self) -> Result<(), csumkit::Error> {
+        cut(&self.sim, &mut self.world.lock().unwrap());
+        self.sim.fence()
+    }
+}
+
+/// splitmix64: the cuts' own deterministic choices.
+fn next(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+fn random_subset<T: Copy>(rng: &mut u64, all: &[T]) -> Vec<T> {
+    all.iter().copied().filter(|_| next(rng) & 1 == 1).collect()
+}
+
+/// Cuts the power now: replays what a random crash leaves and judges it.
+fn cut(log: &SimMedium, world: &mut World) {
+    world.cuts += 1;
+    let mut image = {
+        let disk = world.disk.lock().unwrap();
+        let mut image = disk.durable.clone();
+        let sectors: Vec<usize> =
+            disk.unsynced.iter().flat_map(|&(s, e)| (s / SECTOR..e.div_ceil(SECTOR)).collect::<Vec<_>>()).collect();
+        for sector in random_subset(&mut world.rng, &sectors) {
+            let (s, e) = (sector * SECTOR, ((sector + 1) * SECTOR).min(image.len()));
+            image[s..e].copy_from_slice(&disk.current[s..e]);
+        }
+        image
+    };
+    let dirty = log.dirty_lines();
+    let reached = random_subset(&mut world.rng, &dirty);
+    let torn = (!reached.is_empty()).then(|| {
+        let line = reached[next(&mut world.rng) as usize % reached.len()];
+        (line, next(&mut world.rng) as u8)
+    });
+    let log_image = log.crash_image(&reached, torn);
+    let (replayed, _) = Volume::replayed_image(std::mem::take(&mut image), log_image)
+        .unwrap_or_else(|e| panic!("cut {}: replay failed: {e}", world.cuts));
+    let volume = Volume::from_bytes(replayed.clone(), Options::default()).unwrap();
+    let found = tree(&volume).unwrap_or_else(|e| panic!("cut {}: the replayed tree is unreadable: {e}", world.cuts));
+    let history = world.history.lock().unwrap();
+    judge(&found, &history.trees).unwrap_or_else(|e| panic!("cut {}: {e}", world.cuts));
+    if world.cuts % 8 == 1 {
+        world.judged += 1;
+        let path = world.scratch.join("cut.img");
+        std::fs::write(&path, &replayed).unwrap();
+        assert_clean(&path, &format!("after power cut {}", world.cuts));
+    }
+}
+
+/// The tree a volume holds (lost+found left out), as the model writes it.
+fn tree(v: &Volume) -> Result<Model, csumfs::Error> {
+    let mut out = Model::from([("/".to_string(), Node::Dir)]);
+    let mut stack = vec!["/".to_string()];
+    while let Some(dir) = stack.pop() {
+        for entry in v.read_dir(&v.resolve(&dir)?)? {
+            let name = String::from_utf8_lossy(&entry.name).into_owned();
+            if name == "." || name == ".." || (dir == "/" && name == "lost+found") {
+                continue;
+            }
+            let path = if dir == "/" { format!("/{name}") } else { format!("{dir}/{name}") };
+            let inode = v.inode(entry.ino)?;
+            let node = if inode.is_dir() {
+                stack.push(path.clone());
+                Node::Dir
+            } else if inode.is_symlink() {
+                Node::Link(v.read_link(&inode)?)
+            } else {
+                Node::File(v.read_all(&inode)?)
+            };
+            out.insert(path, node);
+        }
+    }
+    Ok(out)
+}
+
+/// What a file looks like without its bytes.
+fn shape(tree: &Model) -> BTreeMap<&str, (u8, usize, &[u8])> {
+    tree.iter()
+        .map(|(p, n)| {
+            let s = match n {
+                Node::Dir => (0, 0, &[][..]),
+                Node::File(c) => (1, c.len(), &[][..]),
+                Node::Link(t) => (2, 0, t.as_slice()),
+            };
+            (p.as_str(), s)
+        })
+        .collect()
+}
+
+/// `found` has the shape of one of `trees` (names, kinds, sizes, link
+/// targets), and every file whose bytes are the same in all of them has
+/// those bytes (a file changed after the last `sync` may hold a mix: its
+/// data is written in place, as ext4's).
+fn judge(found: &Model, trees: &[Model]) -> Result<(), String> {
+    let Some(k) = trees.iter().position(|t| shape(t) == shape(found)) else {
+        let first = &trees[0];
+        let missing: Vec<_> = first.keys().filter(|p| !found.contains_key(*p)).take(5).collect();
+        let extra: Vec<_> = found.keys().filter(|p| !first.contains_key(*p)).take(5).collect();
+        return Err(format!(
+            "the replayed tree is none of the {} the workload had since the last sync \
+             (against the acknowledged one: missing {missing:?}, extra {extra:?})",
+            trees.len()
+        ));
+    };
+    for (path, node) in &trees[k] {
+        let Node::File(content) = node else { continue };
+        if trees.iter().all(|t| t.get(path) == Some(node)) && found.get(path) != Some(node) {
+            return Err(format!("{path}: {} acknowledged bytes not read back", content.len()));
+        }
+    }
+    Ok(())
+}
+
+fn run(seed: u64, block_size: &str, ops: usize, sync_every: usize) -> (u64, u64) {
+    let scratch = Scratch::new(&format!("power-cut-{seed}-{block_size}"));
+    let path = scratch.0.join("fresh.img");
+    mke2fs(&path, block_size, "8M");
+    let fresh = std::fs::read(&path).unwrap();
+    let disk = Arc::new(Mutex::new(Disk { current: fresh.clone(), durable: fresh.clone(), unsynced: Vec::new() }));
+    let history = Arc::new(Mutex::new(History { trees: vec![Model::from([("/".to_string(), Node::Dir)])] }));
+    let mut seed_bytes = [0u8; 32];
+    seed_bytes[..8].copy_from_slice(&seed.to_le_bytes());
+    let world = Arc::new(Mutex::new(World {
+        disk: Arc::clone(&disk),
+        history: Arc::clone(&history),
+        rng: seed,
+        cuts: 0,
+        judged: 0,
+        scratch: scratch.0.clone(),
+    }));
+    // A small ring, so that checkpoints and wrap-around happen under cuts.
+    let medium = CuttingMedium { sim: SimMedium::new(64 << 10), world: Arc::clone(&world) };
+    let options = Options { write: true, check_updates: true, ..Options::default() };
+    let mut volume = Volume::from_bytes(fresh, options).unwrap();
+    volume.enable_log(Box::new(SimDisk(Arc::clone(&disk))), Box::new(medium), false).unwrap();
+
+    let mut runner = TestRunner::new_with_rng(Config::default(), TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes));
+    let workload: Vec<Op> = (0..ops).map(|_| op().new_tree(&mut runner).unwrap().current()).collect();
+    let mut model = Model::from([("/".to_string(), Node::Dir)]);
+    for (step, op) in workload.iter().enumerate() {
+        volume.begin();
+        let result = apply(&mut volume, &mut model, op, step);
+        result.unwrap_or_else(|e| panic!("step {step}: {e}"));
+        // The operation's end may commit (and checkpoint): its tree is one
+        // a cut from then on may leave.
+        history.lock().unwrap().trees.push(model.clone());
+        volume.end(true).unwrap();
+        if step % sync_every == sync_every - 1 {
+            volume.sync().unwrap();
+            // Acknowledged: older trees are no longer acceptable.
+            history.lock().unwrap().trees = vec![model.clone()];
+        }
+    }
+    let stats = volume.stats();
+    let (logged, checkpoints) = (Stats::get(&stats.log_commit_bytes), Stats::get(&stats.log_checkpoints));
+    assert!(logged > 2 * (64 << 10), "{logged} bytes of log: the ring never wrapped");
+    assert!(checkpoints > 2, "{checkpoints} checkpoints under cuts");
+    volume.checkpoint().unwrap();
+    drop(volume);
+    let durable = disk.lock().unwrap().durable.clone();
+    let final_path = scratch.0.join("final.img");
+    std::fs::write(&final_path, &durable).unwrap();
+    assert_clean(&final_path, "after the final checkpoint");
+    assert!(!csumfs::log_pending(&durable), "a checkpointed image still says its log holds changes");
+    let found = tree(&Volume::open(&final_path, Options::default()).unwrap()).unwrap();
+    assert_eq!(found, model, "the checkpointed image differs from the workload's tree");
+    let world = world.lock().unwrap();
+    (world.cuts, world.judged)
+}
+
+#[test]
+fn every_fence_of_the_log_survives_a_power_cut() {
+    if !have_e2fsprogs() {
+        return;
+    }
+    let (mut cuts, mut judged) = (0, 0);
+    for (seed, block_size) in [(1, "1024"), (2, "4096"), (3, "1024"), (4, "4096")] {
+        let (c, j) = run(seed, block_size, 400, 2 + seed as usize % 3);
+        cuts += c;
+        judged += j;
+    }
+    eprintln!("power cuts: {cuts} replayed and compared with the workload, {judged} judged by e2fsck -fn");
+    assert!(cuts > 1000, "only {cuts} power cuts happened");
+}
