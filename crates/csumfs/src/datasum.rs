@@ -43,6 +43,10 @@ pub(crate) struct DataSums {
     /// process that dies before the next commit leaves their old checksums
     /// behind, and the next open forgets those rather than fail good data.
     intent: Vec<(u64, u64)>,
+    /// With a ByteLog: checksum changes (`None`: forgotten) since its last
+    /// commit, which carries them; the tree itself is committed at
+    /// checkpoints.
+    pub(crate) logged: Option<std::collections::BTreeMap<u64, Option<u32>>>,
 }
 
 /// Tree nodes at 4 KiB slots of the sidecar; the superblock slot is
@@ -161,7 +165,16 @@ impl Volume {
         }
         let mut store = FileStore { file };
         let mut tree = ChecksumTree::open(&mut store, blocks, TREE_START, area)?;
-        // Blocks a dead process was writing: their checksums are unknown.
+        // What a ByteLog replay carried is newer than the tree…
+        let replayed = std::mem::take(&mut self.replayed_sums);
+        for &(block, crc) in replayed.iter().filter(|(b, _)| *b < blocks) {
+            match crc {
+                Some(crc) => tree.update(block, crc),
+                None => tree.remove(block),
+            }
+        }
+        // …and blocks a dead process was writing after that have checksums
+        // nobody knows.
         let mut count = [0u8; 8];
         store.file.read_exact_at(&mut count, INTENT_COUNT_AT).map_err(io)?;
         let count = (u64::from_le_bytes(count) as usize).min(INTENT_RUNS);
@@ -175,7 +188,9 @@ impl Volume {
                 forgotten += 1;
             }
         }
-        self.datasums = Some(DataSums { tree, store, dirty: forgotten > 0, intent: Vec::new() });
+        let logged = self.redo.is_some().then(std::collections::BTreeMap::new);
+        let dirty = forgotten > 0 || !replayed.is_empty();
+        self.datasums = Some(DataSums { tree, store, dirty, intent: Vec::new(), logged });
         if forgotten > 0 && write {
             eprintln!(
                 "csumfs: {}: {forgotten} blocks were being written when csumfs stopped; their checksums are forgotten",
@@ -215,8 +230,12 @@ impl Volume {
         let bs = self.layout.block_size;
         if let Some(sums) = &mut self.datasums {
             let block = &self.map[(physical * bs) as usize..((physical + 1) * bs) as usize];
-            sums.tree.update(physical, crc32c::checksum(block));
+            let crc = crc32c::checksum(block);
+            sums.tree.update(physical, crc);
             sums.dirty = true;
+            if let Some(logged) = &mut sums.logged {
+                logged.insert(physical, Some(crc));
+            }
             Stats::bump(&self.stats.data_checksummed);
         }
     }
@@ -226,6 +245,9 @@ impl Volume {
         if let Some(sums) = &mut self.datasums {
             for b in start..start + len {
                 sums.tree.remove(b);
+                if let Some(logged) = &mut sums.logged {
+                    logged.insert(b, None);
+                }
             }
             sums.dirty = true;
         }
@@ -249,20 +271,41 @@ impl Volume {
 
     /// Commits the data checksums (after the image's data is durable).
     pub(crate) fn commit_data_checksums(&mut self) -> Result<(), Error> {
-        if let Some(sums) = &mut self.datasums {
-            if sums.dirty {
-                let wrote = sums.tree.commit(&mut sums.store)?;
-                sums.dirty = false;
-                // Every checksum is now current: the intent list empties.
-                sums.intent.clear();
-                sums.store.clear_intent()?;
-                Stats::bump(&self.stats.datasum_commits);
-                Stats::add(&self.stats.datasum_commit_bytes, wrote.bytes);
-            }
-        }
-        Ok(())
+        commit(&mut self.datasums, &self.stats)
     }
+}
 
+/// Commits the tree to the sidecar, if it changed (the image's data being
+/// durable already); the intent list empties.
+pub(crate) fn commit(sums: &mut Option<DataSums>, stats: &Stats) -> Result<(), Error> {
+    if let Some(sums) = sums {
+        if sums.dirty {
+            let wrote = sums.tree.commit(&mut sums.store)?;
+            sums.dirty = false;
+            sums.intent.clear();
+            sums.store.clear_intent()?;
+            Stats::bump(&stats.datasum_commits);
+            Stats::add(&stats.datasum_commit_bytes, wrote.bytes);
+        }
+    }
+    Ok(())
+}
+
+impl DataSums {
+    /// The checksum changes a ByteLog commit carries; the blocks written
+    /// before it leave the intent list (their checksums are in the log).
+    pub(crate) fn take_logged(&mut self) -> Result<Vec<(u64, Option<u32>)>, Error> {
+        let Some(logged) = &mut self.logged else { return Ok(Vec::new()) };
+        let changes: Vec<_> = std::mem::take(logged).into_iter().collect();
+        if !self.intent.is_empty() {
+            self.intent.clear();
+            self.store.clear_intent()?;
+        }
+        Ok(changes)
+    }
+}
+
+impl Volume {
     /// Every data block of every file reachable from the root that has a
     /// checksum and does not match it: (path, file block, disk block).
     ///

@@ -208,8 +208,8 @@ impl Fs {
     }
 
     /// Runs `op` as one all-or-nothing change of the volume (its undo log
-    /// puts back what a failed operation changed); `EROFS` on a read-only
-    /// mount.
+    /// puts back what a failed operation changed; its end may commit or
+    /// checkpoint the ByteLog); `EROFS` on a read-only mount.
     fn change<T>(&self, op: impl FnOnce(&mut Volume) -> Result<T, Error>) -> Result<T, Errno> {
         if self.read_only {
             return Err(Errno::EROFS);
@@ -218,7 +218,7 @@ impl Fs {
         volume.begin();
         let result = op(&mut volume);
         if let Err(e) = volume.end(result.is_ok()) {
-            eprintln!("csumfs: undoing a failed operation: {e}");
+            eprintln!("csumfs: ending an operation (undo, or a ByteLog commit or checkpoint): {e}");
             return Err(Errno::EIO);
         }
         result.map_err(|e| errno(&e))

@@ -27,6 +27,7 @@
 //!
 //! Record payload: entries of image offset u64, length u32, then the bytes.
 
+use crate::datasum::DataSums;
 use crate::error::{corrupt, Error};
 use crate::le::le32;
 use crate::stats::Stats;
@@ -161,30 +162,87 @@ fn merged(ranges: &[(usize, usize)]) -> Vec<(usize, usize)> {
     out
 }
 
-/// The payloads of one commit of `ranges` of `image`.
-fn encode(ranges: &[(usize, usize)], image: &[u8]) -> Vec<Vec<u8>> {
-    let mut records = vec![Vec::new()];
+/// Entry offsets with this bit name data blocks, not image bytes: the
+/// entry's bytes are the CRC32Cs of the blocks from the offset's low bits on.
+const ENTRY_SUMS: u64 = 1 << 63;
+/// With this bit the entry's bytes are a u64 count of blocks, from the
+/// offset's low bits on, whose data checksums are forgotten (freed).
+const ENTRY_FORGET: u64 = 1 << 62;
+
+/// Records being filled.
+struct Encoder(Vec<Vec<u8>>);
+
+impl Encoder {
+    /// Bytes the current record still takes after an entry header, starting
+    /// a new record when fewer than `at_least` are left.
+    fn room(&mut self, at_least: usize) -> usize {
+        let left = PAYLOAD_BYTES_MAX - self.0.last().map_or(PAYLOAD_BYTES_MAX, Vec::len);
+        if left < ENTRY_HEADER + at_least {
+            self.0.push(Vec::new());
+            return PAYLOAD_BYTES_MAX - ENTRY_HEADER;
+        }
+        left - ENTRY_HEADER
+    }
+
+    fn entry(&mut self, offset: u64, bytes: &[u8]) {
+        let record = self.0.last_mut().expect("room() made one");
+        record.extend_from_slice(&offset.to_le_bytes());
+        record.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+        record.extend_from_slice(bytes);
+    }
+}
+
+/// The payloads of one commit: `ranges` of `image`, then the data checksum
+/// changes `sums` (block, CRC or forgotten), as runs.
+fn encode(ranges: &[(usize, usize)], image: &[u8], sums: &[(u64, Option<u32>)]) -> Vec<Vec<u8>> {
+    let mut out = Encoder(Vec::new());
     for &(start, end) in ranges {
         let mut at = start;
         while at < end {
-            let current = records.last_mut().expect("never empty");
-            let room = PAYLOAD_BYTES_MAX - current.len();
-            if room <= ENTRY_HEADER {
-                records.push(Vec::new());
-                continue;
-            }
-            let n = (end - at).min(room - ENTRY_HEADER);
-            current.extend_from_slice(&(at as u64).to_le_bytes());
-            current.extend_from_slice(&(n as u32).to_le_bytes());
-            current.extend_from_slice(&image[at..at + n]);
+            let n = (end - at).min(out.room(1));
+            out.entry(at as u64, &image[at..at + n]);
             at += n;
         }
     }
-    records
+    let mut i = 0;
+    while i < sums.len() {
+        let first = sums[i].0;
+        let run = sums[i..]
+            .iter()
+            .enumerate()
+            .take_while(|(k, (b, c))| *b == first + *k as u64 && c.is_some() == sums[i].1.is_some())
+            .count();
+        if sums[i].1.is_none() {
+            out.room(8);
+            out.entry(ENTRY_FORGET | first, &(run as u64).to_le_bytes());
+            i += run;
+            continue;
+        }
+        let mut done = 0;
+        while done < run {
+            let n = (run - done).min(out.room(4) / 4);
+            let crcs: Vec<u8> =
+                sums[i + done..i + done + n].iter().flat_map(|(_, c)| c.expect("a set run").to_le_bytes()).collect();
+            out.entry(ENTRY_SUMS | (first + done as u64), &crcs);
+            done += n;
+        }
+        i += run;
+    }
+    if out.0.is_empty() {
+        out.0.push(Vec::new());
+    }
+    out.0
+}
+
+/// A record's entry, decoded.
+enum Entry<'a> {
+    Image(usize, &'a [u8]),
+    Sums(u64, &'a [u8]),
+    Forget(u64, u64),
 }
 
 /// The entries of a record's payload.
-fn decode(payload: &[u8]) -> Result<Vec<(usize, &[u8])>, String> {
+fn decode(payload: &[u8]) -> Result<Vec<Entry<'_>>, String> {
     let mut out = Vec::new();
     let mut at = 0;
     while at < payload.len() {
@@ -192,7 +250,17 @@ fn decode(payload: &[u8]) -> Result<Vec<(usize, &[u8])>, String> {
         let offset = u64::from_le_bytes(head[..8].try_into().expect("8 bytes"));
         let len = le32(head, 8) as usize;
         let bytes = payload.get(at + ENTRY_HEADER..at + ENTRY_HEADER + len).ok_or("an entry runs off its record")?;
-        out.push((usize::try_from(offset).map_err(|_| "an offset past the address space")?, bytes));
+        out.push(if offset & ENTRY_SUMS != 0 {
+            if len % 4 != 0 {
+                return Err("a data checksum entry is not whole CRCs".into());
+            }
+            Entry::Sums(offset & !ENTRY_SUMS, bytes)
+        } else if offset & ENTRY_FORGET != 0 {
+            let count = bytes.try_into().map(u64::from_le_bytes).map_err(|_| "a forget entry without its count")?;
+            Entry::Forget(offset & !ENTRY_FORGET, count)
+        } else {
+            Entry::Image(usize::try_from(offset).map_err(|_| "an offset past the address space")?, bytes)
+        });
         at += ENTRY_HEADER + len;
     }
     Ok(out)
@@ -288,18 +356,24 @@ impl Redo {
 
     /// Appends the pending ranges of `image` as one commit. `Ok(false)`:
     /// the log has no room for it (checkpoint, then write through).
-    fn commit(&mut self, image: &[u8], stats: &Stats) -> Result<bool, Error> {
+    fn commit(&mut self, image: &[u8], sums: &mut Option<DataSums>, stats: &Stats) -> Result<bool, Error> {
         self.sync_data()?;
         self.last_commit = Instant::now();
-        if self.pending.is_empty() {
+        let has_sums = sums.as_ref().and_then(|s| s.logged.as_ref()).is_some_and(|l| !l.is_empty());
+        if self.pending.is_empty() && !has_sums {
             return Ok(true);
         }
         let ranges = merged(&self.pending);
-        let records = encode(&ranges, image);
+        let changes = match sums {
+            Some(sums) => sums.take_logged()?,
+            None => Vec::new(),
+        };
+        let records = encode(&ranges, image, &changes);
         // Room for every record plus a wrap marker's worth of waste.
         let need: u64 = records.iter().map(|r| csumkit::bytelog::record_span(r.len())).sum::<u64>()
             + csumkit::bytelog::RECORD_BYTES_MAX as u64;
         if need > self.log.free_bytes() {
+            // The tree, committed at the checkpoint that follows, has them.
             return Ok(false);
         }
         self.mark(image)?;
@@ -311,6 +385,7 @@ impl Redo {
         Stats::bump(&stats.log_commits);
         Stats::add(&stats.log_commit_bytes, self.log.stats().bytes_persisted - before);
         Stats::add(&stats.log_records, records.len() as u64);
+        Stats::add(&stats.log_datasums, changes.len() as u64);
         self.committed.extend(ranges);
         self.pending.clear();
         self.pending_bytes = 0;
@@ -321,7 +396,14 @@ impl Redo {
 
     /// Writes what the image file lacks into it (every committed range, or
     /// with `through` the pending ones too), syncs it, then empties the log.
-    fn checkpoint(&mut self, image: &[u8], final_: bool, through: bool, stats: &Stats) -> Result<(), Error> {
+    fn checkpoint(
+        &mut self,
+        image: &[u8],
+        sums: &mut Option<DataSums>,
+        final_: bool,
+        through: bool,
+        stats: &Stats,
+    ) -> Result<(), Error> {
         let mut ranges = std::mem::take(&mut self.committed);
         if through {
             ranges.append(&mut self.pending);
@@ -336,6 +418,9 @@ impl Redo {
         self.backing.write_at(1024, &superblock_with(&image[1024..2048], keep_mark)).map_err(io("image"))?;
         self.backing.sync().map_err(io("fdatasync of the image"))?;
         self.data_unsynced = false;
+        // The data checksums the log carried go into the tree before the
+        // log is emptied.
+        crate::datasum::commit(sums, stats)?;
         self.log.checkpoint()?;
         self.marked = keep_mark;
         self.last_checkpoint = Instant::now();
@@ -357,6 +442,7 @@ impl Volume {
         log: &Path,
         log_bytes: u64,
         options: crate::Options,
+        sidecar: Option<&Path>,
     ) -> Result<(Volume, Replayed), Error> {
         let io_at = |source| Error::Io { context: path.display().to_string(), source };
         let file = std::fs::OpenOptions::new().read(true).write(true).open(path).map_err(io_at)?;
@@ -367,22 +453,26 @@ impl Volume {
         clear_pending_bit(&mut map);
         let medium = log_medium(log, log_bytes)?;
         let mut volume = Volume::new(Bytes::Private(map), crate::Options { write: true, ..options })?;
-        let replayed = volume.enable_log(Box::new(file), medium, was_pending)?;
+        let replayed = volume.enable_log(Box::new(file), medium, was_pending, sidecar)?;
         Ok((volume, replayed))
     }
 
     /// Logs this volume's metadata in a ByteLog on `medium`, its image file
-    /// being `backing`: replays what the log holds into the image, then
-    /// checkpoints. `expect_log`: the image said its log holds changes (a
-    /// blank medium is then an error, not a fresh log).
+    /// being `backing`: replays what the log holds into the image (and the
+    /// data checksums it carries into the sidecar at `sidecar`, which keeps
+    /// them from then on), then checkpoints. `expect_log`: the image said
+    /// its log holds changes (a blank medium is then an error, not a fresh
+    /// log).
     ///
     /// # Errors
-    /// [`Error::Corrupt`] for a damaged log; [`Error::Io`] from the backing.
+    /// [`Error::Corrupt`] for a damaged log; [`Error::Io`] from the backing;
+    /// as [`enable_data_checksums`](Self::enable_data_checksums).
     pub fn enable_log(
         &mut self,
         backing: Box<dyn Backing>,
         medium: LogMedium,
         expect_log: bool,
+        sidecar: Option<&Path>,
     ) -> Result<Replayed, Error> {
         let medium = AnyMedium(medium);
         let blank = medium.view(0, 8).map(|m| m != b"CSBYTLOG").unwrap_or(true);
@@ -402,6 +492,8 @@ impl Volume {
         } else {
             let image = self.map.writable().ok_or_else(|| Error::Invalid("a logged volume is writable".into()))?;
             let mut batch: Vec<(usize, Vec<u8>)> = Vec::new();
+            let mut batch_sums: Vec<(u64, Option<u32>)> = Vec::new();
+            let sums = &mut self.replayed_sums;
             ByteLog::replay_with(medium, |record: RecordRef<'_>| {
                 let location = || format!("ByteLog record {}", record.seq);
                 if record.tag != TAG_PART && record.tag != TAG_LAST {
@@ -409,8 +501,19 @@ impl Volume {
                 }
                 let entries = decode(record.payload)
                     .map_err(|detail| csumkit::Error::Corrupt { location: location(), detail })?;
-                batch.extend(entries.into_iter().map(|(at, bytes)| (at, bytes.to_vec())));
+                for entry in entries {
+                    match entry {
+                        Entry::Image(at, bytes) => batch.push((at, bytes.to_vec())),
+                        Entry::Sums(first, crcs) => batch_sums.extend(
+                            crcs.chunks_exact(4).enumerate().map(|(k, c)| (first + k as u64, Some(le32(c, 0)))),
+                        ),
+                        Entry::Forget(first, count) => {
+                            batch_sums.extend((first..first.saturating_add(count.min(1 << 32))).map(|b| (b, None)));
+                        }
+                    }
+                }
                 if record.tag == TAG_LAST {
+                    sums.append(&mut batch_sums);
                     for (at, bytes) in batch.drain(..) {
                         let target = at.checked_add(bytes.len()).and_then(|end| image.get_mut(at..end));
                         let Some(target) = target else {
@@ -452,6 +555,11 @@ impl Volume {
             // Errors roll back in memory: the private copy dies with the process.
             self.undo = Some(crate::undo::UndoLog::in_memory());
         }
+        if let Some(sidecar) = sidecar {
+            self.enable_data_checksums(sidecar)?;
+        }
+        // Without a sidecar the checksums the log carried are not kept.
+        self.replayed_sums.clear();
         if replayed.commits > 0 || expect_log {
             self.checkpoint_now(false, false)?;
         }
@@ -506,10 +614,7 @@ impl Volume {
     /// The log's part of `sync`: the data, then one commit.
     pub(crate) fn sync_logged(&mut self) -> Result<(), Error> {
         let Some(redo) = self.redo.as_mut() else { return Ok(()) };
-        redo.sync_data()?;
-        self.commit_data_checksums()?;
-        let redo = self.redo.as_mut().expect("checked above");
-        if !redo.commit(&self.map, &self.stats)? {
+        if !redo.commit(&self.map, &mut self.datasums, &self.stats)? {
             self.checkpoint_now(false, true)?;
         }
         Ok(())
@@ -521,7 +626,8 @@ impl Volume {
     pub(crate) fn after_operation(&mut self) -> Result<(), Error> {
         let Some(redo) = self.redo.as_ref() else { return Ok(()) };
         let due = redo.pending_bytes >= COMMIT_BYTES || redo.last_commit.elapsed() >= COMMIT_AGE;
-        if due && !redo.pending.is_empty() {
+        let sums = self.datasums.as_ref().and_then(|s| s.logged.as_ref()).is_some_and(|l| !l.is_empty());
+        if due && (!redo.pending.is_empty() || sums) {
             self.sync_logged()?;
         }
         let redo = self.redo.as_ref().expect("checked above");
@@ -551,11 +657,11 @@ impl Volume {
         let Some(redo) = self.redo.as_mut() else { return Ok(()) };
         // Everything a checkpoint writes is committed first; with no room
         // in the log for that, it is written through (not atomic).
-        let through = through || !redo.commit(&self.map, &self.stats)?;
+        let through = through || !redo.commit(&self.map, &mut self.datasums, &self.stats)?;
         if through {
             Stats::bump(&self.stats.log_write_through);
         }
-        redo.checkpoint(&self.map, final_, through, &self.stats)?;
+        redo.checkpoint(&self.map, &mut self.datasums, final_, through, &self.stats)?;
         let pages = std::mem::take(&mut redo.touched);
         if let Bytes::Private(map) = &self.map {
             // The file now holds what these copied pages hold: drop the
@@ -596,7 +702,7 @@ impl Volume {
         log.resize(log.len().next_multiple_of(64), 0);
         let mut volume = Volume::new(Bytes::Owned(image), crate::Options { write: true, ..crate::Options::default() })?;
         let medium = csumkit::bytelog::SimMedium::from_image(log);
-        let replayed = volume.enable_log(Box::new(Nowhere), Box::new(medium), expect_log)?;
+        let replayed = volume.enable_log(Box::new(Nowhere), Box::new(medium), expect_log, None)?;
         let Bytes::Owned(image) = std::mem::replace(&mut volume.map, Bytes::Owned(Vec::new())) else {
             unreachable!("made from bytes above")
         };
@@ -625,23 +731,38 @@ mod tests {
     fn records_round_trip_and_fill_to_the_limit() {
         let image: Vec<u8> = (0..20_000u32).map(|i| (i * 7) as u8).collect();
         let ranges = [(3, 9000), (9001, 9002), (12_000, 19_999)];
-        let records = encode(&ranges, &image);
+        // 1500 checksums in one run (split across records), a forgotten
+        // run, a lone checksum, then a run after a gap.
+        let mut sums: Vec<(u64, Option<u32>)> = (100..1600).map(|b| (b, Some(b as u32 * 3))).collect();
+        sums.extend((1600..1700).map(|b| (b, None)));
+        sums.push((5000, Some(7)));
+        sums.extend((5002..5010).map(|b| (b, Some(b as u32))));
+        let records = encode(&ranges, &image, &sums);
         assert!(records.iter().all(|r| r.len() <= PAYLOAD_BYTES_MAX));
-        assert!(records[..records.len() - 1].iter().all(|r| r.len() > PAYLOAD_BYTES_MAX - ENTRY_HEADER - 1));
+        assert!(records[..records.len() - 1].iter().all(|r| r.len() > PAYLOAD_BYTES_MAX - ENTRY_HEADER - 4));
         let mut back = vec![0u8; image.len()];
-        let mut covered = 0;
+        let (mut covered, mut sums_back) = (0, Vec::new());
         for record in &records {
-            for (at, bytes) in decode(record).unwrap() {
-                back[at..at + bytes.len()].copy_from_slice(bytes);
-                covered += bytes.len();
+            for entry in decode(record).unwrap() {
+                match entry {
+                    Entry::Image(at, bytes) => {
+                        back[at..at + bytes.len()].copy_from_slice(bytes);
+                        covered += bytes.len();
+                    }
+                    Entry::Sums(first, crcs) => sums_back
+                        .extend(crcs.chunks_exact(4).enumerate().map(|(k, c)| (first + k as u64, Some(le32(c, 0))))),
+                    Entry::Forget(first, n) => sums_back.extend((first..first + n).map(|b| (b, None))),
+                }
             }
         }
         assert_eq!(covered, ranges.iter().map(|(s, e)| e - s).sum::<usize>());
         for &(s, e) in &ranges {
             assert_eq!(back[s..e], image[s..e]);
         }
+        assert_eq!(sums_back, sums);
         assert!(decode(&records[0][..11]).is_err());
         assert!(decode(&records[0][..100]).is_err());
+        assert_eq!(encode(&[], &image, &[]), vec![Vec::<u8>::new()]);
     }
 
     #[test]

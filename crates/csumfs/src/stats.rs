@@ -32,6 +32,8 @@ pub struct Stats {
     pub log_commits: AtomicU64,
     /// Records those commits appended.
     pub log_records: AtomicU64,
+    /// Data checksum changes those commits carried (seed 002 on seed 001).
+    pub log_datasums: AtomicU64,
     /// Bytes those commits made durable (whole 64-byte lines).
     pub log_commit_bytes: AtomicU64,
     /// Checkpoints (the image file brought up to the log, the log emptied).
@@ -49,7 +51,7 @@ impl Stats {
              seed 001 ByteLog: {} metadata commits in {} records, {} bytes persisted ({} per commit), \
              {} checkpoints, {} commits written through\n\
              seed 002 data checksums: {} blocks checksummed on write, {} verified on read, {} mismatches (EIO), \
-             {} tree commits writing {} bytes\n\
+             {} carried by ByteLog commits, {} tree commits writing {} bytes\n\
              seed 003 xattr name filter: {} absent-name lookups answered from the filter, {} searched the xattrs \
              ({} xattr block reads)\n\
              seed 004 PI offload: not on the mount's path yet\n",
@@ -64,6 +66,7 @@ impl Stats {
             g(&self.data_checksummed),
             g(&self.data_verified),
             g(&self.data_mismatches),
+            g(&self.log_datasums),
             g(&self.datasum_commits),
             g(&self.datasum_commit_bytes),
             g(&self.filter_hits),

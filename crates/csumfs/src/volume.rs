@@ -97,6 +97,8 @@ pub struct Volume {
     pub(crate) undo: Option<crate::undo::UndoLog>,
     /// Metadata made durable through a ByteLog ([`Volume::open_logged`]).
     pub(crate) redo: Option<crate::redo::Redo>,
+    /// Data checksum changes a ByteLog replay found, for the sidecar.
+    pub(crate) replayed_sums: Vec<(u64, Option<u32>)>,
 }
 
 /// (feature bit, name, remedy) of the incompat features this code refuses.
@@ -177,6 +179,7 @@ impl Volume {
             datasums: None,
             undo: None,
             redo: None,
+            replayed_sums: Vec::new(),
         })
     }
 

@@ -225,7 +225,7 @@ fn run(seed: u64, block_size: &str, ops: usize, sync_every: usize) -> (u64, u64)
     let medium = CuttingMedium { sim: SimMedium::new(64 << 10), world: Arc::clone(&world) };
     let options = Options { write: true, check_updates: true, ..Options::default() };
     let mut volume = Volume::from_bytes(fresh, options).unwrap();
-    volume.enable_log(Box::new(SimDisk(Arc::clone(&disk))), Box::new(medium), false).unwrap();
+    volume.enable_log(Box::new(SimDisk(Arc::clone(&disk))), Box::new(medium), false, None).unwrap();
 
     let mut runner = TestRunner::new_with_rng(Config::default(), TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes));
     let workload: Vec<Op> = (0..ops).map(|_| op().new_tree(&mut runner).unwrap().current()).collect();

@@ -97,7 +97,11 @@ fn checkpoint(args: &CheckpointArgs) -> ExitCode {
         println!("{}: no ByteLog holds changes for it; nothing to do", image.display());
         return ExitCode::SUCCESS;
     }
-    let result = csumfs::Volume::open_logged(image, &log, crate::mount::LOG_BYTES, csumfs::Options::default())
+    // The data checksums the log carries go into the sidecar, if there is one.
+    let sidecar = crate::mount::sidecar_path(image);
+    let sidecar = sidecar.exists().then_some(sidecar.as_path());
+    let options = csumfs::Options::default();
+    let result = csumfs::Volume::open_logged(image, &log, crate::mount::LOG_BYTES, options, sidecar)
         .and_then(|(mut volume, replayed)| volume.checkpoint().map(|()| replayed));
     match result {
         Ok(replayed) => {

@@ -163,16 +163,18 @@ pub fn run(args: &MountArgs) -> ExitCode {
         return fail(problem);
     }
     let options = Options { write: !parsed.mount.read_only, checksums: parsed.checksums, ..Options::default() };
-    let volume = match (&parsed.log, parsed.mount.read_only) {
-        (Some(log), false) => open_logged(image, log, options),
-        _ => open_in_place(image, options),
+    let sidecar = sidecar_path(image);
+    let logged = parsed.log.as_ref().filter(|_| !parsed.mount.read_only);
+    let volume = match logged {
+        // The log's replay carries data checksums into the sidecar.
+        Some(log) => open_logged(image, log, options, parsed.datasum.then_some(sidecar.as_path())),
+        None => open_in_place(image, options),
     };
     let mut volume = match volume {
         Ok(volume) => volume,
         Err(message) => return fail(message),
     };
-    if parsed.datasum {
-        let sidecar = sidecar_path(image);
+    if parsed.datasum && logged.is_none() {
         if let Err(e) = volume.enable_data_checksums(&sidecar) {
             return fail(format!("{}: {e}", sidecar.display()));
         }
@@ -204,13 +206,13 @@ fn open_in_place(image: &Path, options: Options) -> Result<Volume, String> {
 
 /// The volume with its metadata logged (the default): the log replayed
 /// first, and an undo log a `log=off` mount left applied before that.
-fn open_logged(image: &Path, log: &Path, options: Options) -> Result<Volume, String> {
+fn open_logged(image: &Path, log: &Path, options: Options, sidecar: Option<&Path>) -> Result<Volume, String> {
     let log = if log.as_os_str().is_empty() { log_path(image) } else { log.to_path_buf() };
     if with_suffix(image, ".undo").exists() {
         drop(open_in_place(image, options)?);
         let _ = std::fs::remove_file(with_suffix(image, ".undo"));
     }
-    let (volume, replayed) = Volume::open_logged(image, &log, LOG_BYTES, options)
+    let (volume, replayed) = Volume::open_logged(image, &log, LOG_BYTES, options, sidecar)
         .map_err(|e| format!("{} (log {}): {e}", image.display(), log.display()))?;
     if replayed.commits > 0 {
         eprintln!(

@@ -1,6 +1,7 @@
 //! `csumkit bench fs`: whole filesystems side by side in one run, each on
 //! an image of its own in the same directory — csumfs through `csumkit
-//! mount` (all on; without data checksums; with the techniques off:
+//! mount` (all on; without data checksums; with its ByteLog on /dev/shm,
+//! the stand-in for persistent memory; with the techniques off:
 //! `csum=full,datasum=off,log=off`), e2fsprogs' `fuse2fs`,
 //! and the kernel's ext4 on a loop device (journal, and `fast_commit`).
 //! Workloads are ordinary file calls on the mountpoint:
@@ -47,6 +48,7 @@ pub fn run(args: &FsArgs) -> ExitCode {
 enum System {
     Csumfs,
     CsumfsNoDatasum,
+    CsumfsPmemLog,
     CsumfsFull,
     Fuse2fs,
     Kernel,
@@ -54,9 +56,10 @@ enum System {
 }
 
 impl System {
-    const ALL: [System; 6] = [
+    const ALL: [System; 7] = [
         System::Csumfs,
         System::CsumfsNoDatasum,
+        System::CsumfsPmemLog,
         System::CsumfsFull,
         System::Fuse2fs,
         System::Kernel,
@@ -67,6 +70,7 @@ impl System {
         match self {
             System::Csumfs => "csumfs",
             System::CsumfsNoDatasum => "csumfs datasum=off",
+            System::CsumfsPmemLog => "csumfs log on /dev/shm (pmem stand-in)",
             System::CsumfsFull => "csumfs csum=full,datasum=off,log=off",
             System::Fuse2fs => "fuse2fs",
             System::Kernel => "kernel ext4 (journal)",
@@ -119,17 +123,31 @@ fn daemon_running(image: &Path) -> bool {
 
 fn mount(system: System, image: &Path, mnt: &Path) -> Result<(), String> {
     match system {
-        System::Csumfs | System::CsumfsNoDatasum | System::CsumfsFull => {
+        System::Csumfs | System::CsumfsNoDatasum | System::CsumfsPmemLog | System::CsumfsFull => {
             let exe = std::env::current_exe().map_err(|e| e.to_string())?;
             let options = match system {
-                System::Csumfs => "csum=incremental,datasum=on",
-                System::CsumfsNoDatasum => "csum=incremental,datasum=off",
-                _ => "csum=full,datasum=off,log=off",
+                System::Csumfs => "csum=incremental,datasum=on".to_string(),
+                System::CsumfsNoDatasum => "csum=incremental,datasum=off".to_string(),
+                System::CsumfsPmemLog => format!("csum=incremental,datasum=on,log={}", pmem_log().display()),
+                _ => "csum=full,datasum=off,log=off".to_string(),
             };
-            run_cmd(Command::new(exe).arg("mount").arg(image).arg(mnt).args(["-o", options]), "csumkit mount")
+            run_cmd(Command::new(exe).arg("mount").arg(image).arg(mnt).args(["-o", &options]), "csumkit mount")
         }
         System::Fuse2fs => run_cmd(Command::new("fuse2fs").arg(image).arg(mnt).args(["-o", "rw"]), "fuse2fs"),
         _ => run_cmd(Command::new("mount").args(["-t", "ext4", "-o", "loop"]).arg(image).arg(mnt), "mount -o loop"),
+    }
+}
+
+/// The ByteLog of the pmem stand-in row: a file on /dev/shm (tmpfs, mapped
+/// and flushed by cache line as DAX memory would be; not durable itself).
+fn pmem_log() -> PathBuf {
+    PathBuf::from(format!("/dev/shm/csumkit-bench-{}.bytelog", std::process::id()))
+}
+
+/// Removes an image and the files csumfs keeps beside it.
+fn remove_image(image: &Path) {
+    for path in [image.to_path_buf(), crate::mount::sidecar_path(image), crate::mount::log_path(image), pmem_log()] {
+        let _ = std::fs::remove_file(path);
     }
 }
 
@@ -285,8 +303,10 @@ fn fallocate(mnt: &Path, bytes: u64) -> Result<f64, String> {
 fn measure(system: System, bs: u32, root: &Path, sizes: &Sizes) -> Result<Vec<String>, String> {
     let image = root.join(format!("img-{bs}"));
     let mnt = root.join("mnt");
-    let _ = std::fs::remove_file(&image);
-    let _ = std::fs::remove_file(crate::mount::sidecar_path(&image));
+    remove_image(&image);
+    if system == System::CsumfsPmemLog && !Path::new("/dev/shm").is_dir() {
+        return Err("no /dev/shm".into());
+    }
     std::fs::create_dir_all(&mnt).map_err(|e| e.to_string())?;
     let blocks_per_group = if bs == 65536 { "524288" } else { "32768" };
     run_cmd(
@@ -313,8 +333,7 @@ fn measure(system: System, bs: u32, root: &Path, sizes: &Sizes) -> Result<Vec<St
     mount(system, &image, &mnt)?;
     let walked = walk(&mnt);
     unmount(system, &image, &mnt)?;
-    let _ = std::fs::remove_file(&image);
-    let _ = std::fs::remove_file(crate::mount::sidecar_path(&image));
+    remove_image(&image);
     Ok(vec![
         num(m[0]),
         format!("{} / {}", num(m[1]), num(m[2])),
