@@ -251,7 +251,7 @@ fn decode(payload: &[u8]) -> Result<Vec<Entry<'_>>, String> {
         let len = le32(head, 8) as usize;
         let bytes = payload.get(at + ENTRY_HEADER..at + ENTRY_HEADER + len).ok_or("an entry runs off its record")?;
         out.push(if offset & ENTRY_SUMS != 0 {
-            if len % 4 != 0 {
+            if !len.is_multiple_of(4) {
                 return Err("a data checksum entry is not whole CRCs".into());
             }
             Entry::Sums(offset & !ENTRY_SUMS, bytes)
