@@ -447,8 +447,10 @@ impl Volume {
         let io_at = |source| Error::Io { context: path.display().to_string(), source };
         let file = std::fs::OpenOptions::new().read(true).write(true).open(path).map_err(io_at)?;
         // SAFETY: as in `Volume::open`; a private map: stores stay in this
-        // process until a checkpoint writes them to the file.
-        let mut map = unsafe { memmap2::MmapOptions::new().map_copy(&file) }.map_err(io_at)?;
+        // process until a checkpoint writes them to the file. No swap is
+        // reserved for it (a 40 GiB image would be refused under the
+        // kernel's overcommit heuristic): checkpoints bound the pages copied.
+        let mut map = unsafe { memmap2::MmapOptions::new().no_reserve_swap().map_copy(&file) }.map_err(io_at)?;
         let was_pending = log_pending(&map);
         clear_pending_bit(&mut map);
         let medium = log_medium(log, log_bytes)?;
