@@ -726,12 +726,17 @@ impl Volume {
     }
 
     /// Makes `blocks` file blocks from `logical` exist (allocated, zeroed
-    /// when `zero`), goal right after the file's last block.
+    /// when `zero`), goal right after the file's last block — for a file
+    /// without blocks the start of its inode's group, as the kernel's
+    /// `ext4_inode_to_goal_block` (small files then pack together instead
+    /// of leaving holes between them too small for large files).
     pub(crate) fn grow(&mut self, mut inode: Inode, logical: u64, blocks: u64, fill: Fill) -> Result<Inode, Error> {
         let bs = self.layout.block_size;
         let mut next = logical;
         while next < logical + blocks {
-            let goal = self.runs(&inode)?.last().map_or(u64::from(inode.ino) * 8, |r| r.physical + r.len);
+            let l = &self.layout;
+            let group_start = l.first_data_block + u64::from(inode.ino - 1) / l.inodes_per_group * l.blocks_per_group;
+            let goal = self.runs(&inode)?.last().map_or(group_start, |r| r.physical + r.len);
             // One extent holds at most 32768 blocks (32767 unwritten).
             let cap = if fill == Fill::Unwritten { 32767 } else { 32768 };
             let (start, len) = self.allocate_blocks(goal, (logical + blocks - next).min(cap))?;
