@@ -168,6 +168,12 @@ const ENTRY_SUMS: u64 = 1 << 63;
 /// With this bit the entry's bytes are a u64 count of blocks, from the
 /// offset's low bits on, whose data checksums are forgotten (freed).
 const ENTRY_FORGET: u64 = 1 << 62;
+/// With this bit the entry's bytes are a u64 count of zero bytes at the
+/// image offset in the low bits: zeroed blocks (new directory and extent
+/// blocks, the zero fill of a new data block) cost 20 bytes, not a page.
+const ENTRY_ZERO: u64 = 1 << 61;
+/// Zero runs at least this long become zero entries.
+const ZERO_RUN_MIN: usize = 64;
 
 /// Records being filled.
 struct Encoder(Vec<Vec<u8>>);
@@ -197,11 +203,19 @@ impl Encoder {
 fn encode(ranges: &[(usize, usize)], image: &[u8], sums: &[(u64, Option<u32>)]) -> Vec<Vec<u8>> {
     let mut out = Encoder(Vec::new());
     for &(start, end) in ranges {
-        let mut at = start;
-        while at < end {
-            let n = (end - at).min(out.room(1));
-            out.entry(at as u64, &image[at..at + n]);
-            at += n;
+        for (from, to, zero) in zero_split(&image[start..end]) {
+            let (from, to) = (start + from, start + to);
+            if zero {
+                out.room(8);
+                out.entry(ENTRY_ZERO | from as u64, &((to - from) as u64).to_le_bytes());
+                continue;
+            }
+            let mut at = from;
+            while at < to {
+                let n = (to - at).min(out.room(1));
+                out.entry(at as u64, &image[at..at + n]);
+                at += n;
+            }
         }
     }
     let mut i = 0;
@@ -234,9 +248,40 @@ fn encode(ranges: &[(usize, usize)], image: &[u8], sums: &[(u64, Option<u32>)]) 
     out.0
 }
 
+/// `bytes` cut into (start, end, all zeros) pieces: zero pieces are runs of
+/// at least [`ZERO_RUN_MIN`] zero bytes, the rest lies between them.
+fn zero_split(bytes: &[u8]) -> Vec<(usize, usize, bool)> {
+    let mut out: Vec<(usize, usize, bool)> = Vec::new();
+    let mut at = 0;
+    while at < bytes.len() {
+        let zeros = bytes[at..].iter().take_while(|&&b| b == 0).count();
+        if zeros >= ZERO_RUN_MIN {
+            out.push((at, at + zeros, true));
+            at += zeros;
+            continue;
+        }
+        // Bytes up to the next zero run long enough.
+        let mut end = at + zeros.max(1);
+        while end < bytes.len() {
+            let run = bytes[end..].iter().take(ZERO_RUN_MIN).take_while(|&&b| b == 0).count();
+            if run == ZERO_RUN_MIN {
+                break;
+            }
+            end += run.max(1);
+        }
+        match out.last_mut() {
+            Some(last) if !last.2 => last.1 = end,
+            _ => out.push((at, end, false)),
+        }
+        at = end;
+    }
+    out
+}
+
 /// A record's entry, decoded.
 enum Entry<'a> {
     Image(usize, &'a [u8]),
+    Zero(usize, u64),
     Sums(u64, &'a [u8]),
     Forget(u64, u64),
 }
@@ -255,6 +300,10 @@ fn decode(payload: &[u8]) -> Result<Vec<Entry<'_>>, String> {
                 return Err("a data checksum entry is not whole CRCs".into());
             }
             Entry::Sums(offset & !ENTRY_SUMS, bytes)
+        } else if offset & ENTRY_ZERO != 0 {
+            let count = bytes.try_into().map(u64::from_le_bytes).map_err(|_| "a zero entry without its count")?;
+            let at = usize::try_from(offset & !ENTRY_ZERO).map_err(|_| "an offset past the address space")?;
+            Entry::Zero(at, count)
         } else if offset & ENTRY_FORGET != 0 {
             let count = bytes.try_into().map(u64::from_le_bytes).map_err(|_| "a forget entry without its count")?;
             Entry::Forget(offset & !ENTRY_FORGET, count)
@@ -506,6 +555,15 @@ impl Volume {
                 for entry in entries {
                     match entry {
                         Entry::Image(at, bytes) => batch.push((at, bytes.to_vec())),
+                        Entry::Zero(at, count) => {
+                            let count = usize::try_from(count).ok().filter(|&n| n <= image.len()).ok_or_else(|| {
+                                csumkit::Error::Corrupt {
+                                    location: location(),
+                                    detail: "a zero run past the image".into(),
+                                }
+                            })?;
+                            batch.push((at, vec![0; count]));
+                        }
                         Entry::Sums(first, crcs) => batch_sums.extend(
                             crcs.chunks_exact(4).enumerate().map(|(k, c)| (first + k as u64, Some(le32(c, 0)))),
                         ),
@@ -731,7 +789,11 @@ mod tests {
 
     #[test]
     fn records_round_trip_and_fill_to_the_limit() {
-        let image: Vec<u8> = (0..20_000u32).map(|i| (i * 7) as u8).collect();
+        let mut image: Vec<u8> = (0..20_000u32).map(|i| (i * 7) as u8 | 1).collect();
+        // Zero runs: one long (a zero entry), one too short to be one, one at a range's end.
+        image[1000..5000].fill(0);
+        image[6000..6063].fill(0);
+        image[19_900..19_999].fill(0);
         let ranges = [(3, 9000), (9001, 9002), (12_000, 19_999)];
         // 1500 checksums in one run (split across records), a forgotten
         // run, a lone checksum, then a run after a gap.
@@ -743,13 +805,20 @@ mod tests {
         assert!(records.iter().all(|r| r.len() <= PAYLOAD_BYTES_MAX));
         assert!(records[..records.len() - 1].iter().all(|r| r.len() > PAYLOAD_BYTES_MAX - ENTRY_HEADER - 4));
         let mut back = vec![0u8; image.len()];
-        let (mut covered, mut sums_back) = (0, Vec::new());
+        let (mut covered, mut sums_back, mut zero_entries) = (0, Vec::new(), 0);
+        // Every byte is 0xFF before decoding, so a byte nothing covered shows.
+        back.fill(0xFF);
         for record in &records {
             for entry in decode(record).unwrap() {
                 match entry {
                     Entry::Image(at, bytes) => {
                         back[at..at + bytes.len()].copy_from_slice(bytes);
                         covered += bytes.len();
+                    }
+                    Entry::Zero(at, n) => {
+                        back[at..at + n as usize].fill(0);
+                        covered += n as usize;
+                        zero_entries += 1;
                     }
                     Entry::Sums(first, crcs) => sums_back
                         .extend(crcs.chunks_exact(4).enumerate().map(|(k, c)| (first + k as u64, Some(le32(c, 0))))),
@@ -762,9 +831,23 @@ mod tests {
             assert_eq!(back[s..e], image[s..e]);
         }
         assert_eq!(sums_back, sums);
+        assert_eq!(zero_entries, 2, "the 4000- and 99-byte zero runs, not the 63-byte one");
         assert!(decode(&records[0][..11]).is_err());
         assert!(decode(&records[0][..100]).is_err());
         assert_eq!(encode(&[], &image, &[]), vec![Vec::<u8>::new()]);
+    }
+
+    #[test]
+    fn zero_runs_split_exactly() {
+        for (bytes, want) in [
+            (vec![], vec![]),
+            (vec![0; 63], vec![(0, 63, false)]),
+            (vec![0; 64], vec![(0, 64, true)]),
+            ([vec![1], vec![0; 64], vec![2]].concat(), vec![(0, 1, false), (1, 65, true), (65, 66, false)]),
+            ([vec![0; 63], vec![5], vec![0; 63]].concat(), vec![(0, 127, false)]),
+        ] {
+            assert_eq!(zero_split(&bytes), want, "{bytes:?}");
+        }
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! `csum=full,datasum=off,log=off`), e2fsprogs' `fuse2fs`,
 //! and the kernel's ext4 on a loop device (journal, and `fast_commit`).
 //! Workloads are ordinary file calls on the mountpoint:
-//! (1) create + 4 KiB write + fsync + unlink, (2) 1 MiB sequential writes,
+//! (1) create + 4 KiB write + fsync + unlink (and (1') with 100 B), (2) 1 MiB sequential writes,
 //! (3) 4 KiB random writes, (4) `ls -lR` with an ACL probe per file after a
 //! remount (cold), (5) fallocate of a large file. Bytes written to the disk
 //! under the images are read from /sys/dev/block for (1).
@@ -184,8 +184,8 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 }
 
 /// (1): ops/s, p50 and p99 fsync latency in ms, KiB written per fsync.
-fn meta(mnt: &Path, dir: &Path, ops: usize) -> Result<[f64; 4], String> {
-    let data = vec![0x5Au8; 4096];
+fn meta(mnt: &Path, dir: &Path, ops: usize, bytes: usize) -> Result<[f64; 4], String> {
+    let data = vec![0x5Au8; bytes];
     let mut latencies = Vec::with_capacity(ops);
     let sectors_before = sectors_written(dir);
     let start = Instant::now();
@@ -322,15 +322,17 @@ fn measure(system: System, bs: u32, root: &Path, sizes: &Sizes) -> Result<Vec<St
     )?;
     mount(system, &image, &mnt)?;
     let result = (|| {
-        let m = meta(&mnt, root, sizes.meta_ops)?;
+        let m = meta(&mnt, root, sizes.meta_ops, 4096)?;
+        // The seed-001 fio meta job's size (ANCHORS.md): a write under a page.
+        let small = meta(&mnt, root, sizes.meta_ops, 100)?;
         let seq = sequential(&mnt, sizes.seq_bytes)?;
         let rand = random(&mnt, sizes.rand_file, sizes.rand_writes)?;
         make_tree(&mnt, sizes.tree_files)?;
         let falloc = fallocate(&mnt, fallocate_bytes)?;
-        Ok::<_, String>((m, seq, rand, falloc))
+        Ok::<_, String>((m, small, seq, rand, falloc))
     })();
     unmount(system, &image, &mnt)?;
-    let (m, seq, rand, falloc) = result?;
+    let (m, small, seq, rand, falloc) = result?;
     // Cold: a fresh mount, and the kernel's caches dropped.
     let _ = std::fs::write("/proc/sys/vm/drop_caches", "3");
     mount(system, &image, &mnt)?;
@@ -341,6 +343,7 @@ fn measure(system: System, bs: u32, root: &Path, sizes: &Sizes) -> Result<Vec<St
         num(m[0]),
         format!("{} / {}", num(m[1]), num(m[2])),
         num(m[3]),
+        format!("{} / {}", num(small[0]), num(small[3])),
         num(seq),
         num(rand),
         num(walked?),
@@ -376,7 +379,7 @@ fn bench(args: &FsArgs) -> Result<(), String> {
     let scratch = super::scratch(&parent, "fs").map_err(|e| e.to_string())?;
     println!("{}", machine_line());
     println!(
-        "workloads: (1) {} × create + 4 KiB write + fsync + unlink; (2) {} MiB in 1 MiB writes + fsync; \
+        "workloads: (1) {} × create + 4 KiB write + fsync + unlink ((1'): 100 B, the seed-001 fio meta job); (2) {} MiB in 1 MiB writes + fsync; \
          (3) {} 4 KiB random writes into a {} MiB file + fsync; (4) walk of {} files (lstat + ACL probe) \
          after a remount, caches dropped; (5) fallocate of {} GiB (at most half the image) + fsync",
         sizes.meta_ops,
@@ -392,6 +395,7 @@ fn bench(args: &FsArgs) -> Result<(), String> {
             "(1) ops/s",
             "(1) fsync p50 / p99 ms",
             "(1) KiB written per op",
+            "(1') 100 B: ops/s / KiB per op",
             "(2) MB/s",
             "(3) IOPS",
             "(4) files/s cold",

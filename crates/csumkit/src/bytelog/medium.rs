@@ -37,6 +37,25 @@ fn check_range(len: u64, offset: u64, n: u64) -> Result<(), Error> {
 
 const LINE: usize = 64;
 
+/// `bytes[offset..offset + len]`, bounds-checked.
+fn view_of(bytes: &[u8], offset: u64, len: u64) -> Result<&[u8], Error> {
+    check_range(bytes.len() as u64, offset, len)?;
+    Ok(&bytes[offset as usize..(offset + len) as usize])
+}
+
+/// Stores `data` at `offset` of `bytes`, bounds-checked.
+fn store_into(bytes: &mut [u8], offset: u64, data: &[u8]) -> Result<(), Error> {
+    check_range(bytes.len() as u64, offset, data.len() as u64)?;
+    bytes[offset as usize..offset as usize + data.len()].copy_from_slice(data);
+    Ok(())
+}
+
+/// Opens `path` for reading and writing, created if missing.
+#[cfg(unix)]
+fn open_rw(path: &std::path::Path) -> std::io::Result<std::fs::File> {
+    std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path)
+}
+
 /// Simulated persistent memory: stores land in a volatile cache of 64-byte
 /// lines; `flush` + `fence` make lines durable. At a crash any subset of
 /// the dirty lines may have reached the medium, each possibly torn at
@@ -109,14 +128,12 @@ impl Medium for SimMedium {
     }
 
     fn view(&self, offset: u64, len: u64) -> Result<&[u8], Error> {
-        check_range(self.len(), offset, len)?;
-        Ok(&self.current[offset as usize..(offset + len) as usize])
+        view_of(&self.current, offset, len)
     }
 
     fn write(&mut self, offset: u64, data: &[u8]) -> Result<(), Error> {
-        check_range(self.len(), offset, data.len() as u64)?;
+        store_into(&mut self.current, offset, data)?;
         let at = offset as usize;
-        self.current[at..at + data.len()].copy_from_slice(data);
         if !data.is_empty() {
             self.dirty.extend(at / LINE..(at + data.len()).div_ceil(LINE));
         }
@@ -173,13 +190,7 @@ impl MmapMedium {
     /// Maps `path` (created or extended to `len` bytes) with the given persistence.
     pub fn open(path: &std::path::Path, len: u64, persist: Persist) -> Result<Self, Error> {
         let io = |context: &str, source| Error::Io { context: format!("{}: {context}", path.display()), source };
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)
-            .map_err(|e| io("open", e))?;
+        let file = open_rw(path).map_err(|e| io("open", e))?;
         if file.metadata().map_err(|e| io("stat", e))?.len() < len {
             file.set_len(len).map_err(|e| io("extend", e))?;
         }
@@ -225,14 +236,11 @@ impl Medium for MmapMedium {
     }
 
     fn view(&self, offset: u64, len: u64) -> Result<&[u8], Error> {
-        check_range(self.len(), offset, len)?;
-        Ok(&self.map[offset as usize..(offset + len) as usize])
+        view_of(&self.map, offset, len)
     }
 
     fn write(&mut self, offset: u64, data: &[u8]) -> Result<(), Error> {
-        check_range(self.len(), offset, data.len() as u64)?;
-        self.map[offset as usize..offset as usize + data.len()].copy_from_slice(data);
-        Ok(())
+        store_into(&mut self.map, offset, data)
     }
 
     fn flush(&mut self, offset: u64, len: u64) -> Result<(), Error> {
@@ -280,13 +288,7 @@ impl FileMedium {
     pub fn open(path: &std::path::Path, len: u64) -> Result<Self, Error> {
         use std::os::unix::fs::FileExt;
         let io = |context: &str, source| Error::Io { context: format!("{}: {context}", path.display()), source };
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)
-            .map_err(|e| io("open", e))?;
+        let file = open_rw(path).map_err(|e| io("open", e))?;
         let have = file.metadata().map_err(|e| io("stat", e))?.len();
         let mut bytes = vec![
             0u8;
@@ -313,14 +315,11 @@ impl Medium for FileMedium {
     }
 
     fn view(&self, offset: u64, len: u64) -> Result<&[u8], Error> {
-        check_range(self.len(), offset, len)?;
-        Ok(&self.bytes[offset as usize..(offset + len) as usize])
+        view_of(&self.bytes, offset, len)
     }
 
     fn write(&mut self, offset: u64, data: &[u8]) -> Result<(), Error> {
-        check_range(self.len(), offset, data.len() as u64)?;
-        self.bytes[offset as usize..offset as usize + data.len()].copy_from_slice(data);
-        Ok(())
+        store_into(&mut self.bytes, offset, data)
     }
 
     fn flush(&mut self, offset: u64, len: u64) -> Result<(), Error> {
