@@ -1,7 +1,8 @@
 //! Data checksums (seed 002's store): a CRC32C of every file data block
 //! csumfs writes, kept in `csumkit::csum_tree`'s copy-on-write tree in a
 //! file beside the image (`IMAGE.csums`), committed at every sync after
-//! the image's own data is durable. Reads of a block with a checksum
+//! the image's own data is durable — or, with a ByteLog, carried by its
+//! commits and committed to the sidecar at checkpoints. Reads of a block with a checksum
 //! verify it and fail with `EIO` on a mismatch, as btrfs does; `scrub`
 //! verifies every file offline.
 //!
@@ -11,8 +12,9 @@
 //! adjacent runs merged); a commit empties the list. When the process dies
 //! in between, the next open forgets the checksums of the listed blocks
 //! (they read unverified until rewritten) instead of failing good data.
-//! A power cut is not covered: nothing orders the list's page before the
-//! data's on disk.
+//! A power cut can lose the list (nothing orders its page before the
+//! data's on disk): a block written after the last commit may then read
+//! as `EIO` until rewritten.
 //!
 //! The sidecar's first bytes hold what ties it to the image: the image's
 //! UUID, its last mount and write times and its lifetime writes

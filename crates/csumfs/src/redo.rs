@@ -348,9 +348,12 @@ fn log_medium(path: &Path, len: u64) -> Result<LogMedium, Error> {
     let on_tmpfs = {
         let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
         let c = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(dir.as_os_str())).ok();
-        let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-        // SAFETY: a NUL-terminated path and a zeroed statfs to fill.
-        c.is_some_and(|c| unsafe { libc::statfs(c.as_ptr(), &mut st) } == 0 && st.f_type == libc::TMPFS_MAGIC)
+        // SAFETY: statfs fills a zeroed struct (all-zero is a valid value)
+        // from a NUL-terminated path.
+        c.is_some_and(|c| unsafe {
+            let mut st: libc::statfs = std::mem::zeroed();
+            libc::statfs(c.as_ptr(), &mut st) == 0 && st.f_type == libc::TMPFS_MAGIC
+        })
     };
     if on_tmpfs {
         return Ok(Box::new(MmapMedium::open(path, len, Persist::CacheLines)?));
@@ -372,9 +375,7 @@ impl Redo {
         }
         self.pending.push((at, at + len));
         self.pending_bytes += len;
-        for page in at / PAGE..=(at + len - 1) / PAGE {
-            self.touched.insert(page);
-        }
+        self.touched.extend(at / PAGE..=(at + len - 1) / PAGE);
     }
 
     /// Notes that the blocks at `[at, at + len)` were freed.
@@ -605,11 +606,8 @@ impl Volume {
             last_commit: Instant::now(),
             last_checkpoint: Instant::now(),
         };
-        for &(start, end) in &redo.committed.clone() {
-            for page in start / PAGE..end.div_ceil(PAGE) {
-                redo.touched.insert(page);
-            }
-        }
+        // The replayed pages differ from the file until the checkpoint below.
+        redo.touched = redo.committed.iter().flat_map(|&(start, end)| start / PAGE..end.div_ceil(PAGE)).collect();
         self.redo = Some(redo);
         if self.undo.is_none() {
             // Errors roll back in memory: the private copy dies with the process.
@@ -709,7 +707,6 @@ impl Volume {
         if self.redo.is_none() {
             return self.sync();
         }
-        self.sync_logged()?;
         self.checkpoint_now(true, false)
     }
 
@@ -725,14 +722,14 @@ impl Volume {
         let pages = std::mem::take(&mut redo.touched);
         if let Bytes::Private(map) = &self.map {
             // The file now holds what these copied pages hold: drop the
-            // copies (the map reads the file's pages again).
-            for page in pages {
-                let at = page * PAGE;
-                let len = PAGE.min(map.len().saturating_sub(at));
+            // copies (the map reads the file's pages again), run by run.
+            let ranges: Vec<(usize, usize)> = pages.iter().map(|&p| (p * PAGE, (p + 1) * PAGE)).collect();
+            for (start, end) in merged(&ranges) {
+                let len = end.min(map.len()).saturating_sub(start);
                 if len > 0 {
                     // SAFETY: a page-aligned range inside this process's
                     // private map; MADV_DONTNEED only discards its copy.
-                    unsafe { libc::madvise(map.as_ptr().add(at) as *mut libc::c_void, len, libc::MADV_DONTNEED) };
+                    unsafe { libc::madvise(map.as_ptr().add(start) as *mut libc::c_void, len, libc::MADV_DONTNEED) };
                 }
             }
         }
