@@ -5,9 +5,8 @@
 
 mod common;
 
-use common::{assert_clean, have_e2fsprogs, Scratch};
+use common::{assert_clean, have_e2fsprogs, mke2fs_with, Scratch};
 use csumfs::{NewInode, Options, Volume, ROOT};
-use std::process::Command;
 
 #[test]
 fn a_large_sparse_image_is_logged_synced_and_checkpointed() {
@@ -17,13 +16,7 @@ fn a_large_sparse_image_is_logged_synced_and_checkpointed() {
     let scratch = Scratch::new("logged");
     let image = scratch.0.join("img");
     let log = scratch.0.join("img.bytelog");
-    let out = Command::new(common::tool("mke2fs").unwrap())
-        .args(["-q", "-F", "-t", "ext4", "-O", "metadata_csum,^has_journal", "-b", "65536", "-g", "524288"])
-        .arg(&image)
-        .arg("40G")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "mke2fs: {}", String::from_utf8_lossy(&out.stderr));
+    mke2fs_with(&image, "65536", "40G", &["-g", "524288"]);
     let (mut volume, replayed) = Volume::open_logged(&image, &log, 1 << 20, Options::default(), None).unwrap();
     assert_eq!(replayed.commits, 0);
     let file = volume.create(ROOT, b"f", NewInode { mode: 0o100_644, uid: 0, gid: 0 }).unwrap();
