@@ -8,8 +8,10 @@
 //! open puts those bytes back, newest first, and the image is as it was
 //! before the operation. An operation that fails with an error is rolled
 //! back the same way at once. File data is written in place, not logged
-//! (as ext4's `data=writeback`). A power cut is not covered: that needs
-//! the log's records durable before the image's pages, the ByteLog's job.
+//! (as ext4's `data=writeback`). A power cut is not covered. This file
+//! log is what `csumkit mount -o log=off` uses; with a ByteLog (the
+//! default, `redo.rs`) records are kept in memory only, to roll back an
+//! operation that fails, and the ByteLog covers deaths and power cuts.
 //!
 //! Layout: 64-byte header (magic `CSFSUNDO`, record count u64 at 8, bytes
 //! used u64 at 16), then records: image offset u64, length u32, 4 bytes
