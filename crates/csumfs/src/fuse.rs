@@ -617,10 +617,17 @@ impl Filesystem for Fs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        if mode & !libc::FALLOC_FL_KEEP_SIZE != 0 {
-            return reply.error(Errno::from_i32(libc::EOPNOTSUPP));
+        let (ino, keep_size) = (from_fuse(ino), mode & libc::FALLOC_FL_KEEP_SIZE != 0);
+        match mode & !libc::FALLOC_FL_KEEP_SIZE {
+            0 => reply_empty!(self.change(|v| v.fallocate(ino, offset, length, keep_size)), reply),
+            // Linux takes a punch only with KEEP_SIZE.
+            libc::FALLOC_FL_PUNCH_HOLE if keep_size => {
+                reply_empty!(self.change(|v| v.punch_hole(ino, offset, length)), reply);
+            }
+            libc::FALLOC_FL_ZERO_RANGE => {
+                reply_empty!(self.change(|v| v.zero_range(ino, offset, length, keep_size)), reply);
+            }
+            _ => reply.error(Errno::from_i32(libc::EOPNOTSUPP)), // collapse, insert, unshare
         }
-        let keep_size = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
-        reply_empty!(self.change(|v| v.fallocate(from_fuse(ino), offset, length, keep_size)), reply);
     }
 }

@@ -28,6 +28,7 @@ mod datasum;
 mod dir;
 mod dir_write;
 mod error;
+mod extent_tree;
 mod extents;
 pub mod fuse;
 pub mod hash;

@@ -19,6 +19,7 @@ use crate::dir_write::new_dir_block;
 use crate::error::Error;
 use crate::inode::{Inode, Timespec, FLAG_EXTENTS, FLAG_INLINE_DATA};
 pub(crate) use crate::le::{le16, le32, put16, put32};
+use crate::map::Run;
 use crate::stats::Stats;
 use crate::volume::{Bytes, Checksums, Volume};
 use csumkit::crc32c;
@@ -66,7 +67,7 @@ pub(crate) fn refuse_for_writing(layout: &Layout, image: &[u8]) -> Result<(), Er
 }
 
 /// The changed byte runs of two equal-length buffers: (offset, old, new).
-fn changes<'a>(old: &'a [u8], new: &'a [u8]) -> Vec<(usize, &'a [u8], &'a [u8])> {
+pub(crate) fn changes<'a>(old: &'a [u8], new: &'a [u8]) -> Vec<(usize, &'a [u8], &'a [u8])> {
     let mut runs: Vec<(usize, usize)> = Vec::new();
     for i in (0..old.len()).filter(|&i| old[i] != new[i]) {
         match runs.last_mut() {
@@ -604,127 +605,6 @@ impl Volume {
         self.inode(ino)
     }
 
-    /// Adds the run `(physical, len)` at file block `logical` to the extent
-    /// tree: in the inode while its four slots last, then in leaf blocks
-    /// under a one-level index in the inode (the tree grows to depth 1 by
-    /// moving the inode's extents into a new leaf, as the kernel's
-    /// `ext4_ext_grow_indepth` does).
-    fn add_extent(
-        &mut self,
-        inode: &Inode,
-        logical: u64,
-        physical: u64,
-        len: u64,
-        uninit: bool,
-    ) -> Result<Inode, Error> {
-        let depth = le16(&inode.i_block, 6);
-        if inode.flags & FLAG_EXTENTS == 0 || depth > 1 {
-            return Err(Error::Unsupported {
-                feature: "extent tree of depth > 1 (or a block map)",
-                remedy: "growing such a file is not implemented in csumfs yet",
-            });
-        }
-        if depth == 1 {
-            return self.add_extent_to_leaf(inode, logical, physical, len, uninit);
-        }
-        let mut root = inode.i_block;
-        match insert_extent(&mut root, logical, physical, len, uninit) {
-            Insert::Done => self.edit_inode(inode, |r| r[0x28..0x28 + 60].copy_from_slice(&root)),
-            Insert::Full => {
-                // Grow: the four extents move into a new leaf block.
-                let bs = self.layout.block_size;
-                let goal = physical.saturating_sub(1);
-                let (leaf_block, _) = self.allocate_blocks(goal, 1)?;
-                let mut leaf = vec![0u8; bs as usize];
-                leaf[..60].copy_from_slice(&inode.i_block);
-                put16(&mut leaf, 4, ((bs - 12) / 12) as u16); // ext4_ext_space_block
-                let inserted = insert_extent(&mut leaf, logical, physical, len, uninit);
-                debug_assert!(matches!(inserted, Insert::Done), "a new leaf has room");
-                let first = u64::from(le32(&leaf, 12));
-                self.store_new_leaf(inode, leaf_block, &mut leaf)?;
-                let sectors = inode.blocks + bs / 512;
-                self.edit_inode(inode, |r| {
-                    let i = &mut r[0x28..0x28 + 60];
-                    i.fill(0);
-                    put16(i, 0, 0xF30A);
-                    put16(i, 2, 1);
-                    put16(i, 4, 4);
-                    put16(i, 6, 1);
-                    put32(i, 12, first as u32);
-                    put32(i, 16, leaf_block as u32);
-                    put16(i, 20, (leaf_block >> 32) as u16);
-                    put32(r, 0x1C, sectors as u32);
-                    put16(r, 0x74, (sectors >> 32) as u16);
-                })
-            }
-        }
-    }
-
-    /// Checksums a new extent leaf in full (it is new) and writes it.
-    fn store_new_leaf(&mut self, inode: &Inode, block: u64, leaf: &mut [u8]) -> Result<(), Error> {
-        let tail = 12 + 12 * usize::from(le16(leaf, 4));
-        let crc = crc32c::raw_update(inode.csum_seed, &leaf[..tail]);
-        put32(leaf, tail, crc);
-        self.store(block * self.layout.block_size, leaf)
-    }
-
-    /// Depth 1: the run goes into the leaf whose index entry covers it,
-    /// its checksum moved by splice; past a full last leaf, a new leaf and
-    /// a new index entry (up to the inode's four).
-    fn add_extent_to_leaf(
-        &mut self,
-        inode: &Inode,
-        logical: u64,
-        physical: u64,
-        len: u64,
-        uninit: bool,
-    ) -> Result<Inode, Error> {
-        let bs = self.layout.block_size;
-        let root = &inode.i_block;
-        let entries = usize::from(le16(root, 2));
-        let index = |e: usize| 12 + 12 * e;
-        let covering = (0..entries).rev().find(|&e| u64::from(le32(root, index(e))) <= logical).unwrap_or(0);
-        let leaf_block = u64::from(le32(root, index(covering) + 4)) | u64::from(le16(root, index(covering) + 8)) << 32;
-        let old = self.block(leaf_block, &|| format!("inode {} extent leaf {leaf_block}", inode.ino))?.to_vec();
-        let mut new = old.clone();
-        match insert_extent(&mut new, logical, physical, len, uninit) {
-            Insert::Done => {
-                // What changed: the entry count and the entries from the
-                // insertion point on (a merge changes one length).
-                let tail = 12 + 12 * usize::from(le16(&old, 4));
-                let first = (12..tail).find(|&i| old[i] != new[i]).unwrap_or(tail);
-                let last = (first..tail).rev().find(|&i| old[i] != new[i]).map_or(first, |i| i + 1);
-                let edits: [(usize, &[u8]); 2] = [(2, &new[2..4]), (first, &new[first..last])];
-                self.patch("extent leaf", leaf_block * bs, (tail, tail, inode.csum_seed), &edits)?;
-                self.inode(inode.ino)
-            }
-            Insert::Full if covering + 1 == entries && entries < 4 && is_after_all(&old, logical) => {
-                let (new_leaf, _) = self.allocate_blocks(physical.saturating_sub(1), 1)?;
-                let mut leaf = vec![0u8; bs as usize];
-                put16(&mut leaf, 0, 0xF30A);
-                put16(&mut leaf, 4, ((bs - 12) / 12) as u16); // ext4_ext_space_block
-                let inserted = insert_extent(&mut leaf, logical, physical, len, uninit);
-                debug_assert!(matches!(inserted, Insert::Done), "a new leaf has room");
-                self.store_new_leaf(inode, new_leaf, &mut leaf)?;
-                let sectors = inode.blocks + bs / 512;
-                self.edit_inode(inode, |r| {
-                    let i = &mut r[0x28..0x28 + 60];
-                    let at = index(entries);
-                    put32(i, at, logical as u32);
-                    put32(i, at + 4, new_leaf as u32);
-                    put16(i, at + 8, (new_leaf >> 32) as u16);
-                    put16(i, 2, entries as u16 + 1);
-                    put32(r, 0x1C, sectors as u32);
-                    put16(r, 0x74, (sectors >> 32) as u16);
-                })
-            }
-            Insert::Full => Err(Error::Unsupported {
-                feature: "an extent leaf split",
-                remedy: "inserting into the middle of a full extent leaf is not implemented in csumfs yet",
-            }),
-        }
-    }
-
     /// Makes `blocks` file blocks from `logical` exist (allocated, zeroed
     /// when `zero`), goal right after the file's last block — for a file
     /// without blocks the start of its inode's group, as the kernel's
@@ -736,7 +616,10 @@ impl Volume {
         while next < logical + blocks {
             let l = &self.layout;
             let group_start = l.first_data_block + u64::from(inode.ino - 1) / l.inodes_per_group * l.blocks_per_group;
-            let goal = self.runs(&inode)?.last().map_or(group_start, |r| r.physical + r.len);
+            // Where the extent before `next` would continue (the kernel's
+            // `ext4_ext_find_goal`).
+            let before = self.runs(&inode)?.into_iter().take_while(|r| r.logical < next).last();
+            let goal = before.map_or(group_start, |r| r.physical + (next - r.logical));
             // One extent holds at most 32768 blocks (32767 unwritten).
             let cap = if fill == Fill::Unwritten { 32767 } else { 32768 };
             let (start, len) = self.allocate_blocks(goal, (logical + blocks - next).min(cap))?;
@@ -744,8 +627,9 @@ impl Volume {
                 let zeros = vec![0u8; (len * bs) as usize];
                 self.store_data(start * bs, &zeros)?;
             }
-            inode = match self.add_extent(&inode, next, start, len, fill == Fill::Unwritten) {
-                Ok(inode) => inode,
+            let run = Run { logical: next, len, physical: start, uninit: fill == Fill::Unwritten };
+            inode = match self.remap(&inode, next, next + len, &[run]) {
+                Ok((inode, _)) => inode,
                 Err(e) => {
                     // Nothing half done: the blocks go back.
                     self.free_blocks(start, len)?;
@@ -792,7 +676,7 @@ impl Volume {
             return Err(Error::IsDir(format!("inode {ino}")));
         }
         let bs = self.layout.block_size;
-        let end = offset + len;
+        let end = self.range_end(ino, offset, len)?;
         let (first, last) = (offset / bs, end.div_ceil(bs));
         inode = self.fill_holes(inode, first, last, Fill::Unwritten)?;
         if keep_size || end <= inode.size {
@@ -830,14 +714,15 @@ impl Volume {
                 source: std::io::Error::from_raw_os_error(libc::EFBIG),
             });
         }
-        // Fallocated blocks the write touches become written blocks first.
+        // Fallocated blocks the write touches become written blocks first
+        // (the rest of their extents stay unwritten).
         let touched: Vec<_> = self
             .runs(&inode)?
             .into_iter()
             .filter(|r| r.uninit && r.logical < last && first < r.logical + r.len)
             .collect();
         for run in touched {
-            inode = self.write_out_unwritten(&inode, run)?;
+            inode = self.write_into_unwritten(&inode, run, offset, end)?;
         }
         // Allocate every unmapped block of the range, run by run.
         inode = self.fill_holes(inode, first, last, Fill::Zeros)?;
@@ -987,58 +872,6 @@ pub(crate) enum Fill {
     Nothing,
     /// Unwritten extents: they read as zeros, nothing is written.
     Unwritten,
-}
-
-/// What [`insert_extent`] did.
-enum Insert {
-    Done,
-    Full,
-}
-
-/// Inserts the run into an extent node (header + entries, depth 0) in
-/// logical order, merging with the extent before it when contiguous on
-/// disk and in the file; `Full` (node unchanged) when it needs a slot and
-/// has none.
-fn insert_extent(node: &mut [u8], logical: u64, physical: u64, len: u64, uninit: bool) -> Insert {
-    let (entries, max) = (usize::from(le16(node, 2)), usize::from(le16(node, 4)));
-    let entry = |e: usize| 12 + 12 * e;
-    // ee_len above 32768 marks an unwritten extent of ee_len - 32768 blocks.
-    let cap = if uninit { 32767 } else { 32768 };
-    let raw_len = |len: u64| if uninit { len + 32768 } else { len };
-    let pos = (0..entries).take_while(|&e| u64::from(le32(node, entry(e))) < logical).count();
-    if pos > 0 {
-        let prev = entry(pos - 1);
-        let (p_first, p_raw) = (u64::from(le32(node, prev)), u64::from(le16(node, prev + 4)));
-        let (p_uninit, p_len) = if p_raw > 32768 { (true, p_raw - 32768) } else { (false, p_raw) };
-        let p_start = u64::from(le32(node, prev + 8)) | u64::from(le16(node, prev + 6)) << 32;
-        if p_uninit == uninit && p_first + p_len == logical && p_start + p_len == physical && p_len + len <= cap {
-            put16(node, prev + 4, raw_len(p_len + len) as u16);
-            return Insert::Done;
-        }
-    }
-    if entries >= max {
-        return Insert::Full;
-    }
-    node.copy_within(entry(pos)..entry(entries), entry(pos + 1));
-    let at = entry(pos);
-    put32(node, at, logical as u32);
-    put16(node, at + 4, raw_len(len) as u16);
-    put16(node, at + 6, (physical >> 32) as u16);
-    put32(node, at + 8, physical as u32);
-    put16(node, 2, entries as u16 + 1);
-    Insert::Done
-}
-
-/// Whether `logical` comes after every extent of a full leaf.
-fn is_after_all(leaf: &[u8], logical: u64) -> bool {
-    let entries = usize::from(le16(leaf, 2));
-    entries > 0 && {
-        let last = 12 + 12 * (entries - 1);
-        // ee_len above 32768 is an unwritten extent of ee_len - 32768 blocks.
-        let raw = u64::from(le16(leaf, last + 4));
-        let len = if raw > 32768 { raw - 32768 } else { raw };
-        u64::from(le32(leaf, last)) + len <= logical
-    }
 }
 
 /// `EXT4_FT_*` of a mode.

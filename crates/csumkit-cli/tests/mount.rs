@@ -198,6 +198,22 @@ fn exercise(root: &Path) -> Model {
         data[12_345..12_345 + 27].copy_from_slice(b"inside the fallocated range");
         model.insert("d2/falloc".into(), Some(data));
     }
+    // A hole punched through written data (whole blocks freed, the bytes
+    // at its edges zeroed) and a range zeroed, the size kept.
+    {
+        let f = std::fs::OpenOptions::new().write(true).open(p("d1/f6")).unwrap();
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&f);
+        let punch = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+        // SAFETY: a valid descriptor; plain integer arguments.
+        let done = unsafe { libc::fallocate(fd, punch, 5_000, 30_000) };
+        assert_eq!(done, 0, "punch hole: {}", std::io::Error::last_os_error());
+        // SAFETY: as above.
+        let done = unsafe { libc::fallocate(fd, libc::FALLOC_FL_ZERO_RANGE, 60_001, 9_000) };
+        assert_eq!(done, 0, "zero range: {}", std::io::Error::last_os_error());
+        let data = model.get_mut("d1/f6").unwrap().as_mut().unwrap();
+        data[5_000..35_000].fill(0);
+        data[60_001..69_001].fill(0);
+    }
     // Renames (across directories, replacing), a hard link, a symlink.
     std::fs::rename(p("d1/f1"), p("d2/moved")).unwrap();
     let moved = model.remove("d1/f1").unwrap();

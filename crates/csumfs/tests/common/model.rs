@@ -1,6 +1,7 @@
 //! The model the model-based and power-cut tests share: random operations
-//! (create, mkdir, write, unlink, rmdir, rename, symlink) applied to a
-//! volume and to an in-memory tree, which must then agree.
+//! (create, mkdir, write, truncate, fallocate, punch hole, zero range,
+//! unlink, rmdir, rename, symlink) applied to a volume and to an in-memory
+//! tree, which must then agree.
 
 use csumfs::{Error, NewInode, RenameMode, Volume};
 use proptest::prelude::*;
@@ -15,13 +16,58 @@ pub enum Node {
 
 #[derive(Clone, Debug)]
 pub enum Op {
-    Create { dir: usize, name: u8, len: usize },
-    Mkdir { dir: usize, name: u8 },
-    Write { file: usize, offset: usize, len: usize },
-    Unlink { file: usize },
-    Rmdir { dir: usize },
-    Rename { from: usize, dir: usize, name: u8 },
-    Symlink { dir: usize, name: u8, len: usize },
+    Create {
+        dir: usize,
+        name: u8,
+        len: usize,
+    },
+    Mkdir {
+        dir: usize,
+        name: u8,
+    },
+    Write {
+        file: usize,
+        offset: usize,
+        len: usize,
+    },
+    Unlink {
+        file: usize,
+    },
+    Rmdir {
+        dir: usize,
+    },
+    Rename {
+        from: usize,
+        dir: usize,
+        name: u8,
+    },
+    Symlink {
+        dir: usize,
+        name: u8,
+        len: usize,
+    },
+    Truncate {
+        file: usize,
+        size: usize,
+    },
+    /// `fallocate(2)` with `mode` 0 or `FALLOC_FL_KEEP_SIZE`.
+    Fallocate {
+        file: usize,
+        offset: usize,
+        len: usize,
+        keep_size: bool,
+    },
+    PunchHole {
+        file: usize,
+        offset: usize,
+        len: usize,
+    },
+    ZeroRange {
+        file: usize,
+        offset: usize,
+        len: usize,
+        keep_size: bool,
+    },
 }
 
 pub fn op() -> impl Strategy<Value = Op> {
@@ -33,6 +79,16 @@ pub fn op() -> impl Strategy<Value = Op> {
         any::<usize>().prop_map(|dir| Op::Rmdir { dir }),
         (any::<usize>(), any::<usize>(), 0u8..24).prop_map(|(from, dir, name)| Op::Rename { from, dir, name }),
         (any::<usize>(), 0u8..24, 1usize..200).prop_map(|(dir, name, len)| Op::Symlink { dir, name, len }),
+        (any::<usize>(), 0usize..45_000).prop_map(|(file, size)| Op::Truncate { file, size }),
+        (any::<usize>(), 0usize..40_000, 1usize..20_000, any::<bool>())
+            .prop_map(|(file, offset, len, keep_size)| Op::Fallocate { file, offset, len, keep_size }),
+        (any::<usize>(), 0usize..40_000, 1usize..20_000).prop_map(|(file, offset, len)| Op::PunchHole {
+            file,
+            offset,
+            len
+        }),
+        (any::<usize>(), 0usize..40_000, 1usize..20_000, any::<bool>())
+            .prop_map(|(file, offset, len, keep_size)| Op::ZeroRange { file, offset, len, keep_size }),
     ]
 }
 
@@ -182,9 +238,52 @@ pub fn apply(v: &mut Volume, model: &mut Model, op: &Op, step: usize) -> Result<
                 }
             }
         }
+        Op::Truncate { file, size } => {
+            let Some(f) = pick(model, |n| matches!(n, Node::File(_)), *file) else { return Ok(()) };
+            v.truncate(ino(v, &f)?, *size as u64).map(|_| file_content(model, &f).resize(*size, 0))
+        }
+        Op::Fallocate { file, offset, len, keep_size } => {
+            let Some(f) = pick(model, |n| matches!(n, Node::File(_)), *file) else { return Ok(()) };
+            v.fallocate(ino(v, &f)?, *offset as u64, *len as u64, *keep_size).map(|_| {
+                let content = file_content(model, &f);
+                if !keep_size && content.len() < offset + len {
+                    content.resize(offset + len, 0);
+                }
+            })
+        }
+        Op::PunchHole { file, offset, len } => {
+            let Some(f) = pick(model, |n| matches!(n, Node::File(_)), *file) else { return Ok(()) };
+            v.punch_hole(ino(v, &f)?, *offset as u64, *len as u64).map(|_| {
+                let content = file_content(model, &f);
+                let end = (offset + len).min(content.len());
+                if *offset < end {
+                    content[*offset..end].fill(0);
+                }
+            })
+        }
+        Op::ZeroRange { file, offset, len, keep_size } => {
+            let Some(f) = pick(model, |n| matches!(n, Node::File(_)), *file) else { return Ok(()) };
+            v.zero_range(ino(v, &f)?, *offset as u64, *len as u64, *keep_size).map(|_| {
+                let content = file_content(model, &f);
+                let end = (offset + len).min(content.len());
+                if *offset < end {
+                    content[*offset..end].fill(0);
+                }
+                if !keep_size && content.len() < offset + len {
+                    content.resize(offset + len, 0);
+                }
+            })
+        }
     };
     match result {
         Ok(()) | Err(Error::Unsupported { .. }) => Ok(()),
         Err(e) => Err(format!("{op:?}: {e}")),
+    }
+}
+
+fn file_content<'m>(model: &'m mut Model, path: &str) -> &'m mut Vec<u8> {
+    match model.get_mut(path) {
+        Some(Node::File(content)) => content,
+        _ => unreachable!("{path} was picked as a file"),
     }
 }
