@@ -195,7 +195,7 @@ impl Volume {
     }
 
     /// Index levels a tree may have (the kernel's `ext4_dir_htree_level`).
-    fn htree_levels(&self) -> u8 {
+    pub(crate) fn htree_levels(&self) -> u8 {
         if self.layout.features.incompat & csumkit::ext4::Features::INCOMPAT_LARGEDIR != 0 {
             3
         } else {
@@ -206,7 +206,7 @@ impl Volume {
 
 /// A block of the index: the root (logical 0) or an interior node (one
 /// empty entry spanning the block).
-fn is_index_block(block: &[u8], logical: u64, bs: u64) -> bool {
+pub(crate) fn is_index_block(block: &[u8], logical: u64, bs: u64) -> bool {
     let rec_len = |raw: u16| if raw == 0 || raw == 65535 && bs == 65536 { 65536 } else { u64::from(raw) };
     logical == 0 || le32(block, 0) == 0 && rec_len(le16(block, 4)) == bs
 }

@@ -2,8 +2,13 @@
 //! (or a new leaf appended), or into an indexed (htree) directory's leaf for
 //! the name's hash — splitting that leaf by hash when it is full and adding
 //! the new leaf to the index node above it, as the kernel's `do_split` does.
-//! An entry added to a leaf moves the leaf's checksum by splice; a split
-//! rewrites both leaves and the index node, which are checksummed anew.
+//! A full index node is split in two (its upper half indexed by its parent),
+//! a full root moves its entries down into a new node (one level more, up
+//! to the two levels of `ext4_dir_htree_level`, three with `large_dir`),
+//! and a one-block linear directory that fills becomes an htree, as the
+//! kernel's `make_indexed_dir` makes it (with `dir_index`). An entry added
+//! to a leaf moves the leaf's checksum by splice; splits rewrite the blocks
+//! they change, which are checksummed anew (their covered length changed).
 
 use crate::error::{corrupt, Error};
 use crate::inode::{Inode, FLAG_INDEX, FLAG_INLINE_DATA};
@@ -16,6 +21,11 @@ type Entry = (u32, u8, Vec<u8>);
 /// One step of an index path: (node's physical block, offset of its
 /// count/limit, the entry chosen).
 type IndexStep = (u64, usize, usize);
+
+/// `EXT4_FEATURE_COMPAT_DIR_INDEX`.
+const COMPAT_DIR_INDEX: u32 = 0x20;
+/// Where an interior index node's count/limit sit: after its fake dirent.
+const NODE_COUNT_AT: usize = 8;
 
 /// Bytes a record needs for a name of `len` bytes.
 fn record(len: usize) -> usize {
@@ -41,8 +51,12 @@ impl Volume {
                 }
             }
         }
-        // No room: a new block holding only this entry.
         let bs = self.layout.block_size as usize;
+        if dir.size == bs as u64 && self.layout.features.compat & COMPAT_DIR_INDEX != 0 {
+            let dir = self.make_indexed(dir)?;
+            return self.add_indexed_entry(&dir, name, ino, file_type);
+        }
+        // No room: a new block holding only this entry.
         let physical = self.append_dir_block(dir)?;
         let block = new_dir_block(bs, dir.csum_seed, &[(ino, file_type, name)]);
         self.store(physical * bs as u64, &block)
@@ -103,25 +117,32 @@ impl Volume {
         Ok(physical)
     }
 
-    /// The htree case: the leaf for the name's hash, split when full.
+    /// The htree case: the leaf for the name's hash, split when full
+    /// (after making room in the index above it, then looking again).
     fn add_indexed_entry(&mut self, dir: &Inode, name: &[u8], ino: u32, ft: u8) -> Result<(), Error> {
         let bs = self.layout.block_size as usize;
-        let (hash, path) = self.htree_path(dir, name)?;
+        let mut dir = dir.clone();
+        let (hash, path, node, leaf_physical) = loop {
+            let (hash, path) = self.htree_path(&dir, name)?;
+            let (node_physical, count_at, chosen) = *path.last().expect("a path holds the root");
+            let node = self.block(node_physical, &|| format!("directory {} index", dir.ino))?.to_vec();
+            let leaf_logical = u64::from(le32(&node, count_at + 8 * chosen + 4)) & 0x0FFF_FFFF;
+            let leaf_physical = self.dir_block(&dir, leaf_logical)?;
+            if self.insert_into_leaf(&dir, leaf_physical, name, ino, ft)? {
+                return Ok(());
+            }
+            let (limit, count) = (usize::from(le16(&node, count_at)), usize::from(le16(&node, count_at + 2)));
+            if count < limit {
+                break (hash, path, node, leaf_physical);
+            }
+            self.grow_index(&dir, &path)?;
+            dir = self.inode(dir.ino)?;
+        };
+        let dir = &dir;
         let (node_physical, count_at, chosen) = *path.last().expect("a path holds the root");
-        let node = self.block(node_physical, &|| format!("directory {} index", dir.ino))?.to_vec();
         let leaf_logical = u64::from(le32(&node, count_at + 8 * chosen + 4)) & 0x0FFF_FFFF;
-        let leaf_physical = self.dir_block(dir, leaf_logical)?;
-        if self.insert_into_leaf(dir, leaf_physical, name, ino, ft)? {
-            return Ok(());
-        }
+        let count = usize::from(le16(&node, count_at + 2));
         // Split: the entries sorted by hash, the upper half by size to a new leaf.
-        let (limit, count) = (usize::from(le16(&node, count_at)), usize::from(le16(&node, count_at + 2)));
-        if count >= limit {
-            return Err(Error::Unsupported {
-                feature: "an htree index node split",
-                remedy: "the directory's index node is full; growing the index is not implemented in csumfs yet",
-            });
-        }
         let old_leaf = self.block(leaf_physical, &|| format!("directory {} leaf", dir.ino))?.to_vec();
         let version = node_root_version(self, dir)?;
         let mut entries = Vec::new();
@@ -175,6 +196,113 @@ impl Volume {
         } else {
             Err(corrupt(format!("directory {}", dir.ino), "no room after a leaf split"))
         }
+    }
+
+    /// Makes room in the full index node at the end of `path`: the
+    /// topmost of the full nodes above the leaf is split in two, its upper
+    /// half going to a new node that its parent indexes; when that is the
+    /// root, the root's entries move down into a new node instead and the
+    /// tree gets a level (the kernel's `ext4_dx_add_entry`). `ENOSPC` when
+    /// the tree has all the levels it may have ("Directory index full!").
+    fn grow_index(&mut self, dir: &Inode, path: &[IndexStep]) -> Result<(), Error> {
+        let bs = self.layout.block_size as usize;
+        let what = || format!("directory {} index", dir.ino);
+        let is_full = |v: &Volume, (physical, count_at, _): IndexStep| -> Result<bool, Error> {
+            let node = v.block(physical, &what)?;
+            Ok(le16(node, count_at + 2) >= le16(node, count_at))
+        };
+        let mut i = path.len() - 1;
+        while i > 0 && is_full(self, path[i - 1])? {
+            i -= 1;
+        }
+        let (physical, count_at, _) = path[i];
+        let mut node = self.block(physical, &what)?.to_vec();
+        let count = usize::from(le16(&node, count_at + 2));
+        let (moved_from, parent) = if i == 0 {
+            let levels = node[0x1E];
+            if levels + 1 >= self.htree_levels() {
+                return Err(Error::Io {
+                    context: format!("directory {}: its htree index is full ({} levels)", dir.ino, levels + 1),
+                    source: std::io::Error::from_raw_os_error(libc::ENOSPC),
+                });
+            }
+            (0, None)
+        } else {
+            (count / 2, Some(path[i - 1]))
+        };
+        // The new node takes entries moved_from.. (their first hash goes to
+        // the parent; the slot it held becomes the node's count/limit).
+        let new_logical = dir.size / bs as u64;
+        let new_physical = self.append_dir_block(dir)?;
+        let dir = self.inode(dir.ino)?;
+        let mut child = vec![0u8; bs];
+        put16(&mut child, 4, rec_len_on_disk(bs));
+        let moved = count_at + 8 * moved_from..count_at + 8 * count;
+        child[NODE_COUNT_AT..NODE_COUNT_AT + moved.len()].copy_from_slice(&node[moved]);
+        put16(&mut child, NODE_COUNT_AT, ((bs - 16) / 8) as u16); // dx_node_limit with a dx_tail
+        put16(&mut child, NODE_COUNT_AT + 2, (count - moved_from) as u16);
+        self.seal_index_node(&dir, &mut child, NODE_COUNT_AT);
+        self.store(new_physical * bs as u64, &child)?;
+        let hash2 = le32(&node, count_at + 8 * moved_from);
+        match parent {
+            None => {
+                // The root keeps one entry, the new node; a level more.
+                put16(&mut node, count_at + 2, 1);
+                put32(&mut node, count_at + 4, new_logical as u32);
+                node[0x1E] += 1;
+            }
+            Some((parent_physical, parent_count_at, chosen)) => {
+                put16(&mut node, count_at + 2, moved_from as u16);
+                let mut parent = self.block(parent_physical, &what)?.to_vec();
+                let parent_count = usize::from(le16(&parent, parent_count_at + 2));
+                let at = parent_count_at + 8 * (chosen + 1);
+                parent.copy_within(at..parent_count_at + 8 * parent_count, at + 8);
+                put32(&mut parent, at, hash2);
+                put32(&mut parent, at + 4, new_logical as u32);
+                put16(&mut parent, parent_count_at + 2, (parent_count + 1) as u16);
+                self.seal_index_node(&dir, &mut parent, parent_count_at);
+                self.store(parent_physical * bs as u64, &parent)?;
+            }
+        }
+        self.seal_index_node(&dir, &mut node, count_at);
+        self.store(physical * bs as u64, &node)
+    }
+
+    /// Turns a full one-block linear directory into an htree, as the
+    /// kernel's `make_indexed_dir`: its entries but "." and ".." move to
+    /// a new leaf (logical block 1) and block 0 becomes the index root —
+    /// "." and "..", the root info (the superblock's default hash), one
+    /// index entry for the leaf, a dx_tail — and the inode gets
+    /// `EXT4_INDEX_FL`.
+    fn make_indexed(&mut self, dir: &Inode) -> Result<Inode, Error> {
+        let bs = self.layout.block_size as usize;
+        let root_physical = self.dir_block(dir, 0)?;
+        let old = self.block(root_physical, &|| format!("directory {} block 0", dir.ino))?.to_vec();
+        let entries = leaf_entries(&old, dir.ino)?;
+        let dots = entries.len() >= 2 && entries[0].2 == b"." && entries[1].2 == b".." && le16(&old, 4) == 12;
+        if !dots {
+            return Err(corrupt(format!("directory {} block 0", dir.ino), "does not start with \".\" and \"..\""));
+        }
+        let moved: Vec<(u32, u8, &[u8])> = entries[2..].iter().map(|(i, f, n)| (*i, *f, n.as_slice())).collect();
+        let leaf_physical = self.append_dir_block(dir)?;
+        self.store(leaf_physical * bs as u64, &new_dir_block(bs, dir.csum_seed, &moved))?;
+        let dir = self.inode(dir.ino)?;
+        let mut root = vec![0u8; bs];
+        root[..12].copy_from_slice(&old[..12]); // "."
+        put32(&mut root, 12, entries[1].0);
+        put16(&mut root, 16, (bs - 12) as u16);
+        root[18] = 2;
+        root[19] = entries[1].1;
+        root[20..22].copy_from_slice(b"..");
+        root[0x1C] = self.hash.default_version;
+        root[0x1D] = 8; // info_length
+        let count_at = 0x20;
+        put16(&mut root, count_at, ((bs - count_at - 8) / 8) as u16); // dx_root_limit with a dx_tail
+        put16(&mut root, count_at + 2, 1);
+        put32(&mut root, count_at + 4, 1);
+        self.seal_index_node(&dir, &mut root, count_at);
+        self.store(root_physical * bs as u64, &root)?;
+        self.edit_inode(&dir, |r| put32(r, 0x20, le32(r, 0x20) | FLAG_INDEX))
     }
 
     /// The dx_tail checksum of an index node (its count changed: the
@@ -278,4 +406,14 @@ pub(crate) fn new_dir_block(bs: usize, seed: u32, entries: &[(u32, u8, &[u8])]) 
     let crc = crc32c::raw_update(seed, &block[..bs - 12]);
     put32(&mut block, bs - 4, crc);
     block
+}
+
+/// A record length as stored: a 64 KiB record does not fit 16 bits and is
+/// stored as 65535 (`ext4_rec_len_to_disk`).
+fn rec_len_on_disk(len: usize) -> u16 {
+    if len >= 65536 {
+        u16::MAX
+    } else {
+        len as u16
+    }
 }

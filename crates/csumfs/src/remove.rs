@@ -5,6 +5,7 @@
 //! An inode's last link frees its data runs, its mapping blocks and its
 //! xattr block (or drops one reference to a shared one), and its bit.
 
+use crate::dir::is_index_block;
 use crate::error::{corrupt, Error};
 use crate::inode::{Inode, FLAG_INDEX, FLAG_INLINE_DATA};
 use crate::volume::Volume;
@@ -150,8 +151,7 @@ impl Volume {
             for k in 0..run.len {
                 let (logical, physical) = (run.logical + k, run.physical + k);
                 let old = self.block(physical, &|| format!("directory {} block {physical}", dir.ino))?;
-                let index_block = dir.flags & FLAG_INDEX != 0
-                    && (logical == 0 || le32(old, 0) == 0 && usize::from(le16(old, 4)) == bs);
+                let index_block = dir.flags & FLAG_INDEX != 0 && is_index_block(old, logical, bs as u64);
                 if index_block {
                     continue;
                 }
