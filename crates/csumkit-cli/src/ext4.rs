@@ -26,11 +26,16 @@ pub enum Ext4Command {
     Stat(crate::ext4_read::PathArgs),
     /// Show extended attributes (all, or one with -n NAME).
     Getfattr(crate::ext4_read::GetfattrArgs),
-    /// Copy a host file or directory tree into the image (regular files and
-    /// directories; modes and owners kept).
-    Put(crate::ext4_read::PutArgs),
+    /// Copy a host file or directory tree into the image, like `cp -a`
+    /// (directories, files with their holes, symlinks, devices, FIFOs,
+    /// sockets, hard links, modes, owners, xattrs, times).
+    Put(crate::ext4_write::PutArgs),
     /// Create a directory in the image.
-    Mkdir(crate::ext4_read::MkdirArgs),
+    Mkdir(crate::ext4_write::MkdirArgs),
+    /// Rename or move a file or directory in the image, like `mv`.
+    Mv(crate::ext4_write::MvArgs),
+    /// Remove a file (or, with -r, a directory tree) from the image.
+    Rm(crate::ext4_write::RmArgs),
     /// Fold the ByteLog a stopped `csumkit mount` left (IMAGE.bytelog) into
     /// the image, so the kernel and e2fsck accept it.
     Checkpoint(CheckpointArgs),
@@ -76,8 +81,10 @@ pub fn run(command: Ext4Command) -> ExitCode {
         Ext4Command::Cat(args) => read(Read::Cat(args)),
         Ext4Command::Stat(args) => read(Read::Stat(args)),
         Ext4Command::Getfattr(args) => read(Read::Getfattr(args)),
-        Ext4Command::Put(args) => crate::ext4_read::put(args),
-        Ext4Command::Mkdir(args) => crate::ext4_read::mkdir(args),
+        Ext4Command::Put(args) => crate::ext4_write::put(args),
+        Ext4Command::Mkdir(args) => crate::ext4_write::mkdir(args),
+        Ext4Command::Mv(args) => crate::ext4_write::mv(args),
+        Ext4Command::Rm(args) => crate::ext4_write::rm(args),
         Ext4Command::Checkpoint(args) => checkpoint(args),
     }
 }

@@ -1,6 +1,6 @@
 //! `csumkit ext4 ls|cat|stat|getfattr IMAGE PATH`: reading an ext4 image
-//! without mounting it, through csumfs (every checksum verified on the way);
-//! `ext4 put IMAGE SRC DEST` and `ext4 mkdir IMAGE PATH`: writing into it.
+//! without mounting it, through csumfs (every checksum verified on the way).
+//! Writing into it: `ext4_write.rs`.
 
 use clap::Args;
 use csumfs::{Error, Inode, Options, Timespec, Volume};
@@ -186,113 +186,5 @@ fn getfattr(volume: &Volume, inode: &Inode, name: Option<&str>) -> Result<(), Er
             }
             Ok(())
         }
-    }
-}
-
-#[derive(Args)]
-pub struct PutArgs {
-    /// The ext4 image (or device) to write into.
-    image: PathBuf,
-    /// A host file or directory (copied recursively).
-    source: PathBuf,
-    /// Where in the image: an existing directory (the source goes inside
-    /// it under its own name) or a new path.
-    dest: String,
-}
-
-#[derive(Args)]
-pub struct MkdirArgs {
-    /// The ext4 image (or device) to write into.
-    image: PathBuf,
-    /// The directory to create (its parent must exist).
-    path: String,
-}
-
-fn open_rw(image: &std::path::Path) -> Result<Volume, Error> {
-    Volume::open(image, Options { write: true, ..Options::default() })
-}
-
-/// (parent inode, last component) of an absolute path in the image.
-fn parent_of(volume: &Volume, path: &str) -> Result<(u32, String), Error> {
-    let trimmed = path.trim_end_matches('/');
-    let (parent, name) = trimmed.rsplit_once('/').unwrap_or(("", trimmed));
-    if name.is_empty() {
-        return Err(Error::Exists(path.to_string()));
-    }
-    Ok((volume.resolve(if parent.is_empty() { "/" } else { parent })?.ino, name.to_string()))
-}
-
-fn finish(image: &std::path::Path, result: Result<(), Error>) -> ExitCode {
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("csumkit ext4: {}: {e}", image.display());
-            ExitCode::from(if matches!(e, Error::NotFound(_) | Error::NotDir(_) | Error::Exists(_)) { 1 } else { 2 })
-        }
-    }
-}
-
-pub fn mkdir(args: &MkdirArgs) -> ExitCode {
-    let result = open_rw(&args.image).and_then(|mut volume| {
-        let (parent, name) = parent_of(&volume, &args.path)?;
-        volume.mkdir(parent, name.as_bytes(), csumfs::NewInode { mode: 0o755, uid: 0, gid: 0 })?;
-        volume.sync()
-    });
-    finish(&args.image, result)
-}
-
-pub fn put(args: &PutArgs) -> ExitCode {
-    let result = open_rw(&args.image).and_then(|mut volume| {
-        let (parent, name) = match volume.resolve(&args.dest) {
-            Ok(dir) if dir.is_dir() => {
-                let name = args.source.file_name().ok_or_else(|| Error::Invalid("the source has no name".into()))?;
-                (dir.ino, name.to_string_lossy().into_owned())
-            }
-            Ok(_) => return Err(Error::Exists(args.dest.clone())),
-            Err(Error::NotFound(_)) => parent_of(&volume, &args.dest)?,
-            Err(e) => return Err(e),
-        };
-        let copied = copy_in(&mut volume, &args.source, parent, &name)?;
-        volume.sync()?;
-        println!("{}: copied {copied} files and directories into {}", args.image.display(), args.dest);
-        Ok(())
-    });
-    finish(&args.image, result)
-}
-
-/// Copies a host file or directory tree into directory `parent` as `name`;
-/// returns how many inodes it made.
-fn copy_in(volume: &mut Volume, source: &std::path::Path, parent: u32, name: &str) -> Result<u64, Error> {
-    use std::os::unix::fs::MetadataExt;
-    let host = |e: std::io::Error| Error::Io { context: source.display().to_string(), source: e };
-    let meta = std::fs::symlink_metadata(source).map_err(host)?;
-    let new = csumfs::NewInode { mode: meta.mode() as u16, uid: meta.uid(), gid: meta.gid() };
-    if meta.is_dir() {
-        let dir = volume.mkdir(parent, name.as_bytes(), new)?;
-        let mut entries: Vec<_> = std::fs::read_dir(source).map_err(host)?.collect::<Result<_, _>>().map_err(host)?;
-        entries.sort_by_key(|e| e.file_name());
-        let mut count = 1;
-        for entry in entries {
-            count += copy_in(volume, &entry.path(), dir.ino, &entry.file_name().to_string_lossy())?;
-        }
-        return Ok(count);
-    }
-    if !meta.is_file() {
-        return Err(Error::Unsupported {
-            feature: "symlinks, devices, FIFOs and sockets",
-            remedy: "ext4 put copies regular files and directories only, so far",
-        });
-    }
-    let file = volume.create(parent, name.as_bytes(), new)?;
-    let mut input = std::fs::File::open(source).map_err(host)?;
-    let mut buf = vec![0u8; 1 << 20];
-    let mut offset = 0u64;
-    loop {
-        let n = std::io::Read::read(&mut input, &mut buf).map_err(host)?;
-        if n == 0 {
-            return Ok(1);
-        }
-        volume.write(file.ino, offset, &buf[..n])?;
-        offset += n as u64;
     }
 }

@@ -11,6 +11,8 @@ mod ext4;
 #[cfg(unix)]
 mod ext4_read;
 #[cfg(unix)]
+mod ext4_write;
+#[cfg(unix)]
 mod files;
 mod json;
 #[cfg(unix)]

@@ -676,12 +676,16 @@ fn ext4_read_commands_on_a_kernel_made_image() {
     assert_eq!(text(&["ext4", "cat", "--no-verify", img, "/small/file"]), (Some(0), "hello\n".to_string()));
 }
 
-/// `ext4 put` copies a host tree into a fresh image (no root, no loop
-/// device), `ext4 mkdir` adds a directory; e2fsck -fn calls the result
-/// clean and `ext4 cat` reads every file back; a second mkdir is EEXIST
-/// (exit 1) and an unsupported source type changes nothing (exit 2).
+/// `ext4 put` copies a host tree into a fresh image like `cp -a` (no root,
+/// no loop device): a sparse file keeps its holes, a symlink, a hard link,
+/// a FIFO, an xattr and times come along; `ext4 mkdir`, `ext4 mv` and
+/// `ext4 rm [-r]` change it; e2fsck -fn calls every result clean and csumfs
+/// reads every file back. A second mkdir is EEXIST (exit 1), `mv -n` onto a
+/// name and `rm` of a directory without -r are refused (exit 1), and a
+/// missing source changes nothing (exit 2).
 #[test]
-fn ext4_put_and_mkdir_build_an_image_e2fsck_accepts() {
+fn ext4_put_mkdir_mv_rm_build_an_image_e2fsck_accepts() {
+    use std::os::unix::ffi::OsStrExt;
     let Some(mkfs) = ["/usr/sbin/mke2fs", "/sbin/mke2fs"].into_iter().find(|p| std::path::Path::new(p).exists()) else {
         skip("mke2fs", "apt-get install e2fsprogs");
         return;
@@ -696,22 +700,78 @@ fn ext4_put_and_mkdir_build_an_image_e2fsck_accepts() {
     assert!(status.success());
     let img = image.to_str().unwrap();
     let tree = temp_root().join("put-tree");
+    let _ = std::fs::remove_dir_all(&tree);
     std::fs::create_dir_all(tree.join("inner")).unwrap();
     std::fs::write(tree.join("a.txt"), b"alpha\n").unwrap();
     let big: Vec<u8> = (0..300_000u32).map(|i| (i % 253) as u8).collect();
     std::fs::write(tree.join("inner/big.bin"), &big).unwrap();
+    // Sparse: 10 bytes at 5 MiB, then a hole to 6 MiB.
+    let sparse = std::fs::File::create(tree.join("sparse")).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&sparse, b"0123456789", 5 << 20).unwrap();
+    sparse.set_len(6 << 20).unwrap();
+    drop(sparse);
+    std::os::unix::fs::symlink("a.txt", tree.join("link")).unwrap();
+    std::fs::hard_link(tree.join("a.txt"), tree.join("inner/hard")).unwrap();
+    let cpath = |p: &std::path::Path| std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
+    // SAFETY: NUL-terminated paths and names, buffers of the lengths given.
+    unsafe {
+        assert_eq!(libc::mkfifo(cpath(&tree.join("fifo")).as_ptr(), 0o640), 0);
+        let name = std::ffi::CString::new("user.origin").unwrap();
+        let set = libc::setxattr(cpath(&tree.join("a.txt")).as_ptr(), name.as_ptr(), b"host".as_ptr().cast(), 4, 0);
+        assert_eq!(set, 0, "setxattr: {}", std::io::Error::last_os_error());
+        let times = [
+            libc::timespec { tv_sec: 1_000_000_000, tv_nsec: 123_456_789 },
+            libc::timespec { tv_sec: 1_234_567_890, tv_nsec: 987_654_321 },
+        ];
+        assert_eq!(libc::utimensat(libc::AT_FDCWD, cpath(&tree.join("a.txt")).as_ptr(), times.as_ptr(), 0), 0);
+    }
     let out = csumkit(&["ext4", "put", img, tree.to_str().unwrap(), "/"], None);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("copied 4 files and directories"));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("copied 8 files and directories"));
     assert!(csumkit(&["ext4", "mkdir", img, "/made"], None).status.success());
     assert_eq!(csumkit(&["ext4", "mkdir", img, "/made"], None).status.code(), Some(1));
     let e2fsck = ["/usr/sbin/e2fsck", "/sbin/e2fsck"].into_iter().find(|p| std::path::Path::new(p).exists()).unwrap();
-    let check = Command::new(e2fsck).arg("-fn").arg(&image).output().unwrap();
-    assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stdout));
-    assert_eq!(csumkit(&["ext4", "cat", img, "/put-tree/a.txt"], None).stdout, b"alpha\n");
-    assert_eq!(csumkit(&["ext4", "cat", img, "/put-tree/inner/big.bin"], None).stdout, big);
+    let clean = || {
+        let check = Command::new(e2fsck).arg("-fn").arg(&image).output().unwrap();
+        assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stdout));
+    };
+    clean();
+    {
+        let v = csumfs::Volume::open(&image, csumfs::Options::default()).unwrap();
+        let a = v.resolve("/put-tree/a.txt").unwrap();
+        assert_eq!(v.read_all(&a).unwrap(), b"alpha\n");
+        assert_eq!((a.links, a.mtime.sec, a.mtime.nsec, a.atime.sec), (2, 1_234_567_890, 987_654_321, 1_000_000_000));
+        assert_eq!(v.getxattr(&a, "user.origin").unwrap(), b"host");
+        assert_eq!(v.resolve("/put-tree/inner/hard").unwrap().ino, a.ino, "the hard link is one inode");
+        assert_eq!(v.read_all(&v.resolve("/put-tree/inner/big.bin").unwrap()).unwrap(), big);
+        let sparse = v.resolve("/put-tree/sparse").unwrap();
+        assert_eq!(sparse.size, 6 << 20);
+        assert!(sparse.blocks <= 16, "the holes stayed holes: {} sectors", sparse.blocks);
+        let content = v.read_all(&sparse).unwrap();
+        assert_eq!(&content[5 << 20..(5 << 20) + 10], b"0123456789");
+        assert!(content[..5 << 20].iter().all(|&b| b == 0));
+        assert_eq!(v.read_link(&v.resolve("/put-tree/link").unwrap()).unwrap(), b"a.txt");
+        let fifo = v.resolve("/put-tree/fifo").unwrap();
+        assert_eq!((fifo.mode & 0o170_000, fifo.mode & 0o7777), (0o010_000, 0o640));
+    }
+    // mv into a directory, mv -n onto a name, rm without and with -r.
+    assert!(csumkit(&["ext4", "mv", img, "/put-tree/sparse", "/made"], None).status.success());
+    assert_eq!(csumkit(&["ext4", "mv", img, "-n", "/put-tree/link", "/put-tree/a.txt"], None).status.code(), Some(1));
+    assert!(csumkit(&["ext4", "mv", img, "/put-tree/link", "/made/renamed-link"], None).status.success());
+    assert_eq!(csumkit(&["ext4", "rm", img, "/put-tree/inner"], None).status.code(), Some(1));
+    let out = csumkit(&["ext4", "rm", img, "-r", "/put-tree/inner"], None);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(csumkit(&["ext4", "rm", img, "/put-tree/fifo"], None).status.success());
+    clean();
+    {
+        let v = csumfs::Volume::open(&image, csumfs::Options::default()).unwrap();
+        assert_eq!(v.resolve("/made/sparse").unwrap().size, 6 << 20);
+        assert_eq!(v.read_link(&v.resolve("/made/renamed-link").unwrap()).unwrap(), b"a.txt");
+        assert!(v.resolve("/put-tree/inner").is_err() && v.resolve("/put-tree/fifo").is_err());
+        assert_eq!(v.resolve("/put-tree/a.txt").unwrap().links, 1, "its hard link went with inner/");
+    }
     let before = std::fs::read(&image).unwrap();
-    let out = csumkit(&["ext4", "put", img, "/dev/null", "/null"], None);
+    let out = csumkit(&["ext4", "put", img, "/nonexistent/source", "/x"], None);
     assert_eq!(out.status.code(), Some(2));
     assert!(std::fs::read(&image).unwrap() == before, "a refused put changed the image");
     std::fs::remove_dir_all(&tree).unwrap();
