@@ -230,9 +230,34 @@ impl Volume {
     /// Records the checksum of data block `physical` as it is now.
     pub(crate) fn data_written(&mut self, physical: u64) {
         let bs = self.layout.block_size;
-        if let Some(sums) = &mut self.datasums {
+        if self.datasums.is_some() {
             let block = &self.map[(physical * bs) as usize..((physical + 1) * bs) as usize];
             let crc = crc32c::checksum(block);
+            self.record_data_sum(physical, crc);
+        }
+    }
+
+    /// [`data_written`](Self::data_written) for a block whose new bytes
+    /// are at hand (`block`): checksummed from them, not read back.
+    pub(crate) fn data_written_from(&mut self, physical: u64, block: &[u8]) {
+        let bs = self.layout.block_size;
+        debug_assert_eq!(block.len() as u64, bs);
+        if self.datasums.is_some() {
+            let crc = crc32c::checksum(block);
+            if cfg!(debug_assertions) || self.options.check_updates {
+                let stored = &self.map[(physical * bs) as usize..((physical + 1) * bs) as usize];
+                assert_eq!(
+                    crc,
+                    crc32c::checksum(stored),
+                    "data block {physical}: checksummed bytes differ from the image's"
+                );
+            }
+            self.record_data_sum(physical, crc);
+        }
+    }
+
+    fn record_data_sum(&mut self, physical: u64, crc: u32) {
+        if let Some(sums) = &mut self.datasums {
             sums.tree.update(physical, crc);
             sums.dirty = true;
             if let Some(logged) = &mut sums.logged {

@@ -605,8 +605,8 @@ impl Volume {
         self.inode(ino)
     }
 
-    /// Makes `blocks` file blocks from `logical` exist (allocated, zeroed
-    /// when `zero`), goal right after the file's last block — for a file
+    /// Makes `blocks` file blocks from `logical` exist (allocated, written
+    /// by the caller or unwritten as `fill` says), goal right after the file's last block — for a file
     /// without blocks the start of its inode's group, as the kernel's
     /// `ext4_inode_to_goal_block` (small files then pack together instead
     /// of leaving holes between them too small for large files).
@@ -623,10 +623,6 @@ impl Volume {
             // One extent holds at most 32768 blocks (32767 unwritten).
             let cap = if fill == Fill::Unwritten { 32767 } else { 32768 };
             let (start, len) = self.allocate_blocks(goal, (logical + blocks - next).min(cap))?;
-            if fill == Fill::Zeros {
-                let zeros = vec![0u8; (len * bs) as usize];
-                self.store_data(start * bs, &zeros)?;
-            }
             let run = Run { logical: next, len, physical: start, uninit: fill == Fill::Unwritten };
             inode = match self.remap(&inode, next, next + len, &[run]) {
                 Ok((inode, _)) => inode,
@@ -724,25 +720,47 @@ impl Volume {
         for run in touched {
             inode = self.write_into_unwritten(&inode, run, offset, end)?;
         }
-        // Allocate every unmapped block of the range, run by run.
-        inode = self.fill_holes(inode, first, last, Fill::Zeros)?;
-        let runs = self.runs(&inode)?;
-        for run in &runs {
+        // Allocate every unmapped block of the range, run by run. New blocks
+        // are not zeroed first (the data would be written twice): the write
+        // covers them, and the bytes of its first and last block that it
+        // does not cover are written as zeros with it.
+        let mapped = |runs: &[Run], b: u64| runs.iter().any(|r| (r.logical..r.logical + r.len).contains(&b));
+        let before = self.runs(&inode)?;
+        let from = if offset % bs != 0 && !mapped(&before, first) { first * bs } else { offset };
+        let to = if end % bs != 0 && !mapped(&before, last - 1) { last * bs } else { end };
+        inode = self.fill_holes(inode, first, last, Fill::Nothing)?;
+        let padded;
+        let data = if (from, to) == (offset, end) {
+            data
+        } else {
+            let mut bytes = vec![0u8; (to - from) as usize];
+            bytes[(offset - from) as usize..(end - from) as usize].copy_from_slice(data);
+            padded = bytes;
+            &padded[..]
+        };
+        let size = inode.size.max(end);
+        let (offset, end) = (from, to);
+        for run in &self.runs(&inode)? {
             let (start, stop) = (run.logical * bs, (run.logical + run.len) * bs);
             let (from, to) = (start.max(offset), stop.min(end));
             if from < to {
                 let (first_block, end_block) = ((from - start) / bs, (to - start).div_ceil(bs));
                 self.data_will_write(run.physical + first_block, end_block - first_block)?;
-                self.store_data(
-                    run.physical * bs + (from - start),
-                    &data[(from - offset) as usize..(to - offset) as usize],
-                )?;
-                for k in (from - start) / bs..(to - start).div_ceil(bs) {
-                    self.data_written(run.physical + k);
+                let bytes = &data[(from - offset) as usize..(to - offset) as usize];
+                self.store_data(run.physical * bs + (from - start), bytes)?;
+                for k in first_block..end_block {
+                    // A whole block's checksum from the bytes at hand; a
+                    // block written in part from the image.
+                    let (block_start, block_end) = (start + k * bs, start + (k + 1) * bs);
+                    if from <= block_start && block_end <= to {
+                        let at = (block_start - from) as usize;
+                        self.data_written_from(run.physical + k, &bytes[at..at + bs as usize]);
+                    } else {
+                        self.data_written(run.physical + k);
+                    }
                 }
             }
         }
-        let size = inode.size.max(end);
         self.set_size_now(&inode, size)
     }
 
@@ -866,8 +884,6 @@ impl Volume {
 /// What new blocks hold.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Fill {
-    /// Written with zeros (they will be written over).
-    Zeros,
     /// Left as they are: the caller writes them whole.
     Nothing,
     /// Unwritten extents: they read as zeros, nothing is written.

@@ -268,7 +268,7 @@ fn every_fence_of_the_log_survives_a_power_cut() {
     }
     let (mut cuts, mut judged) = (0, 0);
     for (seed, block_size) in [(1, "1024"), (2, "4096"), (3, "1024"), (4, "4096")] {
-        let (c, j) = run(seed, block_size, 600, 2 + seed as usize % 3);
+        let (c, j) = run(seed, block_size, 700, 2 + seed as usize % 3);
         cuts += c;
         judged += j;
     }
