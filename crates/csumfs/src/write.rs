@@ -726,8 +726,8 @@ impl Volume {
         // does not cover are written as zeros with it.
         let mapped = |runs: &[Run], b: u64| runs.iter().any(|r| (r.logical..r.logical + r.len).contains(&b));
         let before = self.runs(&inode)?;
-        let from = if offset % bs != 0 && !mapped(&before, first) { first * bs } else { offset };
-        let to = if end % bs != 0 && !mapped(&before, last - 1) { last * bs } else { end };
+        let from = if !offset.is_multiple_of(bs) && !mapped(&before, first) { first * bs } else { offset };
+        let to = if !end.is_multiple_of(bs) && !mapped(&before, last - 1) { last * bs } else { end };
         inode = self.fill_holes(inode, first, last, Fill::Nothing)?;
         let padded;
         let data = if (from, to) == (offset, end) {
