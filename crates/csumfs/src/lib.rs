@@ -36,6 +36,7 @@ mod inode;
 mod le;
 mod map;
 mod namespace;
+mod ranges;
 mod redo;
 mod remove;
 mod stats;

@@ -30,6 +30,7 @@
 use crate::datasum::DataSums;
 use crate::error::{corrupt, Error};
 use crate::le::le32;
+use crate::ranges::RangeSet;
 use crate::stats::Stats;
 use crate::volume::{Bytes, Volume};
 use csumkit::bytelog::{ByteLog, Medium, RecordRef, PAYLOAD_BYTES_MAX};
@@ -126,7 +127,7 @@ pub(crate) struct Redo {
     /// Pages holding blocks freed since the last commit: until the free is
     /// durable, the blocks may still be a file's after a crash, so data
     /// for them goes through the log (ext4 does not reuse such blocks).
-    freed: BTreeSet<usize>,
+    freed: RangeSet,
     /// Data written to the backing since its last sync.
     data_unsynced: bool,
     /// The superblock on disk carries [`LOG_PENDING`].
@@ -168,12 +169,14 @@ const ENTRY_SUMS: u64 = 1 << 63;
 /// With this bit the entry's bytes are a u64 count of blocks, from the
 /// offset's low bits on, whose data checksums are forgotten (freed).
 const ENTRY_FORGET: u64 = 1 << 62;
-/// With this bit the entry's bytes are a u64 count of zero bytes at the
-/// image offset in the low bits: zeroed blocks (new directory and extent
-/// blocks, the zero fill of a new data block) cost 20 bytes, not a page.
-const ENTRY_ZERO: u64 = 1 << 61;
-/// Zero runs at least this long become zero entries.
-const ZERO_RUN_MIN: usize = 64;
+/// With this bit the entry's bytes are a u64 count of bytes at the image
+/// offset in the low bits that all hold one value: the byte after the
+/// count, or zero when there is none. Zeroed blocks (new directory and
+/// extent blocks) and bitmap runs taken whole (0xFF: a large fallocate
+/// takes 64 KiB of bitmap for 2 GiB) cost 20 or 21 bytes, not pages.
+const ENTRY_FILL: u64 = 1 << 61;
+/// Runs of one byte value at least this long become fill entries.
+const FILL_RUN_MIN: usize = 64;
 
 /// Records being filled.
 struct Encoder(Vec<Vec<u8>>);
@@ -203,11 +206,17 @@ impl Encoder {
 fn encode(ranges: &[(usize, usize)], image: &[u8], sums: &[(u64, Option<u32>)]) -> Vec<Vec<u8>> {
     let mut out = Encoder(Vec::new());
     for &(start, end) in ranges {
-        for (from, to, zero) in zero_split(&image[start..end]) {
+        for (from, to, fill) in fill_split(&image[start..end]) {
             let (from, to) = (start + from, start + to);
-            if zero {
-                out.room(8);
-                out.entry(ENTRY_ZERO | from as u64, &((to - from) as u64).to_le_bytes());
+            if let Some(value) = fill {
+                let count = ((to - from) as u64).to_le_bytes();
+                if value == 0 {
+                    out.room(8);
+                    out.entry(ENTRY_FILL | from as u64, &count);
+                } else {
+                    out.room(9);
+                    out.entry(ENTRY_FILL | from as u64, &[&count[..], &[value]].concat());
+                }
                 continue;
             }
             let mut at = from;
@@ -248,30 +257,32 @@ fn encode(ranges: &[(usize, usize)], image: &[u8], sums: &[(u64, Option<u32>)]) 
     out.0
 }
 
-/// `bytes` cut into (start, end, all zeros) pieces: zero pieces are runs of
-/// at least [`ZERO_RUN_MIN`] zero bytes, the rest lies between them.
-fn zero_split(bytes: &[u8]) -> Vec<(usize, usize, bool)> {
-    let mut out: Vec<(usize, usize, bool)> = Vec::new();
+/// `bytes` cut into (start, end, fill) pieces: fill pieces are runs of at
+/// least [`FILL_RUN_MIN`] bytes of one value (`Some(value)`), the rest
+/// (`None`) lies between them.
+fn fill_split(bytes: &[u8]) -> Vec<(usize, usize, Option<u8>)> {
+    let run_at = |at: usize, max: usize| bytes[at..].iter().take(max).take_while(|&&b| b == bytes[at]).count();
+    let mut out: Vec<(usize, usize, Option<u8>)> = Vec::new();
     let mut at = 0;
     while at < bytes.len() {
-        let zeros = bytes[at..].iter().take_while(|&&b| b == 0).count();
-        if zeros >= ZERO_RUN_MIN {
-            out.push((at, at + zeros, true));
-            at += zeros;
+        let run = run_at(at, usize::MAX);
+        if run >= FILL_RUN_MIN {
+            out.push((at, at + run, Some(bytes[at])));
+            at += run;
             continue;
         }
-        // Bytes up to the next zero run long enough.
-        let mut end = at + zeros.max(1);
+        // Bytes up to the next run long enough.
+        let mut end = at + run;
         while end < bytes.len() {
-            let run = bytes[end..].iter().take(ZERO_RUN_MIN).take_while(|&&b| b == 0).count();
-            if run == ZERO_RUN_MIN {
+            let run = run_at(end, FILL_RUN_MIN);
+            if run == FILL_RUN_MIN {
                 break;
             }
-            end += run.max(1);
+            end += run;
         }
         match out.last_mut() {
-            Some(last) if !last.2 => last.1 = end,
-            _ => out.push((at, end, false)),
+            Some(last) if last.2.is_none() => last.1 = end,
+            _ => out.push((at, end, None)),
         }
         at = end;
     }
@@ -281,7 +292,8 @@ fn zero_split(bytes: &[u8]) -> Vec<(usize, usize, bool)> {
 /// A record's entry, decoded.
 enum Entry<'a> {
     Image(usize, &'a [u8]),
-    Zero(usize, u64),
+    /// (image offset, count, value).
+    Fill(usize, u64, u8),
     Sums(u64, &'a [u8]),
     Forget(u64, u64),
 }
@@ -300,10 +312,15 @@ fn decode(payload: &[u8]) -> Result<Vec<Entry<'_>>, String> {
                 return Err("a data checksum entry is not whole CRCs".into());
             }
             Entry::Sums(offset & !ENTRY_SUMS, bytes)
-        } else if offset & ENTRY_ZERO != 0 {
-            let count = bytes.try_into().map(u64::from_le_bytes).map_err(|_| "a zero entry without its count")?;
-            let at = usize::try_from(offset & !ENTRY_ZERO).map_err(|_| "an offset past the address space")?;
-            Entry::Zero(at, count)
+        } else if offset & ENTRY_FILL != 0 {
+            let (count, value) = match bytes.len() {
+                8 | 9 => {
+                    (u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes")), bytes.get(8).copied().unwrap_or(0))
+                }
+                _ => return Err("a fill entry without its count".into()),
+            };
+            let at = usize::try_from(offset & !ENTRY_FILL).map_err(|_| "an offset past the address space")?;
+            Entry::Fill(at, count, value)
         } else if offset & ENTRY_FORGET != 0 {
             let count = bytes.try_into().map(u64::from_le_bytes).map_err(|_| "a forget entry without its count")?;
             Entry::Forget(offset & !ENTRY_FORGET, count)
@@ -381,7 +398,7 @@ impl Redo {
     /// Notes that the blocks at `[at, at + len)` were freed.
     pub(crate) fn freed(&mut self, at: usize, len: usize) {
         if len > 0 {
-            self.freed.extend(at / PAGE..=(at + len - 1) / PAGE);
+            self.freed.insert(at / PAGE, (at + len - 1) / PAGE + 1);
         }
     }
 
@@ -556,14 +573,14 @@ impl Volume {
                 for entry in entries {
                     match entry {
                         Entry::Image(at, bytes) => batch.push((at, bytes.to_vec())),
-                        Entry::Zero(at, count) => {
+                        Entry::Fill(at, count, value) => {
                             let count = usize::try_from(count).ok().filter(|&n| n <= image.len()).ok_or_else(|| {
                                 csumkit::Error::Corrupt {
                                     location: location(),
-                                    detail: "a zero run past the image".into(),
+                                    detail: "a fill run past the image".into(),
                                 }
                             })?;
-                            batch.push((at, vec![0; count]));
+                            batch.push((at, vec![value; count]));
                         }
                         Entry::Sums(first, crcs) => batch_sums.extend(
                             crcs.chunks_exact(4).enumerate().map(|(k, c)| (first + k as u64, Some(le32(c, 0)))),
@@ -600,7 +617,7 @@ impl Volume {
             pending_data: 0,
             committed: applied,
             touched: BTreeSet::new(),
-            freed: BTreeSet::new(),
+            freed: RangeSet::default(),
             data_unsynced: false,
             marked: expect_log,
             last_commit: Instant::now(),
@@ -642,7 +659,7 @@ impl Volume {
         let mut start = at;
         while start < at + new.len() {
             let end = ((start / PAGE + 1) * PAGE).min(at + new.len());
-            let logged = redo.touched.contains(&(start / PAGE)) || redo.freed.contains(&(start / PAGE));
+            let logged = redo.touched.contains(&(start / PAGE)) || redo.freed.contains(start / PAGE);
             match pieces.last_mut() {
                 Some(last) if last.2 == logged => last.1 = end,
                 _ => pieces.push((start, end, logged)),
@@ -791,6 +808,7 @@ mod tests {
         image[1000..5000].fill(0);
         image[6000..6063].fill(0);
         image[19_900..19_999].fill(0);
+        image[7000..8000].fill(0xFF); // a bitmap run taken whole
         let ranges = [(3, 9000), (9001, 9002), (12_000, 19_999)];
         // 1500 checksums in one run (split across records), a forgotten
         // run, a lone checksum, then a run after a gap.
@@ -802,7 +820,7 @@ mod tests {
         assert!(records.iter().all(|r| r.len() <= PAYLOAD_BYTES_MAX));
         assert!(records[..records.len() - 1].iter().all(|r| r.len() > PAYLOAD_BYTES_MAX - ENTRY_HEADER - 4));
         let mut back = vec![0u8; image.len()];
-        let (mut covered, mut sums_back, mut zero_entries) = (0, Vec::new(), 0);
+        let (mut covered, mut sums_back, mut fill_entries) = (0, Vec::new(), 0);
         // Every byte is 0xFF before decoding, so a byte nothing covered shows.
         back.fill(0xFF);
         for record in &records {
@@ -812,10 +830,10 @@ mod tests {
                         back[at..at + bytes.len()].copy_from_slice(bytes);
                         covered += bytes.len();
                     }
-                    Entry::Zero(at, n) => {
-                        back[at..at + n as usize].fill(0);
+                    Entry::Fill(at, n, value) => {
+                        back[at..at + n as usize].fill(value);
                         covered += n as usize;
-                        zero_entries += 1;
+                        fill_entries += 1;
                     }
                     Entry::Sums(first, crcs) => sums_back
                         .extend(crcs.chunks_exact(4).enumerate().map(|(k, c)| (first + k as u64, Some(le32(c, 0))))),
@@ -828,22 +846,28 @@ mod tests {
             assert_eq!(back[s..e], image[s..e]);
         }
         assert_eq!(sums_back, sums);
-        assert_eq!(zero_entries, 2, "the 4000- and 99-byte zero runs, not the 63-byte one");
+        assert_eq!(fill_entries, 3, "the 4000- and 99-byte zero runs and the 0xFF run, not the 63-byte one");
         assert!(decode(&records[0][..11]).is_err());
         assert!(decode(&records[0][..100]).is_err());
         assert_eq!(encode(&[], &image, &[]), vec![Vec::<u8>::new()]);
     }
 
     #[test]
-    fn zero_runs_split_exactly() {
+    fn fill_runs_split_exactly() {
         for (bytes, want) in [
             (vec![], vec![]),
-            (vec![0; 63], vec![(0, 63, false)]),
-            (vec![0; 64], vec![(0, 64, true)]),
-            ([vec![1], vec![0; 64], vec![2]].concat(), vec![(0, 1, false), (1, 65, true), (65, 66, false)]),
-            ([vec![0; 63], vec![5], vec![0; 63]].concat(), vec![(0, 127, false)]),
+            (vec![0; 63], vec![(0, 63, None)]),
+            (vec![0; 64], vec![(0, 64, Some(0))]),
+            (vec![0xFF; 64], vec![(0, 64, Some(0xFF))]),
+            ([vec![1], vec![0; 64], vec![2]].concat(), vec![(0, 1, None), (1, 65, Some(0)), (65, 66, None)]),
+            ([vec![0; 63], vec![5], vec![0; 63]].concat(), vec![(0, 127, None)]),
+            ([vec![0; 64], vec![0xFF; 70]].concat(), vec![(0, 64, Some(0)), (64, 134, Some(0xFF))]),
+            (
+                [vec![7; 10], vec![0xFF; 64], vec![7; 3]].concat(),
+                vec![(0, 10, None), (10, 74, Some(0xFF)), (74, 77, None)],
+            ),
         ] {
-            assert_eq!(zero_split(&bytes), want, "{bytes:?}");
+            assert_eq!(fill_split(&bytes), want, "{bytes:?}");
         }
     }
 

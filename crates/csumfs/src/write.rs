@@ -104,13 +104,30 @@ fn first_free(bitmap: &[u8], from: u64, end: u64) -> Option<u64> {
     None
 }
 
+/// How many zero bits of `bitmap` follow from `start` (up to `end`, at
+/// most `max`); whole zero bytes eight bits at a time.
+fn free_run(bitmap: &[u8], start: u64, end: u64, max: u64) -> u64 {
+    let end = end.min(start.saturating_add(max));
+    let mut b = start;
+    while b < end {
+        let byte = bitmap[(b / 8) as usize];
+        if b.is_multiple_of(8) && b + 8 <= end && byte == 0 {
+            b += 8;
+        } else if byte >> (b % 8) & 1 == 0 {
+            b += 1;
+        } else {
+            break;
+        }
+    }
+    b - start
+}
+
 /// The start of the first run of at least `min` zero bits of `bitmap`
 /// that lies inside `from..end`.
 fn first_run(bitmap: &[u8], from: u64, end: u64, min: u64) -> Option<u64> {
-    let free = |b: u64| bitmap[(b / 8) as usize] >> (b % 8) & 1 == 0;
     let mut b = from;
     while let Some(start) = first_free(bitmap, b, end) {
-        let len = (start..end).take(min as usize).take_while(|&x| free(x)).count() as u64;
+        let len = free_run(bitmap, start, end, min);
         if len >= min {
             return Some(start);
         }
@@ -295,15 +312,19 @@ impl Volume {
             let base = (block * bs) as usize;
             let (lo, hi) = ((first / 8) as usize, ((first + len).div_ceil(8)) as usize);
             let image = self.image_mut(base + lo, hi - lo)?;
-            for bit in first..first + len {
+            let mut bit = first;
+            while bit < first + len {
+                // Whole bytes at once inside the range, single bits at its edges.
+                let mask: u8 = if bit % 8 == 0 && first + len - bit >= 8 { 0xFF } else { 1 << (bit % 8) };
                 let byte = &mut image[base + (bit / 8) as usize];
                 debug_assert_eq!(
-                    *byte >> (bit % 8) & 1,
-                    u8::from(!take),
-                    "bit {bit} was {}",
+                    *byte & mask,
+                    if take { 0 } else { mask },
+                    "bits {bit}+ were {}",
                     if take { "free" } else { "taken" }
                 );
-                *byte ^= 1 << (bit % 8);
+                *byte ^= mask;
+                bit += if mask == 0xFF { 8 } else { 1 };
             }
         }
         let seed = self.layout.csum_seed;
@@ -419,7 +440,7 @@ impl Volume {
             }
             let bitmap = self.block(group.block_bitmap, &|| format!("group {g} block bitmap"))?;
             let in_group = l.blocks_per_group.min(l.blocks_count - l.first_data_block - g * l.blocks_per_group);
-            let free = |b: u64| bitmap[(b / 8) as usize] >> (b % 8) & 1 == 0;
+            let free = |b: u64| free_run(bitmap, b, in_group, 1) == 1;
             // From the goal on in its group (then wrapping), elsewhere from the start.
             let from = if step == 0 {
                 (goal.saturating_sub(l.first_data_block) % l.blocks_per_group).min(in_group)
@@ -431,7 +452,7 @@ impl Volume {
                 .or_else(|| first_run(bitmap, from, in_group, min_run))
                 .or_else(|| first_run(bitmap, 0, from, min_run));
             let Some(start) = found else { continue };
-            let len = (start..in_group).take(want as usize).take_while(|&b| free(b)).count() as u64;
+            let len = free_run(bitmap, start, in_group, want);
             self.flip_bits(&group, false, start, len, true)?;
             self.edit_superblock(-(len as i64), 0)?;
             return Ok(Some((l.first_data_block + g * l.blocks_per_group + start, len)));
@@ -647,15 +668,17 @@ impl Volume {
     fn fill_holes(&mut self, mut inode: Inode, first: u64, last: u64, fill: Fill) -> Result<Inode, Error> {
         let mut b = first;
         while b < last {
+            // Runs are in file order: the first that ends past `b` either
+            // maps it (skip to its end) or starts the hole's end.
             let runs = self.runs(&inode)?;
-            let mapped = |x: u64| runs.iter().any(|r| (r.logical..r.logical + r.len).contains(&x));
-            if mapped(b) {
-                b += 1;
-                continue;
+            match runs.iter().find(|r| r.logical + r.len > b) {
+                Some(r) if r.logical <= b => b = r.logical + r.len,
+                next => {
+                    let hole_end = next.map_or(last, |r| r.logical.min(last));
+                    inode = self.grow(inode, b, hole_end - b, fill)?;
+                    b = hole_end;
+                }
             }
-            let hole_end = (b..last).find(|&x| mapped(x)).unwrap_or(last);
-            inode = self.grow(inode, b, hole_end - b, fill)?;
-            b = hole_end;
         }
         Ok(inode)
     }
@@ -901,5 +924,27 @@ pub(crate) fn file_type(mode: u16) -> u8 {
         0o140_000 => 6,
         0o120_000 => 7,
         _ => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{first_free, first_run, free_run};
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The byte-skipping bitmap scans against bit-by-bit references.
+        #[test]
+        fn bitmap_scans_match_bit_by_bit(bitmap in proptest::collection::vec(prop_oneof![Just(0u8), Just(0xFF), any::<u8>()], 1..40),
+                                         from in 0u64..320, len in 0u64..320, min in 1u64..40) {
+            let bits = bitmap.len() as u64 * 8;
+            let (from, end) = (from.min(bits), (from + len).min(bits));
+            let free = |b: u64| bitmap[(b / 8) as usize] >> (b % 8) & 1 == 0;
+            prop_assert_eq!(first_free(&bitmap, from, end), (from..end).find(|&b| free(b)));
+            let run = (from..end).take(min as usize).take_while(|&b| free(b)).count() as u64;
+            prop_assert_eq!(free_run(&bitmap, from, end, min), run);
+            let naive = (from..end).find(|&s| s + min <= end && (s..s + min).all(free));
+            prop_assert_eq!(first_run(&bitmap, from, end, min), naive);
+        }
     }
 }
