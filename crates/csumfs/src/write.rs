@@ -315,7 +315,7 @@ impl Volume {
             let mut bit = first;
             while bit < first + len {
                 // Whole bytes at once inside the range, single bits at its edges.
-                let mask: u8 = if bit % 8 == 0 && first + len - bit >= 8 { 0xFF } else { 1 << (bit % 8) };
+                let mask: u8 = if bit.is_multiple_of(8) && first + len - bit >= 8 { 0xFF } else { 1 << (bit % 8) };
                 let byte = &mut image[base + (bit / 8) as usize];
                 debug_assert_eq!(
                     *byte & mask,
