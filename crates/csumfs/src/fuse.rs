@@ -13,9 +13,9 @@ use crate::error::Error;
 use crate::inode::{Inode, Timespec, ROOT};
 use crate::{DirEntry, NewInode, RenameMode, SetAttr, Volume, XattrMode};
 use fuser::{
-    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, KernelConfig, LockOwner,
-    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen,
-    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, IoctlFlags, KernelConfig,
+    LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
+    ReplyIoctl, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -504,6 +504,36 @@ impl Filesystem for Fs {
 
     fn fsyncdir(&self, req: &Request, ino: INodeNo, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
         self.fsync(req, ino, fh, datasync, reply);
+    }
+
+    /// `FS_IOC_GETFLAGS` (what `lsattr` and the kernel's `fileattr_get`
+    /// ask): the inode's flags as ext4 shows them (`EXT4_FL_USER_VISIBLE`).
+    /// Setting flags is refused: csumfs does not act on any of them.
+    fn ioctl(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: IoctlFlags,
+        cmd: u32,
+        _in_data: &[u8],
+        out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        const EXT4_FL_USER_VISIBLE: u32 = 0x705B_DFFF;
+        if cmd != libc::FS_IOC_GETFLAGS as u32 {
+            return reply.error(Errno::from_i32(libc::ENOTTY));
+        }
+        match self.read().inode(from_fuse(ino)) {
+            Ok(inode) => {
+                let flags = (inode.flags & EXT4_FL_USER_VISIBLE).to_le_bytes();
+                // The flags are an int, though the command's size says long.
+                let mut out = vec![0u8; (out_size as usize).clamp(4, 8)];
+                out[..4].copy_from_slice(&flags);
+                reply.ioctl(0, &out);
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {

@@ -357,18 +357,52 @@ fn a_mounted_image_changed_by_file_calls_is_clean_for_e2fsck_and_the_kernel() {
             let moved: u64 = text.split(": ").nth(1).and_then(|t| t.split(' ').next()).unwrap().parse().unwrap();
             assert!(moved > 1000, "seed 000 counted {moved} incremental updates: {text}");
             assert!(text.contains("data checksums: ") && !text.contains("data checksums: 0 blocks"), "{text}");
+            // lsattr's ioctl: a file csumfs made is extent-mapped (EXT4_EXTENTS_FL).
+            let flags = inode_flags(&scratch.mnt().join("d1/f6")).unwrap();
+            assert_eq!(flags & 0x80000, 0x80000, "FS_IOC_GETFLAGS: {flags:#x}");
             model
         });
         unmount_and_wait(child, &scratch.mnt());
         let model = model.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
         e2fsck_clean(&image);
         kernel_compare(&scratch, &image, &model);
-        // Mounted again, csumfs reads back what it wrote.
+        // Mounted again, csumfs reads back what it wrote, and its inode
+        // flags are the kernel's.
+        let kernel_flags: Vec<Option<u32>> = {
+            let kernel = scratch.0.join("kernel-flags");
+            std::fs::create_dir_all(&kernel).unwrap();
+            let mounted = Command::new("mount").args(["-t", "ext4", "-o", "loop,ro"]).arg(&image).arg(&kernel).status();
+            if mounted.is_ok_and(|s| s.success()) {
+                let flags = ["d1/f6", "d1", "many", "d2/falloc"].map(|p| inode_flags(&kernel.join(p)).ok()).to_vec();
+                assert!(Command::new("umount").arg(&kernel).status().unwrap().success());
+                flags
+            } else {
+                Vec::new()
+            }
+        };
         let child = mount_foreground(&image, &scratch.mnt(), &["-o", "ro"]);
-        let read_back = std::panic::catch_unwind(|| compare(&scratch.mnt(), &model, "csumfs again"));
+        let read_back = std::panic::catch_unwind(|| {
+            compare(&scratch.mnt(), &model, "csumfs again");
+            let ours = ["d1/f6", "d1", "many", "d2/falloc"].map(|p| inode_flags(&scratch.mnt().join(p)).ok()).to_vec();
+            if !kernel_flags.is_empty() {
+                assert_eq!(ours, kernel_flags, "FS_IOC_GETFLAGS: csumfs and the kernel");
+            }
+        });
         unmount_and_wait(child, &scratch.mnt());
         read_back.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
     }
+}
+
+/// `FS_IOC_GETFLAGS` of `path` (what `lsattr` shows).
+fn inode_flags(path: &Path) -> std::io::Result<u32> {
+    let file = std::fs::File::open(path)?;
+    let mut flags: libc::c_int = 0;
+    // SAFETY: a valid descriptor and a pointer to an int, as the command takes.
+    let done = unsafe { libc::ioctl(std::os::fd::AsRawFd::as_raw_fd(&file), libc::FS_IOC_GETFLAGS, &mut flags) };
+    if done < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(flags as u32)
 }
 
 /// kill -9 after an fsync: the image says its ByteLog holds changes.
