@@ -514,3 +514,7 @@ fn check_nothing_after(ring: &[u8], tail: u64, head: u64, next_seq: u64, generat
     }
     Ok(())
 }
+
+#[cfg(test)]
+#[path = "log_tests.rs"]
+mod tests;

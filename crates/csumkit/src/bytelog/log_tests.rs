@@ -1,0 +1,152 @@
+//! Tests of the log that need its private formats: superblocks and anchors
+//! crafted with valid CRCs but impossible contents, a ring filled to the
+//! last byte, the anchor cadence, the exact bytes persisted. Each names the
+//! mutant (cargo-mutants, docs/mutants.md) it was written to kill.
+
+use super::*;
+use crate::bytelog::SimMedium;
+
+const RING: u64 = 8192;
+
+fn formatted() -> ByteLog<SimMedium> {
+    ByteLog::format(SimMedium::new((RING_OFFSET + RING) as usize), 7).unwrap()
+}
+
+/// The durable bytes of `log` with `line` (64 bytes) written at `at`.
+fn with_line(log: ByteLog<SimMedium>, at: u64, line: &[u8; 64]) -> SimMedium {
+    let mut image = log.into_medium().durable().to_vec();
+    image[at as usize..at as usize + 64].copy_from_slice(line);
+    SimMedium::from_image(image)
+}
+
+fn reopened(medium: SimMedium) -> Result<Vec<Record>, Error> {
+    ByteLog::open(medium).map(|(_, records)| records)
+}
+
+fn is_corrupt(result: Result<Vec<Record>, Error>, what: &str) {
+    match result {
+        Err(Error::Corrupt { .. }) => {}
+        other => panic!("{what}: {other:?}"),
+    }
+}
+
+/// `ring_bytes < RING_BYTES_MIN || RING_OFFSET + ring_bytes > len`: each
+/// half alone refuses, and a ring that ends exactly at the medium's end is
+/// fine.
+#[test]
+fn a_superblock_whose_ring_does_not_fit_is_refused() {
+    let small = Superblock { generation: 7, ring_bytes: RING_BYTES_MIN - LINE_BYTES }.encode();
+    is_corrupt(reopened(with_line(formatted(), 0, &small)), "ring below the minimum");
+    let big = Superblock { generation: 7, ring_bytes: RING + LINE_BYTES }.encode();
+    is_corrupt(reopened(with_line(formatted(), 0, &big)), "ring past the medium");
+    let exact = Superblock { generation: 7, ring_bytes: RING }.encode();
+    assert!(reopened(with_line(formatted(), 0, &exact)).is_ok(), "a ring that ends at the medium's end");
+}
+
+/// The anchor's window must be ordered, at most a ring long and start on a
+/// line: each condition alone refuses (valid CRC, valid generation).
+#[test]
+fn an_anchor_with_an_impossible_window_is_refused() {
+    let anchor = |head: u64, tail: u64| {
+        Anchor { anchor_seq: 99, generation: 7, head, tail, head_seq: 1, stream_crc: 0 }.encode()
+    };
+    for (head, tail, why) in [
+        (128, 64, "tail before head"),
+        (0, RING + LINE_BYTES, "a window longer than the ring"),
+        (32, 32, "head not on a line"),
+    ] {
+        // Slot 1 of 2 (anchor_seq 99 is odd): the larger sequence wins.
+        let medium = with_line(formatted(), 2 * LINE_BYTES, &anchor(head, tail));
+        is_corrupt(reopened(medium), why);
+    }
+}
+
+/// Two records of 4 064 payload bytes fill an 8 KiB ring exactly: the
+/// second needs no wrap marker (`span > room`, not `>=`) and fits the free
+/// space exactly (`waste + span > free`, not `>=`); anchored after each
+/// record, the reopened window is the whole ring (`tail - head >
+/// ring_bytes`, not `>=`; the replay's "ends early" check, not `<=`); one
+/// more record is `LogFull` with exactly what it needed.
+#[test]
+fn a_ring_filled_to_its_last_byte_reopens_whole() {
+    let mut log = formatted();
+    log.set_anchor_interval(LINE_BYTES);
+    let payload = vec![0xA5u8; PAYLOAD_BYTES_MAX];
+    assert_eq!(record_span(payload.len()), RING / 2);
+    log.append(1, 0, &payload).unwrap();
+    log.append(2, 0, &payload).unwrap();
+    assert_eq!(log.free_bytes(), 0);
+    assert_eq!(log.stats().records, 2, "no wrap marker");
+    match log.append(3, 0, &[1u8; 64]) {
+        Err(Error::LogFull { needed, free }) => assert_eq!((needed, free), (record_span(64), 0)),
+        other => panic!("{other:?}"),
+    }
+    let records = reopened(SimMedium::from_image(log.into_medium().durable().to_vec())).unwrap();
+    assert_eq!(records.iter().map(|r| r.tag).collect::<Vec<_>>(), [1, 2]);
+}
+
+/// A record that needs a wrap marker counts the wasted room in what it
+/// needs (`waste + span`).
+#[test]
+fn log_full_counts_the_room_a_wrap_wastes() {
+    let mut log = formatted();
+    log.append(1, 0, &[1u8; 3000]).unwrap(); // span 3 072
+    log.truncate(1).unwrap(); // head at 3 072
+    log.append(2, 0, &[2u8; 4000]).unwrap(); // span 4 032: tail 7 104, 1 088 to the ring's end, 4 160 free
+    match log.append(3, 0, &[3u8; 4060]) {
+        // Span 4 096 does not fit the 1 088 at the end: those are wasted too.
+        Err(Error::LogFull { needed, free }) => assert_eq!((needed, free), (1088 + 4096, 4160)),
+        other => panic!("{other:?}"),
+    }
+    log.append(4, 0, &[4u8; 2000]).unwrap(); // 1 088 + 2 048 fit
+    let records = reopened(SimMedium::from_image(log.into_medium().durable().to_vec())).unwrap();
+    assert_eq!(records.iter().map(|r| r.tag).collect::<Vec<_>>(), [2, 4]);
+}
+
+/// The periodic anchor comes after 256 KiB of log (`256 * 1024`; the
+/// comparison `tail - anchored_tail`), or as `set_anchor_interval` says.
+#[test]
+fn anchors_come_at_their_interval() {
+    let big = || ByteLog::format(SimMedium::new((RING_OFFSET + (1 << 20)) as usize), 1).unwrap();
+    let mut log = big();
+    let fences_after_format = log.stats().fences;
+    let payload = vec![9u8; 4000]; // span 4 032
+    let before_anchor = (256 * 1024 / record_span(payload.len())) as usize; // the documented cadence
+    for _ in 0..before_anchor {
+        log.append(1, 0, &payload).unwrap();
+    }
+    assert_eq!(log.stats().fences - fences_after_format, before_anchor as u64, "no anchor before 256 KiB");
+    log.append(1, 0, &payload).unwrap();
+    assert_eq!(log.stats().fences - fences_after_format, before_anchor as u64 + 2, "the anchor at 256 KiB");
+
+    let mut log = big();
+    log.set_anchor_interval(2 * record_span(payload.len()));
+    for _ in 0..4 {
+        log.append(1, 0, &payload).unwrap();
+    }
+    assert_eq!(log.stats().fences - fences_after_format, 4 + 2, "an anchor every second record");
+}
+
+/// Bytes persisted are whole lines: the format's anchor line, then a
+/// 10-byte record's one line (`len.div_ceil(64) * 64`, added).
+#[test]
+fn bytes_persisted_are_counted_in_whole_lines() {
+    let mut log = formatted();
+    assert_eq!(log.stats().bytes_persisted, LINE_BYTES);
+    log.append(1, 0, &[0u8; 10]).unwrap();
+    assert_eq!(log.stats().bytes_persisted, 2 * LINE_BYTES);
+    log.append(1, 0, &[0u8; 100]).unwrap(); // 132 bytes: three lines
+    assert_eq!(log.stats().bytes_persisted, 5 * LINE_BYTES);
+}
+
+/// A TLV that ends exactly at the payload's end is whole (`rest.len() < 4 +
+/// len`, not `<=`); one a byte short is an error, not a panic.
+#[test]
+fn tlvs_that_end_exactly_at_the_payload_end_decode() {
+    let payload = encode_tlvs(&[Tlv { tag: 5, value: b"abc" }, Tlv { tag: 6, value: b"" }]).unwrap();
+    let tlvs = decode_tlvs(&payload).unwrap();
+    assert_eq!(tlvs.len(), 2);
+    assert_eq!((tlvs[0].tag, tlvs[0].value), (5, &b"abc"[..]));
+    assert!(matches!(decode_tlvs(&payload[..6]), Err(Error::Corrupt { .. })), "a value cut short");
+    assert!(matches!(decode_tlvs(&payload[..9]), Err(Error::Corrupt { .. })), "a header cut short");
+}
