@@ -199,8 +199,10 @@ impl crate::volume::Volume {
         if !ok {
             let records = undo.pending().map_err(|detail| crate::error::corrupt("undo log", detail))?;
             self.put_back(&records)?;
-            // Cached xattr name filters may describe what was undone.
+            // Cached xattr name filters and free-space trees may describe
+            // what was undone.
             self.filters.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clear();
+            self.free_space.clear();
         }
         if let Some(undo) = &mut self.undo {
             undo.clear();

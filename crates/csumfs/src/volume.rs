@@ -99,6 +99,11 @@ pub struct Volume {
     pub(crate) redo: Option<crate::redo::Redo>,
     /// Data checksum changes a ByteLog replay found, for the sidecar.
     pub(crate) replayed_sums: Vec<(u64, Option<u32>)>,
+    /// Free-space trees (seed 000, `csumkit::alloc`) of the groups blocks
+    /// were allocated from, built from their bitmaps on first use and kept
+    /// in step by every bit the allocator flips; dropped when a bitmap
+    /// changes otherwise (initialised, rolled back).
+    pub(crate) free_space: HashMap<u64, csumkit::alloc::FreeSpace>,
 }
 
 /// (feature bit, name, remedy) of the incompat features this code refuses.
@@ -173,6 +178,7 @@ impl Volume {
             layout,
             options,
             filters: Mutex::new(HashMap::new()),
+            free_space: HashMap::new(),
             stats: Stats::default(),
             holds: HashMap::new(),
             orphans: HashSet::new(),

@@ -122,20 +122,6 @@ fn free_run(bitmap: &[u8], start: u64, end: u64, max: u64) -> u64 {
     b - start
 }
 
-/// The start of the first run of at least `min` zero bits of `bitmap`
-/// that lies inside `from..end`.
-fn first_run(bitmap: &[u8], from: u64, end: u64, min: u64) -> Option<u64> {
-    let mut b = from;
-    while let Some(start) = first_free(bitmap, b, end) {
-        let len = free_run(bitmap, start, end, min);
-        if len >= min {
-            return Some(start);
-        }
-        b = start + len + 1;
-    }
-    None
-}
-
 /// Seconds since the epoch now, and the inode encoding of a time.
 pub(crate) fn now() -> Timespec {
     let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
@@ -327,6 +313,13 @@ impl Volume {
                 bit += if mask == 0xFF { 8 } else { 1 };
             }
         }
+        if let Some(tree) = self.free_space.get_mut(&group.number).filter(|_| !inode_bitmap) {
+            if take {
+                tree.allocate(first as u32, len as u32);
+            } else {
+                tree.free(first as u32, len as u32);
+            }
+        }
         let seed = self.layout.csum_seed;
         let map = &self.map;
         let full = || crc32c::raw_update(seed, &map[(block * bs) as usize..][..(bits / 8) as usize]);
@@ -438,26 +431,54 @@ impl Volume {
                 self.init_block_bitmap(&group)?;
                 group = l.group(&self.map, g)?;
             }
-            let bitmap = self.block(group.block_bitmap, &|| format!("group {g} block bitmap"))?;
             let in_group = l.blocks_per_group.min(l.blocks_count - l.first_data_block - g * l.blocks_per_group);
-            let free = |b: u64| free_run(bitmap, b, in_group, 1) == 1;
-            // From the goal on in its group (then wrapping), elsewhere from the start.
+            let tree = self.free_space_of(&group, in_group)?;
+            // From the goal on in its group (then wrapping), elsewhere from
+            // the start: the free extent holding the goal, else the first
+            // long enough after it, else before it.
             let from = if step == 0 {
                 (goal.saturating_sub(l.first_data_block) % l.blocks_per_group).min(in_group)
             } else {
                 0
             };
-            let at_goal = (step == 0 && from < in_group && free(from)).then_some(from);
+            let at_goal =
+                tree.containing(from as u32).filter(|_| step == 0).map(|(s, l)| (from as u32, l - (from as u32 - s)));
             let found = at_goal
-                .or_else(|| first_run(bitmap, from, in_group, min_run))
-                .or_else(|| first_run(bitmap, 0, from, min_run));
-            let Some(start) = found else { continue };
-            let len = free_run(bitmap, start, in_group, want);
+                .or_else(|| tree.first_fit_in(from as u32, in_group as u32, min_run as u32))
+                .or_else(|| tree.first_fit_in(0, from as u32, min_run as u32));
+            let Some((start, free)) = found else { continue };
+            let (start, len) = (u64::from(start), u64::from(free).min(want));
+            if cfg!(debug_assertions) || self.options.check_updates {
+                let bitmap = self.block(group.block_bitmap, &|| format!("group {g} block bitmap"))?;
+                assert_eq!(
+                    free_run(bitmap, start, in_group, len),
+                    len,
+                    "group {g}: the free-space tree and the bitmap differ"
+                );
+            }
             self.flip_bits(&group, false, start, len, true)?;
             self.edit_superblock(-(len as i64), 0)?;
             return Ok(Some((l.first_data_block + g * l.blocks_per_group + start, len)));
         }
         Ok(None)
+    }
+
+    /// Group `group`'s free-space tree (its first `in_group` blocks), built
+    /// from its bitmap on first use.
+    fn free_space_of(&mut self, group: &Group, in_group: u64) -> Result<&csumkit::alloc::FreeSpace, Error> {
+        if !self.free_space.contains_key(&group.number) {
+            let g = group.number;
+            let bitmap = self.block(group.block_bitmap, &|| format!("group {g} block bitmap"))?;
+            let mut runs = Vec::new();
+            let mut b = first_free(bitmap, 0, in_group);
+            while let Some(start) = b {
+                let len = free_run(bitmap, start, in_group, u64::MAX);
+                runs.push((start as u32, len as u32));
+                b = first_free(bitmap, start + len, in_group);
+            }
+            self.free_space.insert(g, csumkit::alloc::FreeSpace::from_runs(runs));
+        }
+        Ok(&self.free_space[&group.number])
     }
 
     fn group_free_blocks(&self, group: &Group) -> Result<u64, Error> {
@@ -497,6 +518,7 @@ impl Volume {
     fn init_block_bitmap(&mut self, group: &Group) -> Result<(), Error> {
         let l = self.layout.clone();
         let (g, bs) = (group.number, l.block_size);
+        self.free_space.remove(&g);
         let start = l.first_data_block + g * l.blocks_per_group;
         let in_group = l.blocks_per_group.min(l.blocks_count - start);
         let mut bitmap = vec![0u8; bs as usize];
@@ -929,7 +951,7 @@ pub(crate) fn file_type(mode: u16) -> u8 {
 
 #[cfg(test)]
 mod tests {
-    use super::{first_free, first_run, free_run};
+    use super::{first_free, free_run};
     use proptest::prelude::*;
 
     proptest! {
@@ -943,8 +965,6 @@ mod tests {
             prop_assert_eq!(first_free(&bitmap, from, end), (from..end).find(|&b| free(b)));
             let run = (from..end).take(min as usize).take_while(|&b| free(b)).count() as u64;
             prop_assert_eq!(free_run(&bitmap, from, end, min), run);
-            let naive = (from..end).find(|&s| s + min <= end && (s..s + min).all(free));
-            prop_assert_eq!(first_run(&bitmap, from, end, min), naive);
         }
     }
 }

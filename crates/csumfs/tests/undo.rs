@@ -129,3 +129,54 @@ fn data_rewritten_after_the_last_commit_reads_back_after_a_death_not_as_eio() {
     let err = v.read_all(&v.inode(f).unwrap()).unwrap_err();
     assert_eq!(err.errno(), libc::EIO, "{err}");
 }
+
+/// The free-space trees the allocator searches stay the bitmaps' twins:
+/// filled by large then block-sized writes, the image runs out of space
+/// only when no block is free; freed and filled again (the trees merge the
+/// freed runs), the same; an `ENOSPC` rolled back (trees dropped and
+/// rebuilt from the restored bitmaps) changes nothing of that.
+#[test]
+fn an_image_fills_to_its_last_free_block_again_and_again() {
+    let Some((scratch, path)) = image("fill", "8M") else { return };
+    let mut v = open(&path);
+    v.enable_undo(&scratch.0.join("u.undo")).unwrap();
+    let fill = |v: &mut Volume, name: &[u8]| {
+        let f = v.create(ROOT, name, FILE).unwrap().ino;
+        let mut at = 0u64;
+        for chunk in [64 << 10, 1024] {
+            loop {
+                v.begin();
+                let done = v.write(f, at, &vec![7u8; chunk]);
+                if matches!(&done, Err(e) if e.errno() == libc::ENOSPC) {
+                    // Before the rollback rebuilds the trees: out of space
+                    // only with less than the chunk (and a tree node) free.
+                    let free = v.statfs().free_blocks;
+                    assert!(free < chunk as u64 / 1024 + 2, "ENOSPC with {free} blocks free");
+                }
+                v.end(done.is_ok()).unwrap();
+                match done {
+                    Ok(_) => at += chunk as u64,
+                    Err(e) if e.errno() == libc::ENOSPC => break,
+                    Err(e) => panic!("{e}"),
+                }
+            }
+        }
+        assert_eq!(v.statfs().free_blocks, 0, "ENOSPC with blocks free");
+        at
+    };
+    // Blocks taken and freed while the tree is cached: it must see both.
+    let x = v.create(ROOT, b"x", FILE).unwrap().ino;
+    v.write(x, 0, &[1u8; 200 << 10]).unwrap();
+    v.unlink(ROOT, b"x").unwrap();
+    let first = fill(&mut v, b"a");
+    v.sync().unwrap();
+    assert_clean(&path, "filled");
+    v.unlink(ROOT, b"a").unwrap();
+    let second = fill(&mut v, b"b");
+    assert_eq!(first, second, "the freed space is all found again");
+    v.unlink(ROOT, b"b").unwrap();
+    let third = fill(&mut v, b"c");
+    assert_eq!(first, third);
+    v.sync().unwrap();
+    assert_clean(&path, "filled three times");
+}

@@ -42,6 +42,7 @@ mod volume;
 pub use descriptor::{Descriptor, DESC_SIZE};
 pub use extent::{Extent, Leaf, MAX_UNWRITTEN_LEN};
 pub use file::File;
+pub use free_space::FreeSpace;
 pub use geometry::Geometry;
 pub use volume::{Run, Volume};
 
