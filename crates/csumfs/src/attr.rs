@@ -114,6 +114,7 @@ impl Volume {
         }
         self.holds.remove(&ino);
         if self.orphans.remove(&ino) {
+            self.orphan_del(ino)?;
             let inode = self.inode(ino)?;
             if inode.links == 0 {
                 return self.release(inode);
@@ -135,6 +136,7 @@ impl Volume {
     pub fn release_orphans(&mut self) -> Result<(), Error> {
         self.holds.clear();
         for ino in std::mem::take(&mut self.orphans) {
+            self.orphan_del(ino)?;
             let inode = self.inode(ino)?;
             if inode.links == 0 {
                 self.release(inode)?;

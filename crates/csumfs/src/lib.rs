@@ -36,6 +36,7 @@ mod inode;
 mod le;
 mod map;
 mod namespace;
+mod orphan;
 mod ranges;
 mod redo;
 mod remove;

@@ -62,16 +62,18 @@ impl Volume {
     /// [`unhold`](Self::unhold) if a handle holds it).
     fn drop_link(&mut self, inode: Inode) -> Result<(), Error> {
         if inode.links > 1 || self.is_held(inode.ino) {
-            if inode.links <= 1 {
-                self.orphans.insert(inode.ino);
-            }
             let (sec, extra) = encode_time(now());
             let links = inode.links - 1;
-            self.edit_inode(&inode, |r| {
+            let inode = self.edit_inode(&inode, |r| {
                 put16(r, 0x1A, links);
                 put32(r, 0x0C, sec);
                 put32(r, 0x84, extra);
             })?;
+            if links == 0 {
+                // Freed at its last close; on the orphan list meanwhile.
+                self.orphans.insert(inode.ino);
+                self.orphan_add(&inode)?;
+            }
             return Ok(());
         }
         self.release(inode)

@@ -108,8 +108,13 @@ fn checkpoint(args: &CheckpointArgs) -> ExitCode {
     let sidecar = crate::mount::sidecar_path(image);
     let sidecar = sidecar.exists().then_some(sidecar.as_path());
     let options = csumfs::Options::default();
-    let result = csumfs::Volume::open_logged(image, &log, crate::mount::LOG_BYTES, options, sidecar)
-        .and_then(|(mut volume, replayed)| volume.checkpoint().map(|()| replayed));
+    let result = csumfs::Volume::open_logged(image, &log, crate::mount::LOG_BYTES, options, sidecar).and_then(
+        |(mut volume, replayed)| {
+            // What the kernel would do at mount: free what a stopped mount left on the orphan list.
+            crate::mount::free_orphans_left(&mut volume, image).map_err(csumfs::Error::Invalid)?;
+            volume.checkpoint().map(|()| replayed)
+        },
+    );
     match result {
         Ok(replayed) => {
             println!(

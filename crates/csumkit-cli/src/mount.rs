@@ -174,6 +174,11 @@ pub fn run(args: &MountArgs) -> ExitCode {
         Ok(volume) => volume,
         Err(message) => return fail(message),
     };
+    if options.write {
+        if let Err(message) = free_orphans_left(&mut volume, image) {
+            return fail(message);
+        }
+    }
     if parsed.datasum && logged.is_none() {
         if let Err(e) = volume.enable_data_checksums(&sidecar) {
             return fail(format!("{}: {e}", sidecar.display()));
@@ -184,6 +189,22 @@ pub fn run(args: &MountArgs) -> ExitCode {
         return detach();
     }
     serve(volume, image, mountpoint, &parsed.mount)
+}
+
+/// Frees the inodes a stopped process left on the orphan list (unlinked
+/// while open), as the kernel does at mount; says so on stderr.
+pub(crate) fn free_orphans_left(volume: &mut Volume, image: &Path) -> Result<(), String> {
+    volume.begin();
+    let freed = volume.release_chained_orphans();
+    volume.end(freed.is_ok()).map_err(|e| format!("{}: {e}", image.display()))?;
+    match freed {
+        Ok(0) => Ok(()),
+        Ok(n) => {
+            eprintln!("csumkit: {}: freed {n} inodes a stopped mount left unlinked but open", image.display());
+            Ok(())
+        }
+        Err(e) => Err(format!("{}: orphan list: {e}", image.display())),
+    }
 }
 
 /// The volume with its metadata written in place (`log=off`, or `ro`): an

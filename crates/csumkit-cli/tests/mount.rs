@@ -393,6 +393,18 @@ fn a_mounted_image_changed_by_file_calls_is_clean_for_e2fsck_and_the_kernel() {
     }
 }
 
+/// Free blocks of the file system mounted at `dir` (`statvfs`).
+fn free_blocks(dir: &Path) -> u64 {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).unwrap();
+    // SAFETY: a NUL-terminated path and a zeroed struct for the kernel to fill.
+    unsafe {
+        let mut st: libc::statvfs = std::mem::zeroed();
+        assert_eq!(libc::statvfs(path.as_ptr(), &mut st), 0);
+        st.f_bfree
+    }
+}
+
 /// `FS_IOC_GETFLAGS` of `path` (what `lsattr` shows).
 fn inode_flags(path: &Path) -> std::io::Result<u32> {
     let file = std::fs::File::open(path)?;
@@ -426,9 +438,19 @@ fn a_killed_mount_is_replayed_by_the_next_and_checkpointed_for_the_kernel() {
     let scratch = Scratch::new("killed");
     let image = scratch.image("64M", "4096");
     let child = mount_foreground(&image, &scratch.mnt(), &[]);
-    let model = std::panic::catch_unwind(|| exercise(&scratch.mnt()));
+    let model = std::panic::catch_unwind(|| {
+        let model = exercise(&scratch.mnt());
+        // A file unlinked while open, still open when the daemon dies: it
+        // is on the orphan list, and the next mount frees its blocks.
+        let free = free_blocks(&scratch.mnt());
+        let mut held = std::fs::File::create(scratch.mnt().join("held")).unwrap();
+        held.write_all(&vec![3u8; 1 << 20]).unwrap();
+        std::fs::remove_file(scratch.mnt().join("held")).unwrap();
+        assert!(free_blocks(&scratch.mnt()) < free, "the unlinked file's blocks stay taken while it is open");
+        (model, free, held)
+    });
     fsync_and_kill(child, &scratch.mnt());
-    let model = model.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+    let (model, free_before_held, _held) = model.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
 
     // The kernel's tools refuse the image; csumfs's readers name the remedy.
     let out = Command::new("/usr/sbin/e2fsck").arg("-fn").arg(&image).output().unwrap();
@@ -442,6 +464,7 @@ fn a_killed_mount_is_replayed_by_the_next_and_checkpointed_for_the_kernel() {
     // The next mount replays the log and reads everything back.
     let child = mount_foreground(&image, &scratch.mnt(), &[]);
     let again = std::panic::catch_unwind(|| {
+        assert_eq!(free_blocks(&scratch.mnt()), free_before_held, "the orphan's blocks are free again");
         compare(&scratch.mnt(), &model, "csumfs after replay");
         std::fs::write(scratch.mnt().join("after-replay"), b"written after the replay").unwrap();
     });
