@@ -73,7 +73,7 @@ impl Volume {
             if ino == 0 {
                 return Ok(freed);
             }
-            if u64::from(ino) > u64::from(self.layout.inodes_count) {
+            if u64::from(ino) > self.layout.inodes_count {
                 return Err(corrupt("orphan list", format!("names inode {ino}")));
             }
             let inode = self.inode(ino)?;
