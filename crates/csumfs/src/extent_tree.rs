@@ -295,6 +295,12 @@ impl Volume {
                 return Err(corrupt(what(), "more nodes than the filesystem has blocks"));
             }
         }
+        let l = &self.layout;
+        if let Some(r) =
+            tree.extents.iter().find(|r| r.physical < l.first_data_block || r.physical + r.len > l.blocks_count)
+        {
+            return Err(corrupt(what(), format!("blocks {}+{} lie outside the filesystem", r.physical, r.len)));
+        }
         for pair in tree.extents.windows(2) {
             if pair[0].logical + pair[0].len > pair[1].logical {
                 return Err(corrupt(what(), format!("extents at {} and {} overlap", pair[0].logical, pair[1].logical)));

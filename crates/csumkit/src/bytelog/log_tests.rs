@@ -150,3 +150,19 @@ fn tlvs_that_end_exactly_at_the_payload_end_decode() {
     assert!(matches!(decode_tlvs(&payload[..6]), Err(Error::Corrupt { .. })), "a value cut short");
     assert!(matches!(decode_tlvs(&payload[..9]), Err(Error::Corrupt { .. })), "a header cut short");
 }
+
+/// A whole, current header in the ring's last line whose payload would run
+/// past the ring's end is where the log ends (`ring.len() - offset`, the
+/// room left), never a read past the ring.
+#[test]
+fn a_header_whose_payload_runs_past_the_ring_ends_the_log() {
+    let mut log = formatted();
+    log.append(1, 0, &[1u8; PAYLOAD_BYTES_MAX]).unwrap(); // span 4 096
+    log.append(2, 0, &[2u8; 4000]).unwrap(); // span 4 032: tail at 8 128, one line left
+    let header = RecordHeader { flags: 0, tag: 3, payload_len: 100, payload_crc: 0, seq: 3, generation: 7 };
+    let mut line = [0u8; 64];
+    line[..HEADER_BYTES].copy_from_slice(&header.encode());
+    let medium = with_line(log, RING_OFFSET + RING - LINE_BYTES, &line);
+    let records = reopened(medium).unwrap();
+    assert_eq!(records.iter().map(|r| r.tag).collect::<Vec<_>>(), [1, 2]);
+}
