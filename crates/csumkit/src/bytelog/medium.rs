@@ -441,6 +441,15 @@ mod cache {
 mod tests {
     use super::{lines_covering, LINE};
 
+    /// `Medium::is_empty` (a default method nothing else calls) says what
+    /// `len` says.
+    #[test]
+    fn a_medium_is_empty_only_without_bytes() {
+        use super::{Medium, SimMedium};
+        assert!(SimMedium::new(0).is_empty());
+        assert!(!SimMedium::new(64).is_empty());
+    }
+
     /// A file medium keeps what was flushed and fenced across a reopen,
     /// and what was only written (never flushed) is not in the file.
     #[cfg(unix)]
