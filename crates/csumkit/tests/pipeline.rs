@@ -23,11 +23,20 @@ struct FaultySink {
     fail_after: Option<usize>,
     /// Accept nothing (`Ok(0)`) once this many bytes were accepted.
     stall_after: Option<usize>,
+    /// Every this many calls, fail with `EINTR` (nothing written).
+    interrupt_every: usize,
+    /// Claim this many bytes more than were written (a device that lies).
+    over_report: usize,
+    calls: usize,
     accepted: usize,
 }
 
 impl Sink for FaultySink {
     fn write_at(&mut self, offset: u64, data: &[u8]) -> io::Result<usize> {
+        self.calls += 1;
+        if self.interrupt_every > 0 && self.calls.is_multiple_of(self.interrupt_every) {
+            return Err(io::Error::from(io::ErrorKind::Interrupted));
+        }
         if self.fail_after.is_some_and(|limit| self.accepted >= limit) {
             return Err(io::Error::other("injected EIO"));
         }
@@ -47,7 +56,7 @@ impl Sink for FaultySink {
         }
         self.media[offset as usize..end].copy_from_slice(&data[..n]);
         self.accepted += n;
-        Ok(n)
+        Ok(n + self.over_report)
     }
 
     fn sync(&mut self) -> io::Result<()> {
@@ -103,6 +112,34 @@ fn checksums_match_the_bitwise_reference() {
     for (i, block) in data.chunks(4096).enumerate() {
         assert_eq!(done.checksums[i], bitwise(CRC32C, block));
         assert_eq!(writer.store().get(i as u64), Some(bitwise(CRC32C, block)));
+    }
+}
+
+/// `EINTR` from the device is retried, not an error (every byte lands,
+/// with its checksum); a device that claims more than it was given never
+/// moves the write past its end — in every mode.
+#[test]
+fn interrupted_and_over_reported_writes_still_write_everything_once() {
+    let data = bytes(9, 6 * 4096);
+    for mode in [Mode::Sync, Mode::Async, Mode::Uring] {
+        for sink in [
+            FaultySink { interrupt_every: 2, max_per_call: 3000, ..FaultySink::default() },
+            FaultySink { interrupt_every: 3, ..FaultySink::default() },
+            FaultySink { over_report: 5000, max_per_call: 10_000, ..FaultySink::default() },
+        ] {
+            let mut writer = Writer::new(sink, MemoryStore::default(), mode, 4096, Algorithm::Crc32c).unwrap();
+            let done = writer.write(4096, buffer_of(&data)).unwrap_or_else(|e| panic!("{mode:?}: {e}"));
+            for (i, block) in data.chunks(4096).enumerate() {
+                assert_eq!(done.checksums[i], bitwise(CRC32C, block), "{mode:?}");
+            }
+            let (sink, _) = writer.into_parts();
+            // Nothing is written past the range (a lying device's count is
+            // capped at what was left); an honest one holds every byte.
+            assert!(sink.media.len() <= 4096 + data.len(), "{mode:?}: written past the end");
+            if sink.over_report == 0 {
+                assert!(sink.media[4096..] == data[..], "{mode:?}: the device holds other bytes");
+            }
+        }
     }
 }
 
