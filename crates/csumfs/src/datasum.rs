@@ -240,20 +240,26 @@ impl Volume {
     /// [`data_written`](Self::data_written) for a block whose new bytes
     /// are at hand (`block`): checksummed from them, not read back.
     pub(crate) fn data_written_from(&mut self, physical: u64, block: &[u8]) {
-        let bs = self.layout.block_size;
-        debug_assert_eq!(block.len() as u64, bs);
+        debug_assert_eq!(block.len() as u64, self.layout.block_size);
         if self.datasums.is_some() {
-            let crc = crc32c::checksum(block);
-            if cfg!(debug_assertions) || self.options.check_updates {
-                let stored = &self.map[(physical * bs) as usize..((physical + 1) * bs) as usize];
-                assert_eq!(
-                    crc,
-                    crc32c::checksum(stored),
-                    "data block {physical}: checksummed bytes differ from the image's"
-                );
-            }
-            self.record_data_sum(physical, crc);
+            self.data_written_crc(physical, crc32c::checksum(block));
         }
+    }
+
+    /// [`data_written`](Self::data_written) with the block's checksum
+    /// computed already (from the bytes written). Debug builds and
+    /// `check_updates` compare it with the image's block.
+    pub(crate) fn data_written_crc(&mut self, physical: u64, crc: u32) {
+        let bs = self.layout.block_size;
+        if cfg!(debug_assertions) || self.options.check_updates {
+            let stored = &self.map[(physical * bs) as usize..((physical + 1) * bs) as usize];
+            assert_eq!(
+                crc,
+                crc32c::checksum(stored),
+                "data block {physical}: checksummed bytes differ from the image's"
+            );
+        }
+        self.record_data_sum(physical, crc);
     }
 
     fn record_data_sum(&mut self, physical: u64, crc: u32) {

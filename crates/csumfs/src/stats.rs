@@ -13,6 +13,9 @@ pub struct Stats {
     pub csum_full: AtomicU64,
     /// Data blocks checksummed as they were written (seed 002).
     pub data_checksummed: AtomicU64,
+    /// Of those, blocks checksummed on a second thread while their write
+    /// was under way (seed 002's overlap).
+    pub data_overlapped: AtomicU64,
     /// Checksum-tree commits.
     pub datasum_commits: AtomicU64,
     /// Bytes those commits wrote (nodes and superblock).
@@ -50,8 +53,8 @@ impl Stats {
             "seed 000 incremental checksums: {} metadata checksum updates moved by flip_range/splice, {} recomputed in full\n\
              seed 001 ByteLog: {} metadata commits in {} records, {} bytes persisted ({} per commit), \
              {} checkpoints, {} commits written through\n\
-             seed 002 data checksums: {} blocks checksummed on write, {} verified on read, {} mismatches (EIO), \
-             {} carried by ByteLog commits, {} tree commits writing {} bytes\n\
+             seed 002 data checksums: {} blocks checksummed on write ({} while their write was under way), \
+             {} verified on read, {} mismatches (EIO), {} carried by ByteLog commits, {} tree commits writing {} bytes\n\
              seed 003 xattr name filter: {} absent-name lookups answered from the filter, {} searched the xattrs \
              ({} xattr block reads)\n\
              seed 004 PI offload: not on the mount's path yet\n",
@@ -64,6 +67,7 @@ impl Stats {
             g(&self.log_checkpoints),
             g(&self.log_write_through),
             g(&self.data_checksummed),
+            g(&self.data_overlapped),
             g(&self.data_verified),
             g(&self.data_mismatches),
             g(&self.log_datasums),

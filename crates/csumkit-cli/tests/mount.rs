@@ -357,6 +357,10 @@ fn a_mounted_image_changed_by_file_calls_is_clean_for_e2fsck_and_the_kernel() {
             let moved: u64 = text.split(": ").nth(1).and_then(|t| t.split(' ').next()).unwrap().parse().unwrap();
             assert!(moved > 1000, "seed 000 counted {moved} incremental updates: {text}");
             assert!(text.contains("data checksums: ") && !text.contains("data checksums: 0 blocks"), "{text}");
+            // The 1 MiB file's blocks were checksummed while they were written.
+            let after = text.split("checksummed on write (").nth(1).unwrap_or_default();
+            let overlapped: u64 = after.split(' ').next().unwrap_or_default().parse().unwrap_or(0);
+            assert!(overlapped >= 128, "seed 002 overlap: {text}");
             // lsattr's ioctl: a file csumfs made is extent-mapped (EXT4_EXTENTS_FL).
             let flags = inode_flags(&scratch.mnt().join("d1/f6")).unwrap();
             assert_eq!(flags & 0x80000, 0x80000, "FS_IOC_GETFLAGS: {flags:#x}");

@@ -441,6 +441,34 @@ mod cache {
 mod tests {
     use super::{lines_covering, LINE};
 
+    /// The crash simulator the harness trusts: the dirty lines are exactly
+    /// the lines written and not yet made durable, and a crash image holds
+    /// the durable bytes plus exactly the reached lines — the torn one only
+    /// in the words its mask names.
+    #[test]
+    fn crash_images_hold_exactly_the_lines_and_words_that_reached_the_medium() {
+        use super::{Medium, SimMedium};
+        let mut m = SimMedium::new(8 * LINE);
+        m.write(0, &[1u8; LINE]).unwrap();
+        m.flush(0, LINE as u64).unwrap();
+        m.fence().unwrap(); // line 0 durable
+        m.write(2 * LINE as u64, &[2u8; LINE]).unwrap();
+        m.write(5 * LINE as u64 + 8, &[5u8; 16]).unwrap(); // words 1 and 2 of line 5
+        assert_eq!(m.dirty_lines(), [2, 5]);
+        let image = m.crash_image(&[], None);
+        assert!(image[..LINE].iter().all(|&b| b == 1) && image[LINE..].iter().all(|&b| b == 0));
+        let image = m.crash_image(&[2], None);
+        assert!(image[2 * LINE..3 * LINE].iter().all(|&b| b == 2));
+        assert!(image[3 * LINE..].iter().all(|&b| b == 0), "only the reached line");
+        // Line 2 torn: words 0 and 3 reached (mask 0b1001), the rest did not.
+        let image = m.crash_image(&[2, 5], Some((2, 0b1001)));
+        let word = |w: usize| &image[2 * LINE + 8 * w..2 * LINE + 8 * w + 8];
+        assert!(word(0) == [2; 8] && word(3) == [2; 8]);
+        assert!([1, 2, 4, 5, 6, 7].iter().all(|&w| word(w) == [0; 8]), "words outside the mask stay old");
+        assert!(image[5 * LINE + 8..5 * LINE + 24].iter().all(|&b| b == 5), "line 5 whole");
+        assert!(image[5 * LINE..5 * LINE + 8].iter().all(|&b| b == 0));
+    }
+
     /// `Medium::is_empty` (a default method nothing else calls) says what
     /// `len` says.
     #[test]
