@@ -107,15 +107,7 @@ impl Volume {
             inode = self.fallocate(ino, offset, end - offset, true)?;
         }
         if !keep_size && end > inode.size {
-            let (sec, extra) = encode_time(now());
-            return self.edit_inode(&inode, |r| {
-                put32(r, 0x04, end as u32);
-                put32(r, 0x6C, (end >> 32) as u32);
-                put32(r, 0x10, sec);
-                put32(r, 0x88, extra);
-                put32(r, 0x0C, sec);
-                put32(r, 0x84, extra);
-            });
+            return self.set_size_now(&inode, end);
         }
         self.touch_file(&inode)
     }
