@@ -42,17 +42,11 @@ fn extent_cap(uninit: bool) -> u64 {
     }
 }
 
-/// A node block of the tree as it is on disk.
-struct OldNode {
-    block: u64,
-    bytes: Vec<u8>,
-}
-
 /// The tree as it is: its extents in file order and its node blocks by
 /// depth (leaves at 0), left to right.
-struct Tree {
-    extents: Vec<Run>,
-    nodes: Vec<Vec<OldNode>>,
+pub(crate) struct Tree {
+    pub(crate) extents: Vec<Run>,
+    pub(crate) nodes: Vec<Vec<u64>>,
 }
 
 /// The extents after replacing the mapping of `from..to` with `put`
@@ -174,7 +168,7 @@ impl Volume {
         // Every new block first: an ENOSPC here changes nothing.
         let wanted: usize =
             sizes.iter().enumerate().map(|(d, &n)| n.saturating_sub(tree.nodes.get(d).map_or(0, Vec::len))).sum();
-        let goal = tree.nodes.iter().flatten().map(|n| n.block).max().or(put.first().map(|r| r.physical));
+        let goal = tree.nodes.iter().flatten().copied().max().or(put.first().map(|r| r.physical));
         let fresh = self.allocate_tree_blocks(goal.unwrap_or(0), wanted)?;
         let mut fresh = fresh.into_iter();
 
@@ -186,21 +180,27 @@ impl Volume {
                 debug_assert!(k < count);
                 let entries: Vec<[u8; 12]> = chunk.iter().map(|(e, _)| *e).collect();
                 let mut new = node_bytes(bs, per_block, depth, &entries);
-                let old = tree.nodes.get(depth).and_then(|level| level.get(k));
-                let block = match old {
-                    Some(old) if le16(&old.bytes, 4) as usize == per_block => {
-                        let edits: Vec<(usize, &[u8])> =
-                            changes(&old.bytes[..tail], &new[..tail]).into_iter().map(|(at, _, n)| (at, n)).collect();
-                        if !edits.is_empty() {
-                            self.patch("extent node", old.block * bs as u64, (tail, tail, inode.csum_seed), &edits)?;
-                        }
-                        old.block
+                let old = tree.nodes.get(depth).and_then(|level| level.get(k)).copied();
+                // A node block that exists keeps its place: its checksum moved by
+                // splice over what differs (same eh_max), else rewritten whole.
+                let same_shape = match old {
+                    Some(b) => {
+                        let old_bytes = self.block(b, &|| format!("inode {} extent block {b}", inode.ino))?;
+                        (usize::from(le16(old_bytes, 4)) == per_block).then(|| old_bytes[..tail].to_vec())
                     }
-                    other => {
-                        let block = match other {
-                            Some(old) => old.block, // another eh_max: rewritten whole
-                            None => fresh.next().expect("allocated above"),
-                        };
+                    None => None,
+                };
+                let block = match (old, same_shape) {
+                    (Some(old), Some(old_bytes)) => {
+                        let edits: Vec<(usize, &[u8])> =
+                            changes(&old_bytes, &new[..tail]).into_iter().map(|(at, _, n)| (at, n)).collect();
+                        if !edits.is_empty() {
+                            self.patch("extent node", old * bs as u64, (tail, tail, inode.csum_seed), &edits)?;
+                        }
+                        old
+                    }
+                    (old, _) => {
+                        let block = old.unwrap_or_else(|| fresh.next().expect("allocated above"));
                         let crc = crc32c::raw_update(inode.csum_seed, &new[..tail]);
                         put32(&mut new, tail, crc);
                         self.store(block * bs as u64, &new)?;
@@ -225,8 +225,8 @@ impl Volume {
             put16(r, 0x74, (sectors >> 32) as u16);
         })?;
         for (d, nodes) in tree.nodes.iter().enumerate() {
-            for old in nodes.iter().skip(sizes.get(d).copied().unwrap_or(0)) {
-                self.free_blocks(old.block, 1)?;
+            for &old in nodes.iter().skip(sizes.get(d).copied().unwrap_or(0)) {
+                self.free_blocks(old, 1)?;
             }
         }
         Ok((inode, removed))
@@ -250,8 +250,10 @@ impl Volume {
     }
 
     /// Reads `inode`'s extent tree: headers checked, node checksums
-    /// verified, extents in order and not overlapping.
-    fn read_tree(&self, inode: &Inode) -> Result<Tree, Error> {
+    /// verified, extents in order, not overlapping and inside the
+    /// filesystem. The one reader of extent trees: `runs` and `tree_blocks`
+    /// (map.rs) are its views.
+    pub(crate) fn read_tree(&self, inode: &Inode) -> Result<Tree, Error> {
         let what = || format!("inode {} extent tree", inode.ino);
         let root = &inode.i_block;
         let depth = usize::from(le16(root, 6));
@@ -276,21 +278,20 @@ impl Volume {
             push_children(root, depth, &mut stack);
         }
         while let Some((block, d)) = stack.pop() {
-            let bytes = self.block(block, &|| format!("inode {} extent block {block}", inode.ino))?.to_vec();
-            let (entries, max) = (usize::from(le16(&bytes, 2)), usize::from(le16(&bytes, 4)));
+            let bytes = self.block(block, &|| format!("inode {} extent block {block}", inode.ino))?;
+            let (entries, max) = (usize::from(le16(bytes, 2)), usize::from(le16(bytes, 4)));
             let tail = 12 + 12 * max;
-            if le16(&bytes, 0) != MAGIC || entries > max || tail + 4 > bytes.len() || usize::from(le16(&bytes, 6)) != d
-            {
+            if le16(bytes, 0) != MAGIC || entries > max || tail + 4 > bytes.len() || usize::from(le16(bytes, 6)) != d {
                 return Err(corrupt(format!("inode {} extent block {block}", inode.ino), "bad header"));
             }
             let computed = crc32c::raw_update(inode.csum_seed, &bytes[..tail]);
-            self.verify(&|| format!("inode {} extent block {block}", inode.ino), le32(&bytes, tail), computed)?;
+            self.verify(&|| format!("inode {} extent block {block}", inode.ino), le32(bytes, tail), computed)?;
             if d == 0 {
-                self.collect_extents(&bytes, &mut tree.extents);
+                self.collect_extents(bytes, &mut tree.extents);
             } else {
-                push_children(&bytes, d, &mut stack);
+                push_children(bytes, d, &mut stack);
             }
-            tree.nodes[d].push(OldNode { block, bytes });
+            tree.nodes[d].push(block);
             if tree.nodes.iter().map(Vec::len).sum::<usize>() as u64 > self.layout.blocks_count {
                 return Err(corrupt(what(), "more nodes than the filesystem has blocks"));
             }

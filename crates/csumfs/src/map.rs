@@ -3,12 +3,8 @@
 
 use crate::error::{corrupt, Error};
 use crate::inode::{Inode, FLAG_EXTENTS};
-use crate::le::{le16, le32};
+use crate::le::le32;
 use crate::volume::Volume;
-use csumkit::crc32c;
-
-const EXTENT_MAGIC: u16 = 0xF30A;
-const DEPTH_MAX: u16 = 5;
 
 /// A run of data blocks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,66 +26,22 @@ impl Volume {
     /// [`Error::Corrupt`] for a bad extent header or a block outside the
     /// filesystem; [`Error::Checksum`] for an extent block's checksum.
     pub fn runs(&self, inode: &Inode) -> Result<Vec<Run>, Error> {
-        let mut runs = Vec::new();
         if inode.flags & FLAG_EXTENTS != 0 {
-            self.extent_node(inode, &inode.i_block, None, DEPTH_MAX, &mut runs)?;
-        } else {
-            self.block_map(inode, &mut runs)?;
+            return Ok(self.read_tree(inode)?.extents);
         }
+        let mut runs = Vec::new();
+        self.block_map(inode, &mut runs)?;
         runs.sort_by_key(|r| r.logical);
         for run in &runs {
             let end = run.physical.checked_add(run.len);
             if run.physical < self.layout.first_data_block || end.is_none_or(|e| e > self.layout.blocks_count) {
                 return Err(corrupt(
-                    format!("inode {} extent at logical {}", inode.ino, run.logical),
+                    format!("inode {} block map at logical {}", inode.ino, run.logical),
                     format!("blocks {}+{} lie outside the filesystem", run.physical, run.len),
                 ));
             }
         }
         Ok(runs)
-    }
-
-    fn extent_node(
-        &self,
-        inode: &Inode,
-        node: &[u8],
-        block: Option<u64>,
-        depth_left: u16,
-        runs: &mut Vec<Run>,
-    ) -> Result<(), Error> {
-        let what = || match block {
-            Some(b) => format!("inode {} extent block {b}", inode.ino),
-            None => format!("inode {} extent root", inode.ino),
-        };
-        let (magic, entries, max, depth) = (le16(node, 0), le16(node, 2), le16(node, 4), le16(node, 6));
-        if magic != EXTENT_MAGIC || entries > max || 12 + 12 * usize::from(max) > node.len() || depth > depth_left {
-            return Err(corrupt(
-                what(),
-                format!("bad extent header (magic {magic:#06x}, {entries}/{max}, depth {depth})"),
-            ));
-        }
-        if block.is_some() {
-            let tail = 12 + 12 * usize::from(max);
-            if tail + 4 > node.len() {
-                return Err(corrupt(what(), "no room for the checksum tail"));
-            }
-            let computed = crc32c::raw_update(inode.csum_seed, &node[..tail]);
-            self.verify(&what, le32(node, tail), computed)?;
-        }
-        for e in 0..usize::from(entries) {
-            let entry = &node[12 + 12 * e..24 + 12 * e];
-            if depth == 0 {
-                let raw_len = le16(entry, 4);
-                let (len, uninit) = if raw_len > 32768 { (raw_len - 32768, true) } else { (raw_len, false) };
-                let physical = u64::from(le32(entry, 8)) | u64::from(le16(entry, 6)) << 32;
-                runs.push(Run { logical: u64::from(le32(entry, 0)), len: u64::from(len), physical, uninit });
-            } else {
-                let child = u64::from(le32(entry, 4)) | u64::from(le16(entry, 8)) << 32;
-                let data = self.block(child, &what)?;
-                self.extent_node(inode, data, Some(child), depth - 1, runs)?;
-            }
-        }
-        Ok(())
     }
 
     /// `i_block` as 12 direct, one single, one double and one triple
@@ -157,27 +109,10 @@ impl Volume {
     /// index and leaf blocks, or a block map's indirect blocks (what
     /// deleting the file frees besides its data runs).
     pub(crate) fn tree_blocks(&self, inode: &Inode) -> Result<Vec<u64>, Error> {
-        let mut out = Vec::new();
         if inode.flags & FLAG_EXTENTS != 0 {
-            let mut stack = vec![(inode.i_block.to_vec(), DEPTH_MAX + 1)];
-            while let Some((node, budget)) = stack.pop() {
-                let (entries, depth) = (usize::from(le16(&node, 2)), le16(&node, 6));
-                if depth == 0 {
-                    continue;
-                }
-                if budget == 0 || 12 + 12 * entries > node.len() {
-                    return Err(corrupt(format!("inode {} extent tree", inode.ino), "too deep or overfull"));
-                }
-                for e in 0..entries {
-                    let entry = &node[12 + 12 * e..24 + 12 * e];
-                    let child = u64::from(le32(entry, 4)) | u64::from(le16(entry, 8)) << 32;
-                    out.push(child);
-                    let data = self.block(child, &|| format!("inode {} extent block {child}", inode.ino))?;
-                    stack.push((data.to_vec(), budget - 1));
-                }
-            }
-            return Ok(out);
+            return Ok(self.read_tree(inode)?.nodes.into_iter().flatten().collect());
         }
+        let mut out = Vec::new();
         if inode.is_symlink() && inode.size < 60 {
             return Ok(out); // a fast symlink: i_block holds the target
         }
