@@ -469,6 +469,22 @@ mod tests {
         assert!(image[5 * LINE..5 * LINE + 8].iter().all(|&b| b == 0));
     }
 
+    /// A flush makes durable (at the next fence) only the lines of its range,
+    /// and every store, flush and fence is one crash point (`events`).
+    #[test]
+    fn a_flush_covers_only_its_lines_and_each_call_is_one_crash_point() {
+        use super::{Medium, SimMedium};
+        let mut m = SimMedium::new(4 * LINE);
+        m.write(0, &[1u8; LINE]).unwrap();
+        m.write(2 * LINE as u64, &[2u8; LINE]).unwrap();
+        m.flush(2 * LINE as u64, LINE as u64).unwrap();
+        m.fence().unwrap();
+        assert_eq!(m.events, 4);
+        assert_eq!(m.dirty_lines(), [0], "line 0 was not flushed");
+        assert!(m.durable()[..LINE].iter().all(|&b| b == 0));
+        assert!(m.durable()[2 * LINE..3 * LINE].iter().all(|&b| b == 2));
+    }
+
     /// `Medium::is_empty` (a default method nothing else calls) says what
     /// `len` says.
     #[test]
