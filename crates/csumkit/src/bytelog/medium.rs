@@ -485,6 +485,24 @@ mod tests {
         assert!(m.durable()[2 * LINE..3 * LINE].iter().all(|&b| b == 2));
     }
 
+    /// A new file medium is its full length on disk at once (zeros written
+    /// and synced, so no later flush allocates); a mapped file that is not
+    /// on DAX is persisted with msync.
+    #[cfg(unix)]
+    #[test]
+    fn new_log_files_are_extended_up_front_and_non_dax_maps_use_msync() {
+        use super::{FileMedium, MmapMedium, Persist};
+        let dir = std::env::temp_dir().join(format!("csumkit-medium-open-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("file-log");
+        let _ = std::fs::remove_file(&path);
+        drop(FileMedium::open(&path, 3 * 4096).unwrap());
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 3 * 4096);
+        let mapped = MmapMedium::open_auto(&dir.join("mapped-log"), 8192).unwrap();
+        assert_eq!(mapped.persist(), Persist::Msync, "the temp dir is not DAX");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     /// `Medium::is_empty` (a default method nothing else calls) says what
     /// `len` says.
     #[test]
