@@ -523,6 +523,7 @@ mod tests {
         let path = dir.join("log");
         let mut medium = FileMedium::open(&path, 8192).unwrap();
         medium.write(100, b"flushed").unwrap();
+        medium.write(200, b"beside").unwrap(); // written before the flush, outside its range
         medium.flush(100, 7).unwrap();
         medium.fence().unwrap();
         medium.write(5000, b"only written").unwrap();
@@ -531,6 +532,7 @@ mod tests {
         let again = FileMedium::open(&path, 8192).unwrap();
         assert_eq!(again.view(100, 7).unwrap(), b"flushed");
         assert_eq!(again.view(5000, 12).unwrap(), &[0u8; 12]);
+        assert_eq!(again.view(200, 6).unwrap(), &[0u8; 6], "a flush writes its range only");
         assert!(again.view(8190, 3).is_err());
         std::fs::remove_dir_all(&dir).unwrap();
     }
