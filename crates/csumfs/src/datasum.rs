@@ -111,7 +111,7 @@ fn le64(b: &[u8], at: usize) -> u64 {
 }
 
 /// What in the image's superblock ties a sidecar to it.
-fn identity(image: &[u8]) -> [u8; 48] {
+pub(crate) fn identity(image: &[u8]) -> [u8; 48] {
     let sb = &image[1024..2048];
     let mut id = [0u8; 48];
     id[..8].copy_from_slice(MAGIC);
@@ -121,6 +121,30 @@ fn identity(image: &[u8]) -> [u8; 48] {
     id[32..40].copy_from_slice(&sb[0x178..0x180]); // s_kbytes_written
     id[40..44].copy_from_slice(&sb[0x34..0x38]); // s_mnt_count, s_max_mnt_count
     id
+}
+
+/// Marks the data checksum sidecar at `path` stale, if there is one: what
+/// a writer that does not keep it (`datasum=off`, a PI mount, `csumkit ext4
+/// put`) does before writing, so that no block it rewrites fails an old
+/// checksum later (the next open starts the sidecar afresh). True when a
+/// sidecar was there.
+///
+/// # Errors
+/// [`Error::Io`].
+pub fn forget_data_checksums(path: &Path) -> Result<bool, Error> {
+    let io = |source| Error::Io { context: path.display().to_string(), source };
+    let file = match std::fs::OpenOptions::new().read(true).write(true).open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(io(e)),
+    };
+    let mut header = [0u8; 48];
+    if file.read_exact_at(&mut header, 0).is_err() || header[..8] != *MAGIC || header[8..].iter().all(|&b| b == 0) {
+        return Ok(false);
+    }
+    file.write_all_at(&[0u8; 40], 8).map_err(io)?;
+    file.sync_data().map_err(io)?;
+    Ok(true)
 }
 
 impl Volume {
@@ -295,6 +319,9 @@ impl Volume {
     /// Verifies data block `physical` of `inode` (file block `logical`)
     /// against its checksum, if it has one.
     pub(crate) fn verify_data(&self, inode: &Inode, logical: u64, physical: u64) -> Result<(), Error> {
+        if let Some(device) = &self.pi {
+            return self.pi_verify(device, inode, logical, physical);
+        }
         let Some(sums) = &self.datasums else { return Ok(()) };
         let Some(want) = sums.tree.get(physical) else { return Ok(()) };
         let bs = self.layout.block_size;
@@ -369,7 +396,10 @@ impl Volume {
                         for k in 0..run.len {
                             match self.verify_data(&inode, run.logical + k, run.physical + k) {
                                 Ok(()) => report.blocks += 1,
-                                Err(Error::DataChecksum { logical, physical, .. }) => {
+                                Err(
+                                    Error::DataChecksum { logical, physical, .. }
+                                    | Error::DataPi { logical, physical, .. },
+                                ) => {
                                     report.bad.push((child.clone(), logical, physical));
                                 }
                                 Err(e) => return Err(e),

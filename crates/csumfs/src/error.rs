@@ -74,6 +74,19 @@ pub enum Error {
         /// Checksum of what is there now.
         computed: u32,
     },
+    /// `EIO`: the PI device found a file data block that does not match
+    /// its protection information (seed 004).
+    #[error("inode {ino} block {logical} (disk block {physical}): {detail}")]
+    DataPi {
+        /// The file.
+        ino: u32,
+        /// Its block.
+        logical: u64,
+        /// The disk block.
+        physical: u64,
+        /// The device's report (which field, both values).
+        detail: String,
+    },
     /// Errors of the format layer (`csumkit::ext4`).
     #[error(transparent)]
     Format(#[from] csumkit::Error),
@@ -104,7 +117,7 @@ impl Error {
             Error::Unsupported { .. } => libc::EOPNOTSUPP,
             Error::Corrupt { .. } | Error::Format(_) => libc::EUCLEAN,
             Error::Checksum { .. } => libc::EBADMSG,
-            Error::DataChecksum { .. } => libc::EIO,
+            Error::DataChecksum { .. } | Error::DataPi { .. } => libc::EIO,
             Error::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
         }
     }

@@ -395,6 +395,12 @@ impl Redo {
         self.touched.extend(at / PAGE..=(at + len - 1) / PAGE);
     }
 
+    /// Whether the page holding byte `at` holds newer bytes in the map
+    /// than in the image file (changed since the last checkpoint).
+    pub(crate) fn page_newer_than_file(&self, at: u64) -> bool {
+        self.touched.contains(&(at as usize / PAGE))
+    }
+
     /// Notes that the blocks at `[at, at + len)` were freed.
     pub(crate) fn freed(&mut self, at: usize, len: usize) {
         if len > 0 {
@@ -511,6 +517,36 @@ impl Volume {
         options: crate::Options,
         sidecar: Option<&Path>,
     ) -> Result<(Volume, Replayed), Error> {
+        Volume::open_logged_on(path, log, log_bytes, options, sidecar, None).map(|(v, r, _)| (v, r))
+    }
+
+    /// [`open_logged`](Self::open_logged) for an image on a PI device (seed
+    /// 004): its PI in `metadata` (created when missing), every write of
+    /// the image — checkpoints, data — through the device; no data
+    /// checksums.
+    ///
+    /// # Errors
+    /// As `open_logged` and [`enable_pi`](Self::enable_pi).
+    pub fn open_logged_pi(
+        path: &Path,
+        log: &Path,
+        log_bytes: u64,
+        options: crate::Options,
+        metadata: &Path,
+        protection: csumkit::pi::Protection,
+    ) -> Result<(Volume, Replayed, crate::PiOpened), Error> {
+        Volume::open_logged_on(path, log, log_bytes, options, None, Some((metadata, protection)))
+            .map(|(v, r, pi)| (v, r, pi.expect("opened with PI")))
+    }
+
+    fn open_logged_on(
+        path: &Path,
+        log: &Path,
+        log_bytes: u64,
+        options: crate::Options,
+        sidecar: Option<&Path>,
+        pi: Option<(&Path, csumkit::pi::Protection)>,
+    ) -> Result<(Volume, Replayed, Option<crate::PiOpened>), Error> {
         let io_at = |source| Error::Io { context: path.display().to_string(), source };
         let file = std::fs::OpenOptions::new().read(true).write(true).open(path).map_err(io_at)?;
         // SAFETY: as in `Volume::open`; a private map: stores stay in this
@@ -522,8 +558,17 @@ impl Volume {
         clear_pending_bit(&mut map);
         let medium = log_medium(log, log_bytes)?;
         let mut volume = Volume::new(Bytes::Private(map), crate::Options { write: true, ..options })?;
-        let replayed = volume.enable_log(Box::new(file), medium, was_pending, sidecar)?;
-        Ok((volume, replayed))
+        let (backing, opened): (Box<dyn Backing>, _) = match pi {
+            None => (Box::new(file), None),
+            Some((metadata, protection)) => {
+                let (device, opened) =
+                    crate::pi::open_device(path, &volume.map, volume.layout.block_size, metadata, protection, true)?;
+                volume.pi = Some(device.clone());
+                (Box::new(crate::pi::PiBacking(device)), Some(opened))
+            }
+        };
+        let replayed = volume.enable_log(backing, medium, was_pending, sidecar)?;
+        Ok((volume, replayed, opened))
     }
 
     /// Logs this volume's metadata in a ByteLog on `medium`, its image file
@@ -673,8 +718,13 @@ impl Volume {
                 self.store(start as u64, bytes)?;
                 continue;
             }
+            if self.pi.is_some() {
+                self.pi_store_data(start as u64, bytes)?;
+            } else {
+                let redo = self.redo.as_mut().expect("called with a log");
+                redo.backing.write_at(start as u64, bytes).map_err(io("image"))?;
+            }
             let redo = self.redo.as_mut().expect("called with a log");
-            redo.backing.write_at(start as u64, bytes).map_err(io("image"))?;
             redo.data_unsynced = true;
             if in_memory {
                 // A private file map sees the file's pages it has not

@@ -43,11 +43,23 @@ pub struct Stats {
     pub log_checkpoints: AtomicU64,
     /// Commits too large for the log, written through to the image instead.
     pub log_write_through: AtomicU64,
+    /// File data blocks whose PI the device checked on read (seed 004).
+    pub pi_blocks_verified: AtomicU64,
+    /// File data blocks read unchecked on a PI device (never written
+    /// through it: escape PI; or the ByteLog held newer bytes for their
+    /// page than the image file).
+    pub pi_blocks_unchecked: AtomicU64,
+    /// File data blocks whose PI did not match (each an `EIO`).
+    pub pi_mismatches: AtomicU64,
+    /// File data blocks written through the PI device with `log=off` (with
+    /// the ByteLog, the device's own count says what reached it).
+    pub pi_blocks_written: AtomicU64,
 }
 
 impl Stats {
-    /// One line per seed, for `csumkit mount --stats`.
-    pub fn report(&self) -> String {
+    /// One line per seed, for `csumkit mount --stats`; `pi`: the PI
+    /// device's counters when the volume is on one.
+    pub fn report(&self, pi: Option<csumkit::pi::DeviceStats>) -> String {
         let g = Stats::get;
         format!(
             "seed 000 incremental checksums: {} metadata checksum updates moved by flip_range/splice, {} recomputed in full\n\
@@ -57,7 +69,7 @@ impl Stats {
              {} verified on read, {} mismatches (EIO), {} carried by ByteLog commits, {} tree commits writing {} bytes\n\
              seed 003 xattr name filter: {} absent-name lookups answered from the filter, {} searched the xattrs \
              ({} xattr block reads)\n\
-             seed 004 PI offload: not on the mount's path yet\n",
+             seed 004 PI offload: {}\n",
             g(&self.csum_incremental),
             g(&self.csum_full),
             g(&self.log_commits),
@@ -76,6 +88,19 @@ impl Stats {
             g(&self.filter_hits),
             g(&self.xattr_searches),
             g(&self.xattr_block_reads),
+            match pi {
+                None => "off (no PI device: -o pi)".to_string(),
+                Some(d) => format!(
+                    "{} data blocks checked by the device on read, {} read unchecked, {} mismatches (EIO); \
+                     device: {} write commands, {} data bytes, {} bytes stored with PI, no checksum tree",
+                    g(&self.pi_blocks_verified),
+                    g(&self.pi_blocks_unchecked),
+                    g(&self.pi_mismatches),
+                    d.write_commands,
+                    d.data_bytes_written,
+                    d.medium_bytes_written
+                ),
+            },
         )
     }
 

@@ -104,6 +104,9 @@ pub struct Volume {
     /// in step by every bit the allocator flips; dropped when a bitmap
     /// changes otherwise (initialised, rolled back).
     pub(crate) free_space: HashMap<u64, csumkit::alloc::FreeSpace>,
+    /// The PI device the image is on, when data integrity is kept in PI
+    /// ([`Volume::enable_pi`], seed 004).
+    pub(crate) pi: Option<std::sync::Arc<csumkit::pi::Device>>,
 }
 
 /// (feature bit, name, remedy) of the incompat features this code refuses.
@@ -186,6 +189,7 @@ impl Volume {
             undo: None,
             redo: None,
             replayed_sums: Vec::new(),
+            pi: None,
         })
     }
 

@@ -227,6 +227,9 @@ impl Volume {
         if self.redo.is_some() {
             return self.store_logged_data(at as usize, new);
         }
+        if self.pi.is_some() {
+            return self.pi_store_data(at, new);
+        }
         let image = self.map.writable().ok_or_else(|| Error::Invalid("the volume was opened read-only".into()))?;
         let at = at as usize;
         image[at..at + new.len()].copy_from_slice(new);
@@ -942,7 +945,9 @@ impl Volume {
         if self.redo.is_some() {
             return self.sync_logged();
         }
-        if let Bytes::MapMut(_, file) = &self.map {
+        if let Some(device) = &self.pi {
+            device.flush()?;
+        } else if let Bytes::MapMut(_, file) = &self.map {
             file.sync_data().map_err(|source| Error::Io { context: "fdatasync".into(), source })?;
         }
         // Checksums of data now durable.

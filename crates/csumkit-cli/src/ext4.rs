@@ -105,16 +105,22 @@ fn checkpoint(args: &CheckpointArgs) -> ExitCode {
         return ExitCode::SUCCESS;
     }
     // The data checksums the log carries go into the sidecar, if there is one.
-    let sidecar = crate::mount::sidecar_path(image);
+    let sidecar = crate::integrity::sidecar_path(image);
     let sidecar = sidecar.exists().then_some(sidecar.as_path());
     let options = csumfs::Options::default();
-    let result = csumfs::Volume::open_logged(image, &log, crate::mount::LOG_BYTES, options, sidecar).and_then(
-        |(mut volume, replayed)| {
-            // What the kernel would do at mount: free what a stopped mount left on the orphan list.
-            crate::mount::free_orphans_left(&mut volume, image).map_err(csumfs::Error::Invalid)?;
-            volume.checkpoint().map(|()| replayed)
-        },
-    );
+    // On a PI device (IMAGE.pi there), what the checkpoint writes goes through it.
+    let pi = crate::integrity::pi_path(image);
+    let opened = match csumkit::pi::split_protection(&pi) {
+        Ok(Some(p)) => csumfs::Volume::open_logged_pi(image, &log, crate::mount::LOG_BYTES, options, &pi, p)
+            .map(|(volume, replayed, _)| (volume, replayed)),
+        Ok(None) => csumfs::Volume::open_logged(image, &log, crate::mount::LOG_BYTES, options, sidecar),
+        Err(e) => Err(csumfs::Error::Invalid(format!("{}: {e}", pi.display()))),
+    };
+    let result = opened.and_then(|(mut volume, replayed)| {
+        // What the kernel would do at mount: free what a stopped mount left on the orphan list.
+        crate::mount::free_orphans_left(&mut volume, image).map_err(csumfs::Error::Invalid)?;
+        volume.checkpoint().map(|()| replayed)
+    });
     match result {
         Ok(replayed) => {
             println!(

@@ -70,7 +70,9 @@ pub struct RmArgs {
 }
 
 fn open_rw(image: &Path) -> Result<Volume, Error> {
-    Volume::open(image, Options { write: true, ..Options::default() })
+    let volume = Volume::open(image, Options { write: true, ..Options::default() })?;
+    crate::integrity::forget_unkept(image, false, false, "csumkit ext4").map_err(Error::Invalid)?;
+    Ok(volume)
 }
 
 /// (parent inode, last component) of an absolute path in the image.

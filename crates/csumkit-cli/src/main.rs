@@ -14,6 +14,8 @@ mod ext4_read;
 mod ext4_write;
 #[cfg(unix)]
 mod files;
+#[cfg(unix)]
+mod integrity;
 mod json;
 #[cfg(unix)]
 mod mount;

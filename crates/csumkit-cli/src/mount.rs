@@ -2,6 +2,7 @@
 //! Refusals are checked before anything is mounted, one line each; in
 //! the background (the default) the command returns once the mount is up.
 
+use crate::integrity::{forget_unkept, pi_path, pi_protection, sidecar_path, with_suffix};
 use csumfs::fuse::MountOptions;
 use csumfs::{Checksums, Options, Volume};
 use std::io::{BufRead, Write};
@@ -36,7 +37,11 @@ pub struct MountArgs {
     /// csum=incremental|full (how metadata checksums are kept),
     /// datasum=on|off (data checksums in IMAGE.csums, verified on read: on),
     /// log=PATH|off (metadata made durable through a ByteLog: IMAGE.bytelog;
-    /// off: written in place, fsync = fdatasync of the image).
+    /// off: written in place, fsync = fdatasync of the image),
+    /// pi[=LBA[/GUARD]] (the image is the data of an emulated PI device, its
+    /// PI in IMAGE.pi: the device generates and checks a guard and reference
+    /// tag per block — no data checksums; LBA e.g. 4096+8 (default), 512+8,
+    /// 4096+16; GUARD crc16|crc32|crc64).
     #[arg(short = 'o', value_name = "OPTIONS", value_delimiter = ',')]
     options: Vec<String>,
 }
@@ -47,8 +52,12 @@ struct Parsed {
     checksums: Checksums,
     /// Data checksums in `IMAGE.csums` (seed 002).
     datasum: bool,
+    /// `datasum=` was given.
+    datasum_given: bool,
     /// The ByteLog (seed 001): `None` = `log=off`; an empty path = beside the image.
     log: Option<PathBuf>,
+    /// PI offload (seed 004): `Some(None)` = `pi` (the stored or default format).
+    pi: Option<Option<String>>,
 }
 
 fn parse_options(list: &[String]) -> Result<Parsed, String> {
@@ -56,7 +65,9 @@ fn parse_options(list: &[String]) -> Result<Parsed, String> {
         mount: MountOptions::default(),
         checksums: Checksums::Incremental,
         datasum: true,
+        datasum_given: false,
         log: Some(PathBuf::new()),
+        pi: None,
     };
     for option in list.iter().map(|o| o.trim()).filter(|o| !o.is_empty()) {
         let (key, value) = option.split_once('=').map_or((option, None), |(k, v)| (k, Some(v)));
@@ -82,17 +93,26 @@ fn parse_options(list: &[String]) -> Result<Parsed, String> {
             }
             ("csum", Some("incremental")) => parsed.checksums = Checksums::Incremental,
             ("csum", Some("full")) => parsed.checksums = Checksums::Full,
-            ("datasum", Some("on")) => parsed.datasum = true,
-            ("datasum", Some("off")) => parsed.datasum = false,
+            ("datasum", Some("on")) => (parsed.datasum, parsed.datasum_given) = (true, true),
+            ("datasum", Some("off")) => (parsed.datasum, parsed.datasum_given) = (false, true),
+            ("pi", spec) => parsed.pi = Some(spec.map(str::to_string)),
             ("log", Some("off")) => parsed.log = None,
             ("log", Some(path)) if !path.is_empty() => parsed.log = Some(PathBuf::from(path)),
             _ => {
                 return Err(format!(
                     "unknown mount option {option:?} (known: ro, rw, allow_other, default_permissions, \
-                     threads=N, ttl=SECONDS, csum=incremental|full, datasum=on|off, log=PATH|off)"
+                     threads=N, ttl=SECONDS, csum=incremental|full, datasum=on|off, log=PATH|off, pi[=LBA[/GUARD]])"
                 ))
             }
         }
+    }
+    if parsed.pi.is_some() {
+        if parsed.datasum && parsed.datasum_given {
+            return Err("pi keeps data integrity in the device's PI instead of data checksums: \
+                        give pi or datasum=on, not both"
+                .into());
+        }
+        parsed.datasum = false;
     }
     Ok(parsed)
 }
@@ -104,17 +124,6 @@ pub const LOG_BYTES: u64 = 16 << 20;
 /// Where the ByteLog of `image` lives by default: `IMAGE.bytelog` beside it.
 pub fn log_path(image: &Path) -> PathBuf {
     with_suffix(image, ".bytelog")
-}
-
-/// Where the data checksums of `image` live: `IMAGE.csums` beside it.
-pub fn sidecar_path(image: &Path) -> PathBuf {
-    with_suffix(image, ".csums")
-}
-
-fn with_suffix(image: &Path, suffix: &str) -> PathBuf {
-    let mut name = image.as_os_str().to_os_string();
-    name.push(suffix);
-    PathBuf::from(name)
 }
 
 /// Why the mountpoint cannot take a mount, if it cannot.
@@ -164,11 +173,27 @@ pub fn run(args: &MountArgs) -> ExitCode {
     }
     let options = Options { write: !parsed.mount.read_only, checksums: parsed.checksums, ..Options::default() };
     let sidecar = sidecar_path(image);
+    let protection = match parsed.pi.as_ref().map(|spec| pi_protection(spec.as_deref(), image)).transpose() {
+        Ok(protection) => protection,
+        Err(message) => return fail(message),
+    };
+    if options.write {
+        if let Err(message) = forget_unkept(image, parsed.datasum, protection.is_some(), "csumkit mount") {
+            return fail(message);
+        }
+    }
     let logged = parsed.log.as_ref().filter(|_| !parsed.mount.read_only);
-    let volume = match logged {
+    let volume = match (logged, protection) {
         // The log's replay carries data checksums into the sidecar.
-        Some(log) => open_logged(image, log, options, parsed.datasum.then_some(sidecar.as_path())),
-        None => open_in_place(image, options),
+        (Some(log), None) => open_logged(image, log, options, parsed.datasum.then_some(sidecar.as_path())),
+        (Some(log), Some(p)) => open_logged_pi(image, log, options, p),
+        (None, None) => open_in_place(image, options),
+        (None, Some(p)) => open_in_place(image, options).and_then(|mut volume| {
+            let opened =
+                volume.enable_pi(image, &pi_path(image), p).map_err(|e| format!("{}: {e}", image.display()))?;
+            say_pi_opened(image, opened);
+            Ok(volume)
+        }),
     };
     let mut volume = match volume {
         Ok(volume) => volume,
@@ -245,6 +270,49 @@ fn open_logged(image: &Path, log: &Path, options: Options, sidecar: Option<&Path
         );
     }
     Ok(volume)
+}
+
+/// The logged volume on a PI device (`pi` with the ByteLog).
+fn open_logged_pi(
+    image: &Path,
+    log: &Path,
+    options: Options,
+    protection: csumkit::pi::Protection,
+) -> Result<Volume, String> {
+    let log = if log.as_os_str().is_empty() { log_path(image) } else { log.to_path_buf() };
+    if with_suffix(image, ".undo").exists() {
+        // The undo restores metadata only, through the map: no PI it keeps.
+        drop(open_in_place(image, options)?);
+        let _ = std::fs::remove_file(with_suffix(image, ".undo"));
+    }
+    let (volume, replayed, opened) =
+        Volume::open_logged_pi(image, &log, LOG_BYTES, options, &pi_path(image), protection).map_err(|e| {
+            format!("{} (log {}, PI {}): {e}", image.display(), log.display(), pi_path(image).display())
+        })?;
+    say_pi_opened(image, opened);
+    if replayed.commits > 0 {
+        eprintln!(
+            "csumkit mount: {}: replayed {} commits ({} bytes of metadata) from {}",
+            image.display(),
+            replayed.commits,
+            replayed.bytes,
+            log.display()
+        );
+    }
+    Ok(volume)
+}
+
+fn say_pi_opened(image: &Path, opened: csumfs::PiOpened) {
+    let pi = pi_path(image);
+    if opened.finished_write {
+        eprintln!("csumkit mount: {}: finished a write a stopped mount left half stored", pi.display());
+    }
+    if opened.started_afresh {
+        eprintln!(
+            "csumkit mount: {}: the image was written since without it; its PI starts afresh (blocks unchecked until rewritten)",
+            pi.display()
+        );
+    }
 }
 
 /// The counters of the csumkit mount at `dir` (its root's virtual xattr).
@@ -361,7 +429,8 @@ fn serve(volume: Volume, image: &Path, mountpoint: &Path, options: &MountOptions
 
 #[derive(clap::Args)]
 pub struct ScrubArgs {
-    /// The ext4 image whose files' data is verified against `IMAGE.csums`.
+    /// The ext4 image whose files' data is verified against `IMAGE.csums`
+    /// (or, when `IMAGE.pi` is there, against the PI of its device).
     image: PathBuf,
 }
 
@@ -377,31 +446,44 @@ pub fn scrub(args: &ScrubArgs) -> ExitCode {
         Err(e) => return fail(format!("{}: {e}", args.image.display())),
     };
     let sidecar = sidecar_path(&args.image);
-    match volume.enable_data_checksums(&sidecar) {
-        Ok(true) => {}
-        Ok(false) => {
-            return fail(format!(
-                "{}: no data checksums for this image (missing, or the image was written since by another driver)",
-                sidecar.display()
-            ))
+    let pi = pi_path(&args.image);
+    let on_pi = match csumkit::pi::split_protection(&pi) {
+        Ok(Some(protection)) => match volume.enable_pi(&args.image, &pi, protection) {
+            Ok(_) => true,
+            Err(e) => return fail(format!("{}: {e}", args.image.display())),
+        },
+        Ok(None) => false,
+        Err(e) => return fail(format!("{}: {e}", pi.display())),
+    };
+    if !on_pi {
+        match volume.enable_data_checksums(&sidecar) {
+            Ok(true) => {}
+            Ok(false) => {
+                return fail(format!(
+                    "{}: no data checksums for this image (missing, or the image was written since by another \
+                     driver), and no PI ({})",
+                    sidecar.display(),
+                    pi.display()
+                ))
+            }
+            Err(e) => return fail(format!("{}: {e}", sidecar.display())),
         }
-        Err(e) => return fail(format!("{}: {e}", sidecar.display())),
     }
     let report = match volume.scrub() {
         Ok(report) => report,
         Err(e) => return fail(format!("{}: {e}", args.image.display())),
     };
+    let what = if on_pi { "PI check failed" } else { "data checksum mismatch" };
     for (path, logical, physical) in &report.bad {
-        println!(
-            "{}: {path}: file block {logical} (disk block {physical}): data checksum mismatch",
-            args.image.display()
-        );
+        println!("{}: {path}: file block {logical} (disk block {physical}): {what}", args.image.display());
     }
-    let verified = csumfs::Stats::get(&volume.stats().data_verified);
+    let stats = volume.stats();
+    let verified = csumfs::Stats::get(if on_pi { &stats.pi_blocks_verified } else { &stats.data_verified });
     println!(
-        "scrub: {} files, {} blocks read, {verified} verified against their checksum, {} bad",
+        "scrub: {} files, {} blocks read, {verified} verified against their {}, {} bad",
         report.files,
         report.blocks + report.bad.len() as u64,
+        if on_pi { "PI" } else { "checksum" },
         report.bad.len()
     );
     if report.bad.is_empty() {

@@ -592,4 +592,109 @@ fn a_flipped_data_byte_reads_as_eio_and_scrub_names_the_file_and_block() {
     let mut want = data.clone();
     want[5 * 4096 + 7] ^= 0x20;
     assert_eq!(read.unwrap(), want);
+    // A read-write mount that does not keep the checksums (rewriting the
+    // file) makes them stale: scrub refuses them rather than fail good data.
+    let child = mount_foreground(&image, &scratch.mnt(), &["-o", "datasum=off"]);
+    std::fs::write(scratch.mnt().join("file"), &data).unwrap();
+    unmount_and_wait(child, &scratch.mnt());
+    let stale = scrub();
+    assert_eq!(stale.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&stale.stderr).contains("written since by another driver"));
+}
+
+/// Flips one bit of the byte at `at` of the file at `path`.
+fn flip_byte(path: &Path, at: u64) {
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::OpenOptions::new().read(true).write(true).open(path).unwrap();
+    let mut byte = [0u8];
+    file.read_exact_at(&mut byte, at).unwrap();
+    file.write_all_at(&[byte[0] ^ 0x20], at).unwrap();
+}
+
+#[test]
+fn on_a_pi_device_a_flipped_data_or_guard_byte_reads_as_eio_and_the_image_stays_plain_ext4() {
+    if cannot_mount() {
+        return;
+    }
+    let scratch = Scratch::new("pi");
+    let image = scratch.image("32M", "4096");
+    let pi = PathBuf::from(format!("{}.pi", image.display()));
+    let data = pattern(100_000, 7);
+    let mut want = data.clone();
+    for options in [&["-o", "pi"][..], &["-o", "pi,log=off"][..]] {
+        let child = mount_foreground(&image, &scratch.mnt(), options);
+        std::fs::write(scratch.mnt().join("file"), &data).unwrap();
+        // An unaligned overwrite inside one block: the device's blocks at
+        // either end are read, checked and written whole.
+        let mut f = std::fs::OpenOptions::new().write(true).open(scratch.mnt().join("file")).unwrap();
+        f.seek(SeekFrom::Start(5000)).unwrap();
+        f.write_all(&pattern(3000, 8)).unwrap();
+        f.sync_all().unwrap();
+        drop(f);
+        want[5000..8000].copy_from_slice(&pattern(3000, 8));
+        std::fs::create_dir_all(scratch.mnt().join("d")).unwrap();
+        std::fs::write(scratch.mnt().join("d/other"), b"untouched").unwrap();
+        let (ok, stats) = csumkit(&["mount".as_ref(), "--stats".as_ref(), scratch.mnt().as_os_str()]);
+        assert!(ok && stats.contains("seed 004 PI offload: ") && stats.contains("no checksum tree"), "{stats}");
+        unmount_and_wait(child, &scratch.mnt());
+        e2fsck_clean(&image);
+    }
+    assert!(pi.exists() && !Path::new(&format!("{}.csums", image.display())).exists(), "PI instead of a checksum tree");
+    let scrub = || {
+        let out = Command::new(env!("CARGO_BIN_EXE_csumkit")).arg("scrub").arg(&image).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+        (out.status.code(), text)
+    };
+    let (code, text) = scrub();
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("26 verified against their PI, 0 bad"), "{text}");
+
+    let out = Command::new("/usr/sbin/debugfs").args(["-R", "bmap /file 5"]).arg(&image).output().unwrap();
+    let block: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    // Bit rot in the data, then (the data restored) in block 6's guard:
+    // IMAGE.pi holds a 4 KiB header, then 8 bytes per block, inverted.
+    for (file, at, bad) in [(&image, block * 4096 + 7, 5), (&pi, 4096 + (block + 1) * 8, 6)] {
+        flip_byte(file, at);
+        let (code, text) = scrub();
+        assert_eq!(code, Some(1), "{text}");
+        let line = format!("/file: file block {bad} (disk block {}): PI check failed", block + bad - 5);
+        assert!(text.contains(&line) && text.contains("1 bad"), "{text}");
+        let child = mount_foreground(&image, &scratch.mnt(), &["-o", "ro,pi"]);
+        let read = std::fs::read(scratch.mnt().join("file"));
+        let other = std::fs::read(scratch.mnt().join("d/other"));
+        unmount_and_wait(child, &scratch.mnt());
+        assert_eq!(read.unwrap_err().raw_os_error(), Some(libc::EIO));
+        assert_eq!(other.unwrap(), b"untouched");
+        flip_byte(file, at);
+    }
+    let (code, text) = scrub();
+    assert_eq!(code, Some(0), "{text}");
+
+    // The kernel reads the same bytes: the image is plain ext4.
+    let kernel = scratch.0.join("kernel");
+    std::fs::create_dir_all(&kernel).unwrap();
+    let out = Command::new("mount").args(["-o", "loop,ro"]).arg(&image).arg(&kernel).output().unwrap();
+    if out.status.success() {
+        let read = std::fs::read(kernel.join("file"));
+        let _ = Command::new("umount").arg(&kernel).output();
+        assert_eq!(read.unwrap(), want);
+    } else {
+        skip("a loop mount (the kernel refused it)");
+    }
+
+    // A mount that does not keep the PI makes it stale: scrub refuses it,
+    // and the next pi mount starts it afresh (blocks unchecked until rewritten).
+    let child = mount_foreground(&image, &scratch.mnt(), &["-o", "datasum=off"]);
+    std::fs::write(scratch.mnt().join("d/other"), b"changed without PI").unwrap();
+    unmount_and_wait(child, &scratch.mnt());
+    let (code, text) = scrub();
+    assert_eq!(code, Some(2), "{text}");
+    assert!(text.contains("this PI is stale"), "{text}");
+    let child = mount_foreground(&image, &scratch.mnt(), &["-o", "pi"]);
+    let read = std::fs::read(scratch.mnt().join("d/other"));
+    unmount_and_wait(child, &scratch.mnt());
+    assert_eq!(read.unwrap(), b"changed without PI");
+    let (code, text) = scrub();
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("0 verified against their PI"), "{text}");
 }

@@ -6,9 +6,10 @@
 //! and the kernel's ext4 on a loop device (journal, and `fast_commit`).
 //! Workloads are ordinary file calls on the mountpoint:
 //! (1) create + 4 KiB write + fsync + unlink (and (1') with 100 B), (2) 1 MiB sequential writes,
-//! (3) 4 KiB random writes, (4) `ls -lR` with an ACL probe per file after a
+//! (3) 4 KiB random writes (csumfs with its data integrity in the PI of an
+//! emulated device instead of a checksum tree: seed 004), (4) `ls -lR` with an ACL probe per file after a
 //! remount (cold), (5) fallocate of a large file. Bytes written to the disk
-//! under the images are read from /sys/dev/block for (1).
+//! under the images are read from /sys/dev/block for (1) and (3).
 //! Needs root, /dev/fuse, fuse2fs, e2fsprogs; a system that cannot be
 //! mounted here is listed as skipped with the reason.
 
@@ -47,6 +48,7 @@ pub fn run(args: &FsArgs) -> ExitCode {
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum System {
     Csumfs,
+    CsumfsPi,
     CsumfsNoDatasum,
     CsumfsPmemLog,
     CsumfsFull,
@@ -56,8 +58,9 @@ enum System {
 }
 
 impl System {
-    const ALL: [System; 7] = [
+    const ALL: [System; 8] = [
         System::Csumfs,
+        System::CsumfsPi,
         System::CsumfsNoDatasum,
         System::CsumfsPmemLog,
         System::CsumfsFull,
@@ -69,6 +72,7 @@ impl System {
     fn name(self) -> &'static str {
         match self {
             System::Csumfs => "csumfs",
+            System::CsumfsPi => "csumfs pi=4096+8 (PI, no checksum tree)",
             System::CsumfsNoDatasum => "csumfs datasum=off",
             System::CsumfsPmemLog => "csumfs log on /dev/shm (pmem stand-in)",
             System::CsumfsFull => "csumfs csum=full,datasum=off,log=off",
@@ -123,10 +127,11 @@ fn daemon_running(image: &Path) -> bool {
 
 fn mount(system: System, image: &Path, mnt: &Path) -> Result<(), String> {
     match system {
-        System::Csumfs | System::CsumfsNoDatasum | System::CsumfsPmemLog | System::CsumfsFull => {
+        System::Csumfs | System::CsumfsPi | System::CsumfsNoDatasum | System::CsumfsPmemLog | System::CsumfsFull => {
             let exe = std::env::current_exe().map_err(|e| e.to_string())?;
             let options = match system {
                 System::Csumfs => "csum=incremental,datasum=on".to_string(),
+                System::CsumfsPi => "csum=incremental,pi=4096+8".to_string(),
                 System::CsumfsNoDatasum => "csum=incremental,datasum=off".to_string(),
                 System::CsumfsPmemLog => format!("csum=incremental,datasum=on,log={}", pmem_log().display()),
                 _ => "csum=full,datasum=off,log=off".to_string(),
@@ -146,7 +151,13 @@ fn pmem_log() -> PathBuf {
 
 /// Removes an image and the files csumfs keeps beside it.
 fn remove_image(image: &Path) {
-    for path in [image.to_path_buf(), crate::mount::sidecar_path(image), crate::mount::log_path(image), pmem_log()] {
+    for path in [
+        image.to_path_buf(),
+        crate::integrity::sidecar_path(image),
+        crate::integrity::pi_path(image),
+        crate::mount::log_path(image),
+        pmem_log(),
+    ] {
         let _ = std::fs::remove_file(path);
     }
 }
@@ -221,8 +232,10 @@ fn sequential(mnt: &Path, bytes: u64) -> Result<f64, String> {
     Ok(bytes as f64 / start.elapsed().as_secs_f64() / 1e6)
 }
 
-/// (3): IOPS of 4 KiB writes at random block offsets of a written file.
-fn random(mnt: &Path, file_bytes: u64, writes: usize) -> Result<f64, String> {
+/// (3): IOPS of 4 KiB writes at random block offsets of a written file,
+/// each block at most once (so that the page cache cannot merge two), and
+/// the KiB the disk under `dir` took per write beyond its 4 KiB.
+fn random(mnt: &Path, dir: &Path, file_bytes: u64, writes: usize) -> Result<(f64, Option<f64>), String> {
     use std::os::unix::fs::FileExt;
     let path = mnt.join("rand");
     let chunk = vec![0x3Cu8; 1 << 20];
@@ -232,16 +245,21 @@ fn random(mnt: &Path, file_bytes: u64, writes: usize) -> Result<f64, String> {
     }
     fsync_file(&f)?;
     let block = vec![0xC3u8; 4096];
-    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let blocks = file_bytes / 4096;
+    assert!(blocks.is_power_of_two() && writes as u64 <= blocks, "a permutation of the file's blocks");
+    let sectors = sectors_written(dir);
     let start = Instant::now();
-    for _ in 0..writes {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        f.write_at(&block, x % (file_bytes / 4096) * 4096).map_err(|e| format!("pwrite: {e}"))?;
+    for i in 0..writes as u64 {
+        // i ↦ (a·i + c) mod 2^k with a odd visits every block once.
+        let b = i.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(0x7F4A_7C15) % blocks;
+        f.write_at(&block, b * 4096).map_err(|e| format!("pwrite: {e}"))?;
     }
     fsync_file(&f)?;
-    Ok(writes as f64 / start.elapsed().as_secs_f64())
+    let iops = writes as f64 / start.elapsed().as_secs_f64();
+    let extra = sectors
+        .zip(sectors_written(dir))
+        .map(|(before, after)| ((after - before) as f64 * 512.0 / writes as f64 - 4096.0) / 1024.0);
+    Ok((iops, extra))
 }
 
 /// (4) setup: `files` files in 100 directories.
@@ -326,7 +344,7 @@ fn measure(system: System, bs: u32, root: &Path, sizes: &Sizes) -> Result<Vec<St
         // The seed-001 fio meta job's size (ANCHORS.md): a write under a page.
         let small = meta(&mnt, root, sizes.meta_ops, 100)?;
         let seq = sequential(&mnt, sizes.seq_bytes)?;
-        let rand = random(&mnt, sizes.rand_file, sizes.rand_writes)?;
+        let rand = random(&mnt, root, sizes.rand_file, sizes.rand_writes)?;
         make_tree(&mnt, sizes.tree_files)?;
         let falloc = fallocate(&mnt, fallocate_bytes)?;
         Ok::<_, String>((m, small, seq, rand, falloc))
@@ -345,7 +363,7 @@ fn measure(system: System, bs: u32, root: &Path, sizes: &Sizes) -> Result<Vec<St
         num(m[3]),
         format!("{} / {}", num(small[0]), num(small[3])),
         num(seq),
-        num(rand),
+        format!("{} / {}", num(rand.0), rand.1.map_or("?".into(), num)),
         num(walked?),
         num(falloc * 1e3),
     ])
@@ -397,7 +415,7 @@ fn bench(args: &FsArgs) -> Result<(), String> {
             "(1) KiB written per op",
             "(1') 100 B: ops/s / KiB per op",
             "(2) MB/s",
-            "(3) IOPS",
+            "(3) IOPS / extra KiB per write",
             "(4) files/s cold",
             "(5) fallocate ms",
         ]);

@@ -8,6 +8,9 @@
 //! strips it. Blocks never written read as zeros with all-FFh metadata (an
 //! escape), as drives report deallocated blocks.
 //!
+//! [`Device::open_split`] keeps the data in one file (an image other tools
+//! read as it is) and the metadata in another; see `storage.rs`.
+//!
 //! Faults can be injected: bit rot (a stored bit flips), a misdirected
 //! write (the next write of one LBA lands on another) and a lost write (the
 //! next write of an LBA is acknowledged but never stored). PI catches the
@@ -18,9 +21,9 @@
 use super::format::PiType;
 use super::layout::{LbaFormat, Protection};
 use super::protect::{self, Checks, Tags};
+use super::storage::{Storage, OWNER_TAG_BYTES};
 use crate::Error;
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::FileExt;
+use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -90,12 +93,11 @@ pub struct DeviceStats {
 /// The emulated namespace.
 #[derive(Debug)]
 pub struct Device {
-    file: File,
+    storage: Storage,
     path: PathBuf,
     lba: LbaFormat,
     protection: Option<Protection>,
     blocks: u64,
-    written: Vec<AtomicU64>,
     faults: Mutex<Vec<Fault>>,
     faults_pending: AtomicBool,
     write_commands: AtomicU64,
@@ -132,20 +134,82 @@ impl Device {
             .open(path)
             .map_err(|e| io_err("create device file", e))?;
         file.set_len(blocks * lba.extended_bytes() as u64).map_err(|e| io_err("size device file", e))?;
-        Ok(Device {
-            file,
+        Ok(Device::with_storage(Storage::interleaved(file, blocks), path, lba, protection, blocks))
+    }
+
+    /// Opens a PI-formatted namespace whose data is the file at `data` (its
+    /// whole blocks: an existing image stays readable by other tools as it
+    /// is) and whose metadata is the file at `metadata`, created when
+    /// missing (every block's PI the escape: unchecked until written).
+    /// Returns the device and whether a write a stopped process left
+    /// half stored was finished (its blocks' PI regenerated from their data).
+    ///
+    /// # Errors
+    /// [`Error::Io`]; [`Error::Invalid`] when the metadata file is for
+    /// another format or size (it names both); [`Error::Corrupt`] when it
+    /// is not one.
+    pub fn open_split(data: &Path, metadata: &Path, protection: Protection) -> Result<(Self, bool), Error> {
+        let lba = protection.lba();
+        let io_err = |context: &str, source| Error::Io { context: format!("{}: {context}", data.display()), source };
+        let file = OpenOptions::new().read(true).write(true).open(data).map_err(|e| io_err("open data file", e))?;
+        let blocks = file.metadata().map_err(|e| io_err("stat data file", e))?.len() / lba.data_bytes() as u64;
+        if blocks == 0 || blocks > DEVICE_BLOCKS_MAX {
+            return Err(Error::Invalid {
+                what: "device size",
+                detail: format!("{}: {blocks} blocks of {lba} (1..={DEVICE_BLOCKS_MAX})", data.display()),
+            });
+        }
+        let (storage, finished) = Storage::open_split(file, metadata, &protection, blocks)?;
+        Ok((Device::with_storage(storage, data, lba, Some(protection), blocks), finished))
+    }
+
+    fn with_storage(
+        storage: Storage,
+        path: &Path,
+        lba: LbaFormat,
+        protection: Option<Protection>,
+        blocks: u64,
+    ) -> Device {
+        Device {
+            storage,
             path: path.to_path_buf(),
             lba,
             protection,
             blocks,
-            written: (0..blocks.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
             faults: Mutex::new(Vec::new()),
             faults_pending: AtomicBool::new(false),
             write_commands: AtomicU64::new(0),
             data_bytes_written: AtomicU64::new(0),
             medium_bytes_written: AtomicU64::new(0),
             read_commands: AtomicU64::new(0),
-        })
+        }
+    }
+
+    /// The tag the user of a split device keeps in its metadata file (all
+    /// zeros when never set; always zeros for an interleaved device).
+    ///
+    /// # Errors
+    /// [`Error::Io`].
+    pub fn owner_tag(&self) -> Result<[u8; OWNER_TAG_BYTES], Error> {
+        self.storage.owner_tag()
+    }
+
+    /// Sets the owner tag, durably.
+    ///
+    /// # Errors
+    /// [`Error::Io`]; [`Error::Invalid`] for an interleaved device.
+    pub fn set_owner_tag(&self, tag: &[u8; OWNER_TAG_BYTES]) -> Result<(), Error> {
+        self.storage.set_owner_tag(tag)
+    }
+
+    /// Deallocates every block's metadata: all PI reads as the escape
+    /// (unchecked) until written again (what a user does when the data
+    /// changed behind the device's back).
+    ///
+    /// # Errors
+    /// [`Error::Io`].
+    pub fn deallocate_all(&self) -> Result<(), Error> {
+        self.storage.deallocate_all(self.lba, self.blocks)
     }
 
     /// The LBA format.
@@ -175,7 +239,7 @@ impl Device {
 
     /// Makes every completed write durable (`fdatasync` of the backing file).
     pub fn flush(&self) -> Result<(), Error> {
-        self.file.sync_data().map_err(|e| self.io_err("flush", e))
+        self.storage.flush().map_err(|e| self.io_err("flush", e))
     }
 
     /// Injects a fault. Bit rot happens now; the others wait for the write
@@ -191,12 +255,7 @@ impl Device {
                         detail: format!("bit {bit} is outside the {ext}-byte block"),
                     });
                 }
-                let offset = lba * ext + bit / 8;
-                let mut byte = [0u8];
-                self.file.read_exact_at(&mut byte, offset).map_err(|e| self.io_err("inject bit rot", e))?;
-                byte[0] ^= 1 << (bit % 8);
-                self.file.write_all_at(&byte, offset).map_err(|e| self.io_err("inject bit rot", e))?;
-                self.mark_written(lba, 1);
+                self.storage.flip_bit(self.lba, lba, bit)?;
             }
             Fault::MisdirectedWrite { lba, to } => {
                 self.check_range(lba, 1)?;
@@ -222,7 +281,7 @@ impl Device {
     /// not accepted with PRACT when the metadata is only the PI tuple.
     pub fn write(&self, lba: u64, data: &[u8], metadata: Option<&[u8]>, io: &Io) -> Result<(), Error> {
         let n = self.command_blocks(lba, data.len())?;
-        let (db, md) = (self.lba.data_bytes(), self.lba.metadata_bytes());
+        let md = self.lba.metadata_bytes();
         if let Some(m) = metadata {
             if m.len() != n * md {
                 return Err(Error::Invalid {
@@ -231,13 +290,9 @@ impl Device {
                 });
             }
         }
-        let mut extended = vec![0u8; n * self.lba.extended_bytes()];
-        for (i, block) in extended.chunks_exact_mut(self.lba.extended_bytes()).enumerate() {
-            block[..db].copy_from_slice(&data[i * db..][..db]);
-            if let Some(m) = metadata {
-                block[db..].copy_from_slice(&m[i * md..][..md]);
-            }
-        }
+        // Data stays in the caller's buffer; metadata beside it (the
+        // storage interleaves them if its layout does).
+        let mut meta = metadata.map_or_else(|| vec![0u8; n * md], <[u8]>::to_vec);
         match (&self.protection, io.pract) {
             (None, true) => {
                 return Err(Error::Invalid { what: "write", detail: "PRACT needs a PI-formatted namespace".into() })
@@ -250,7 +305,7 @@ impl Device {
                         detail: format!("with PRACT on {} the device generates all metadata; pass none", self.lba),
                     });
                 }
-                protect::generate(p, &mut extended, &self.tags(p, lba, io))?;
+                protect::generate_separate(p, data, &mut meta, &self.tags(p, lba, io))?;
             }
             (Some(p), false) => {
                 if metadata.is_none() {
@@ -259,10 +314,11 @@ impl Device {
                         detail: format!("{} namespace without PRACT needs host metadata with PI", self.lba),
                     });
                 }
-                self.device_check(p, lba, &extended, io)?;
+                self.device_check(p, lba, data, &meta, io)?;
             }
         }
-        self.store(lba, &extended)?;
+        let tags = self.protection.as_ref().map_or(io.tags, |p| self.tags(p, lba, io));
+        self.store(lba, data, &meta, &tags)?;
         self.write_commands.fetch_add(1, Ordering::Relaxed);
         self.data_bytes_written.fetch_add(data.len() as u64, Ordering::Relaxed);
         Ok(())
@@ -274,7 +330,7 @@ impl Device {
     /// tuple, the PI is stripped and `metadata` must be `None`.
     pub fn read(&self, lba: u64, data: &mut [u8], metadata: Option<&mut [u8]>, io: &Io) -> Result<(), Error> {
         let n = self.command_blocks(lba, data.len())?;
-        let (db, md, ext) = (self.lba.data_bytes(), self.lba.metadata_bytes(), self.lba.extended_bytes());
+        let md = self.lba.metadata_bytes();
         if let Some(p) = &self.protection {
             if io.pract && metadata.is_some() && md == p.format().tuple_bytes() {
                 return Err(Error::Invalid {
@@ -291,24 +347,12 @@ impl Device {
                 });
             }
         }
-        let mut extended = vec![0u8; n * ext];
-        self.file.read_exact_at(&mut extended, lba * ext as u64).map_err(|e| self.io_err("read", e))?;
-        for (i, block) in extended.chunks_exact_mut(ext).enumerate() {
-            if !self.is_written(lba + i as u64) {
-                block[..db].fill(0);
-                block[db..].fill(0xFF);
-            }
-        }
+        let meta = self.storage.read(self.lba, lba, data)?;
         if let Some(p) = &self.protection {
-            self.device_check(p, lba, &extended, io)?;
-        }
-        for (i, block) in extended.chunks_exact(ext).enumerate() {
-            data[i * db..][..db].copy_from_slice(&block[..db]);
+            self.device_check(p, lba, data, &meta, io)?;
         }
         if let Some(m) = metadata {
-            for (i, block) in extended.chunks_exact(ext).enumerate() {
-                m[i * md..][..md].copy_from_slice(&block[db..]);
-            }
+            m.copy_from_slice(&meta);
         }
         self.read_commands.fetch_add(1, Ordering::Relaxed);
         Ok(())
@@ -321,14 +365,13 @@ impl Device {
         }
     }
 
-    /// Checks the PI of an extended buffer for blocks starting at `lba`;
-    /// a failure names the LBA.
-    fn device_check(&self, p: &Protection, lba: u64, extended: &[u8], io: &Io) -> Result<(), Error> {
+    /// Checks the PI of blocks starting at `lba`; a failure names the LBA.
+    fn device_check(&self, p: &Protection, lba: u64, data: &[u8], metadata: &[u8], io: &Io) -> Result<(), Error> {
         if io.checks == Checks::NONE {
             return Ok(());
         }
         let tags = self.tags(p, lba, io);
-        let first = protect::verify_each(p, extended, &tags, io.checks).next();
+        let first = protect::verify_separate_each(p, data, metadata, &tags, io.checks).next();
         match first {
             Some(Ok(mut failure)) => {
                 failure.block += lba;
@@ -339,10 +382,11 @@ impl Device {
         }
     }
 
-    /// Puts blocks on the medium, applying pending misdirected and lost writes.
-    fn store(&self, lba: u64, extended: &[u8]) -> Result<(), Error> {
-        let ext = self.lba.extended_bytes();
-        let n = (extended.len() / ext) as u64;
+    /// Puts blocks on the medium, applying pending misdirected and lost
+    /// writes; a split device records the command first (`tags`: its PI's).
+    fn store(&self, lba: u64, data: &[u8], metadata: &[u8], tags: &Tags) -> Result<(), Error> {
+        let (db, md) = (self.lba.data_bytes(), self.lba.metadata_bytes());
+        let n = (data.len() / db) as u64;
         let mut targets: Vec<Option<u64>> = (lba..lba + n).map(Some).collect();
         if self.faults_pending.load(Ordering::Acquire) {
             let mut faults = self.faults.lock().unwrap_or_else(|e| e.into_inner());
@@ -360,17 +404,20 @@ impl Device {
             }
             self.faults_pending.store(!faults.is_empty(), Ordering::Release);
         }
+        let _command = self.storage.command_lock();
         if targets.iter().enumerate().all(|(i, t)| *t == Some(lba + i as u64)) {
-            self.file.write_all_at(extended, lba * ext as u64).map_err(|e| self.io_err("write", e))?;
-            self.medium_bytes_written.fetch_add(extended.len() as u64, Ordering::Relaxed);
-            self.mark_written(lba, n);
+            self.storage.set_in_flight(Some((lba, n, tags)))?;
+            self.storage.write_raw(self.lba, lba, data, metadata)?;
+            self.storage.set_in_flight(None)?;
+            self.medium_bytes_written.fetch_add((data.len() + metadata.len()) as u64, Ordering::Relaxed);
             return Ok(());
         }
-        for (block, target) in extended.chunks_exact(ext).zip(targets) {
+        for (i, target) in targets.into_iter().enumerate() {
             if let Some(to) = target {
-                self.file.write_all_at(block, to * ext as u64).map_err(|e| self.io_err("write", e))?;
-                self.medium_bytes_written.fetch_add(ext as u64, Ordering::Relaxed);
-                self.mark_written(to, 1);
+                // A misdirected block carries the PI of where it was meant
+                // to go (that is what its reference tag catches).
+                self.storage.write_raw(self.lba, to, &data[i * db..][..db], &metadata[i * md..][..md])?;
+                self.medium_bytes_written.fetch_add((db + md) as u64, Ordering::Relaxed);
             }
         }
         Ok(())
@@ -396,16 +443,6 @@ impl Device {
             Some(end) if end <= self.blocks => Ok(()),
             _ => Err(Error::BadBlockRange { start: lba, len: n, problem: "is outside the namespace" }),
         }
-    }
-
-    fn mark_written(&self, lba: u64, n: u64) {
-        for b in lba..lba + n {
-            self.written[(b / 64) as usize].fetch_or(1 << (b % 64), Ordering::Relaxed);
-        }
-    }
-
-    fn is_written(&self, lba: u64) -> bool {
-        self.written[(lba / 64) as usize].load(Ordering::Relaxed) & (1 << (lba % 64)) != 0
     }
 
     fn io_err(&self, context: &str, source: std::io::Error) -> Error {

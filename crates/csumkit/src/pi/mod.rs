@@ -28,6 +28,8 @@ mod device;
 mod format;
 mod layout;
 mod protect;
+#[cfg(unix)]
+mod storage;
 
 #[cfg(unix)]
 pub use device::{Device, DeviceStats, Fault, Io};
@@ -38,3 +40,5 @@ pub use protect::{
     remap_ref_tags_separate, verify, verify_each, verify_separate, verify_separate_each, Checks, Failure, Order,
     PiField, Tags,
 };
+#[cfg(unix)]
+pub use storage::{clear_split_owner_tag, split_protection, OWNER_TAG_BYTES};
