@@ -127,18 +127,21 @@ impl Volume {
     }
 
     /// Inode `ino`, which must be a regular file mapped by extents.
-    fn extent_file(&self, ino: u32) -> Result<Inode, Error> {
-        let inode = self.inode(ino)?;
+    fn extent_file(&mut self, ino: u32) -> Result<Inode, Error> {
+        let mut inode = self.inode(ino)?;
         if inode.is_dir() {
             return Err(Error::IsDir(format!("inode {ino}")));
         }
         if !inode.is_file() {
             return Err(Error::Invalid(format!("inode {ino} is not a regular file")));
         }
-        if inode.flags & FLAG_INLINE_DATA != 0 || inode.flags & FLAG_EXTENTS == 0 {
+        if inode.flags & FLAG_INLINE_DATA != 0 {
+            inode = self.uninline(ino)?;
+        }
+        if inode.flags & FLAG_EXTENTS == 0 {
             return Err(Error::Unsupported {
-                feature: if inode.flags & FLAG_EXTENTS == 0 { "^extent" } else { "inline_data" },
-                remedy: "changing the blocks of inline or block-mapped files is not implemented in csumfs yet",
+                feature: "^extent",
+                remedy: "changing the blocks of block-mapped files is not implemented in csumfs yet",
             });
         }
         Ok(inode)

@@ -32,6 +32,7 @@ mod extent_tree;
 mod extents;
 pub mod fuse;
 pub mod hash;
+mod inline;
 mod inode;
 mod le;
 mod map;

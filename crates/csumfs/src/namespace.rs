@@ -39,26 +39,20 @@ impl Volume {
         if [old_name, new_name].iter().any(|n| *n == b"." || *n == b"..") {
             return Err(Error::Invalid("`.` and `..` cannot be renamed".into()));
         }
-        let (from_dir, to_dir) = (self.inode(old_dir)?, self.inode(new_dir)?);
+        let (from_dir, to_dir) = (self.uninline_dir(old_dir)?, self.uninline_dir(new_dir)?);
         if !to_dir.is_dir() {
             return Err(Error::NotDir(format!("inode {new_dir}")));
         }
-        let source = self.inode(self.lookup(&from_dir, old_name)?.ino)?;
+        // A directory moving to another parent gets a new `..`.
+        let moved = |v: &mut Volume, ino: u32| if old_dir != new_dir { v.uninline_dir(ino) } else { v.inode(ino) };
+        let source = moved(self, self.lookup(&from_dir, old_name)?.ino)?;
         let target = match self.lookup(&to_dir, new_name) {
-            Ok(e) => Some(self.inode(e.ino)?),
+            Ok(e) => Some(moved(self, e.ino)?),
             Err(Error::NotFound(_)) => None,
             Err(e) => return Err(e),
         };
         if source.is_dir() && old_dir != new_dir && self.is_ancestor(source.ino, new_dir)? {
             return Err(Error::Invalid(format!("{} cannot move under itself", shown(old_name))));
-        }
-        for inode in [&source].into_iter().chain(target.as_ref()) {
-            if inode.is_dir() && inode.flags & FLAG_INLINE_DATA != 0 && old_dir != new_dir {
-                return Err(Error::Unsupported {
-                    feature: "inline directory",
-                    remedy: "moving inline directories to another parent is not implemented in csumfs yet",
-                });
-            }
         }
         if target.as_ref().is_some_and(|t| t.ino == source.ino) {
             return Ok(()); // two names of one inode: POSIX says do nothing
@@ -128,7 +122,7 @@ impl Volume {
         if inode.links >= 65_000 {
             return Err(Error::TooManyLinks(format!("inode {ino} has {} links", inode.links)));
         }
-        let dir = self.inode(new_dir)?;
+        let dir = self.uninline_dir(new_dir)?;
         if !dir.is_dir() {
             return Err(Error::NotDir(format!("inode {new_dir}")));
         }
@@ -154,7 +148,7 @@ impl Volume {
         if target.is_empty() || target.len() >= bs {
             return Err(Error::NameTooLong(String::from_utf8_lossy(target).into_owned()));
         }
-        let parent = self.inode(dir)?;
+        let parent = self.uninline_dir(dir)?;
         if !parent.is_dir() {
             return Err(Error::NotDir(format!("inode {dir}")));
         }

@@ -719,6 +719,9 @@ impl Volume {
         if !inode.is_file() {
             return Err(Error::IsDir(format!("inode {ino}")));
         }
+        if inode.flags & FLAG_INLINE_DATA != 0 {
+            inode = self.uninline(ino)?;
+        }
         let bs = self.layout.block_size;
         let end = self.range_end(ino, offset, len)?;
         let (first, last) = (offset / bs, end.div_ceil(bs));
@@ -744,10 +747,7 @@ impl Volume {
             return Err(Error::IsDir(format!("inode {ino}")));
         }
         if inode.flags & FLAG_INLINE_DATA != 0 {
-            return Err(Error::Unsupported {
-                feature: "inline_data",
-                remedy: "writing inline files is not implemented yet",
-            });
+            inode = self.uninline(ino)?;
         }
         let bs = self.layout.block_size;
         let end = offset + data.len() as u64;
@@ -882,7 +882,7 @@ impl Volume {
     /// [`Error::Exists`], [`Error::NameTooLong`], [`Error::NotDir`];
     /// [`Error::Unsupported`] for directories this writer cannot grow.
     pub fn create(&mut self, dir: u32, name: &[u8], new: NewInode) -> Result<Inode, Error> {
-        let parent = self.inode(dir)?;
+        let parent = self.uninline_dir(dir)?;
         if !parent.is_dir() {
             return Err(Error::NotDir(format!("inode {dir}")));
         }
@@ -908,7 +908,7 @@ impl Volume {
     /// # Errors
     /// As [`create`](Self::create).
     pub fn mkdir(&mut self, dir: u32, name: &[u8], new: NewInode) -> Result<Inode, Error> {
-        let parent = self.inode(dir)?;
+        let parent = self.uninline_dir(dir)?;
         if !parent.is_dir() {
             return Err(Error::NotDir(format!("inode {dir}")));
         }

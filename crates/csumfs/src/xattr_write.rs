@@ -102,7 +102,7 @@ impl Volume {
     /// `EOPNOTSUPP` for a name with no ext4 prefix, `ENOSPC` when the inode
     /// and one block cannot hold the list, `E2BIG` for a value larger than a block.
     pub fn setxattr(&mut self, ino: u32, name: &str, value: &[u8], mode: XattrMode) -> Result<Inode, Error> {
-        let inode = self.inode(ino)?;
+        let inode = self.uninline(ino)?;
         let (index, suffix) = split(name).ok_or(Error::Unsupported {
             feature: "this xattr namespace",
             remedy: "ext4 stores user., trusted., security., system. and POSIX ACL names only",
@@ -138,6 +138,10 @@ impl Volume {
     /// `ENODATA` when absent; as [`setxattr`](Self::setxattr).
     pub fn removexattr(&mut self, ino: u32, name: &str) -> Result<Inode, Error> {
         let inode = self.inode(ino)?;
+        if !self.entries(&inode)?.iter().any(|e| split(name) == Some((e.index, &e.suffix[..]))) {
+            return Err(Error::NoData(name.into()));
+        }
+        let inode = self.uninline(ino)?;
         let absent = || Error::NoData(name.into());
         let (index, suffix) = split(name).ok_or_else(absent)?;
         let mut entries = self.editable_entries(&inode)?;
@@ -148,12 +152,7 @@ impl Volume {
 
     /// The entries of an inode this writer can lay out again.
     fn editable_entries(&self, inode: &Inode) -> Result<Vec<Entry>, Error> {
-        if inode.flags & FLAG_INLINE_DATA != 0 {
-            return Err(Error::Unsupported {
-                feature: "inline_data",
-                remedy: "changing the xattrs of an inline file is not implemented in csumfs yet",
-            });
-        }
+        debug_assert!(inode.flags & FLAG_INLINE_DATA == 0, "converted by the caller");
         if inode.raw.len() <= 128 {
             return Err(Error::Unsupported { feature: "128-byte inodes", remedy: "no room for in-inode xattrs" });
         }
@@ -169,7 +168,7 @@ impl Volume {
 
     /// Lays `entries` out (in the inode as far as they fit, the rest in
     /// the inode's own block) and writes both.
-    fn store_xattrs(&mut self, inode: &Inode, entries: Vec<Entry>) -> Result<Inode, Error> {
+    pub(crate) fn store_xattrs(&mut self, inode: &Inode, entries: Vec<Entry>) -> Result<Inode, Error> {
         let bs = self.layout.block_size as usize;
         let region = inode.raw.len() - 128 - inode.extra_isize();
         // Magic, entries, their values and the 4-byte end of the table.
