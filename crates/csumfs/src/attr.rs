@@ -65,6 +65,40 @@ impl Volume {
         })
     }
 
+    /// `FS_IOC_SETFLAGS`: sets inode `ino`'s flags to `flags` (as `chattr`
+    /// passes them: every user-visible flag, changed or not). Only the
+    /// flags whose promise csumfs keeps may change: nodump (`d`, a mark for
+    /// backup tools) and noatime (`A`: csumfs never updates atime on
+    /// reads). ctime becomes now.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] (`EOPNOTSUPP`) naming a flag that would
+    /// change and is not one of those — immutable and append-only (which
+    /// csumfs does not enforce), sync, and the flags only the filesystem sets.
+    pub fn set_flags(&mut self, ino: u32, flags: u32) -> Result<Inode, Error> {
+        let inode = self.inode(ino)?;
+        let changed = (flags ^ inode.flags) & FLAGS_USER_VISIBLE;
+        if let Some(&(_, name)) = FLAG_NAMES.iter().find(|(bit, _)| changed & bit & !FLAGS_SETTABLE != 0) {
+            return Err(Error::Unsupported {
+                feature: name,
+                remedy: "csumfs sets only the nodump (d) and noatime (A) flags",
+            });
+        }
+        if changed & !FLAGS_SETTABLE != 0 {
+            return Err(Error::Unsupported {
+                feature: "an inode flag",
+                remedy: "csumfs sets only the nodump (d) and noatime (A) flags",
+            });
+        }
+        let new = inode.flags & !FLAGS_SETTABLE | flags & FLAGS_SETTABLE;
+        let (sec, extra) = encode_time(now());
+        self.edit_inode(&inode, |r| {
+            put32(r, 0x20, new);
+            put32(r, 0x0C, sec);
+            put32(r, 0x84, extra);
+        })
+    }
+
     /// Creates a device node, FIFO or socket `name` in `dir` (the type in
     /// `new.mode`), with device number `rdev` (Linux's encoding:
     /// major in bits 8–19, minor in 0–7 and 20–31).
@@ -145,3 +179,19 @@ impl Volume {
         Ok(())
     }
 }
+
+/// `EXT4_FL_USER_VISIBLE`: the flags `FS_IOC_GETFLAGS` reports.
+pub(crate) const FLAGS_USER_VISIBLE: u32 = 0x705B_DFFF;
+/// `FS_NODUMP_FL | FS_NOATIME_FL`: what [`Volume::set_flags`] may change.
+const FLAGS_SETTABLE: u32 = 0x40 | 0x80;
+/// Flags a user may ask for that csumfs refuses, by `chattr`'s names.
+const FLAG_NAMES: [(u32, &str); 8] = [
+    (0x10, "the immutable flag (i)"),
+    (0x20, "the append-only flag (a)"),
+    (0x8, "the synchronous-updates flag (S)"),
+    (0x1_0000, "the synchronous-directory flag (D)"),
+    (0x1, "the secure-deletion flag (s)"),
+    (0x2, "the undeletable flag (u)"),
+    (0x4000, "the data-journaling flag (j)"),
+    (0x2_0000, "the top-of-hierarchy flag (T)"),
+];

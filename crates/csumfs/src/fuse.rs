@@ -264,6 +264,13 @@ macro_rules! reply_empty {
     };
 }
 
+/// `_IOR('X', 31, struct fsxattr)`.
+const FS_IOC_FSGETXATTR: u32 = 0x801C_581F;
+/// Inode flag → `FS_XFLAG_*` (sync, immutable, append, nodump, noatime,
+/// project inherit), as `fileattr_fill_flags` maps them.
+const XFLAGS: [(u32, u32); 6] =
+    [(0x8, 0x20), (0x10, 0x8), (0x20, 0x10), (0x40, 0x80), (0x80, 0x40), (0x2000_0000, 0x200)];
+
 impl Filesystem for Fs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         // Larger writes per request: fewer round trips for sequential I/O.
@@ -511,22 +518,50 @@ impl Filesystem for Fs {
     /// Setting flags is refused: csumfs does not act on any of them.
     fn ioctl(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         _flags: IoctlFlags,
         cmd: u32,
-        _in_data: &[u8],
+        in_data: &[u8],
         out_size: u32,
         reply: ReplyIoctl,
     ) {
-        const EXT4_FL_USER_VISIBLE: u32 = 0x705B_DFFF;
+        if cmd == libc::FS_IOC_SETFLAGS as u32 {
+            // The flags are an int, though the command's size says long.
+            let Some(flags) = in_data.get(..4).map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes"))) else {
+                return reply.error(Errno::from_i32(libc::EINVAL));
+            };
+            let owner = self.read().inode(from_fuse(ino)).map(|i| i.uid);
+            match owner {
+                Ok(uid) if uid != req.uid() && req.uid() != 0 => return reply.error(Errno::from_i32(libc::EPERM)),
+                Err(e) => return reply.error(errno(&e)),
+                Ok(_) => {}
+            }
+            return match self.change(|v| v.set_flags(from_fuse(ino), flags)) {
+                Ok(_) => reply.ioctl(0, &[]),
+                Err(e) => reply.error(e),
+            };
+        }
+        if cmd == FS_IOC_FSGETXATTR {
+            // The kernel asks for this before a SETFLAGS (vfs_fileattr_set):
+            // the flags as XFS names them, as ext4_fileattr_get reports.
+            return match self.read().inode(from_fuse(ino)) {
+                Ok(inode) => {
+                    let xflags = XFLAGS.iter().filter(|(fl, _)| inode.flags & fl != 0).fold(0, |x, (_, xf)| x | xf);
+                    let mut fsxattr = [0u8; 28];
+                    fsxattr[..4].copy_from_slice(&xflags.to_le_bytes());
+                    reply.ioctl(0, &fsxattr);
+                }
+                Err(e) => reply.error(errno(&e)),
+            };
+        }
         if cmd != libc::FS_IOC_GETFLAGS as u32 {
             return reply.error(Errno::from_i32(libc::ENOTTY));
         }
         match self.read().inode(from_fuse(ino)) {
             Ok(inode) => {
-                let flags = (inode.flags & EXT4_FL_USER_VISIBLE).to_le_bytes();
+                let flags = (inode.flags & crate::attr::FLAGS_USER_VISIBLE).to_le_bytes();
                 // The flags are an int, though the command's size says long.
                 let mut out = vec![0u8; (out_size as usize).clamp(4, 8)];
                 out[..4].copy_from_slice(&flags);

@@ -362,8 +362,17 @@ fn a_mounted_image_changed_by_file_calls_is_clean_for_e2fsck_and_the_kernel() {
             let overlapped: u64 = after.split(' ').next().unwrap_or_default().parse().unwrap_or(0);
             assert!(overlapped >= 128, "seed 002 overlap: {text}");
             // lsattr's ioctl: a file csumfs made is extent-mapped (EXT4_EXTENTS_FL).
-            let flags = inode_flags(&scratch.mnt().join("d1/f6")).unwrap();
+            let f6 = scratch.mnt().join("d1/f6");
+            let flags = inode_flags(&f6).unwrap();
             assert_eq!(flags & 0x80000, 0x80000, "FS_IOC_GETFLAGS: {flags:#x}");
+            // chattr +dA (nodump, noatime) is kept; +i (immutable, which
+            // csumfs does not enforce) is refused and changes nothing. The
+            // kernel sees d and A below.
+            set_inode_flags(&f6, flags | 0x40 | 0x80).unwrap();
+            assert_eq!(inode_flags(&f6).unwrap(), flags | 0xC0);
+            let refused = set_inode_flags(&f6, flags | 0xC0 | 0x10).unwrap_err();
+            assert_eq!(refused.raw_os_error(), Some(libc::EOPNOTSUPP));
+            assert_eq!(inode_flags(&f6).unwrap(), flags | 0xC0);
             model
         });
         unmount_and_wait(child, &scratch.mnt());
@@ -419,6 +428,18 @@ fn inode_flags(path: &Path) -> std::io::Result<u32> {
         return Err(std::io::Error::last_os_error());
     }
     Ok(flags as u32)
+}
+
+/// `FS_IOC_SETFLAGS` of `path` (what `chattr` does).
+fn set_inode_flags(path: &Path, flags: u32) -> std::io::Result<()> {
+    let file = std::fs::File::open(path)?;
+    let flags = flags as libc::c_int;
+    // SAFETY: a valid descriptor and a pointer to an int, as the command takes.
+    let done = unsafe { libc::ioctl(std::os::fd::AsRawFd::as_raw_fd(&file), libc::FS_IOC_SETFLAGS, &flags) };
+    if done < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// kill -9 after an fsync: the image says its ByteLog holds changes.
