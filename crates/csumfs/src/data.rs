@@ -5,6 +5,12 @@ use crate::error::{corrupt, Error};
 use crate::inode::{Inode, FLAG_EXTENTS, FLAG_INLINE_DATA};
 use crate::volume::Volume;
 
+/// A piece of file data at least this long is read in with one request
+/// before it is copied (the map is advised random: faults read a page each).
+const WILL_NEED_BYTES: u64 = 32 << 10;
+/// How far past such a piece the same extent is read in too.
+const READ_AHEAD_BYTES: u64 = 2 << 20;
+
 impl Volume {
     /// Up to `buf.len()` bytes from `offset` (fewer at the end of the file).
     ///
@@ -58,10 +64,15 @@ impl Volume {
             if from >= to {
                 continue;
             }
+            let disk = run.physical * bs + (from - start);
+            if to - from >= WILL_NEED_BYTES {
+                // This piece and, as readahead would, what follows it in the extent.
+                let ahead = (to - from + READ_AHEAD_BYTES).min(end - from);
+                self.map.will_need(disk as usize, ahead as usize);
+            }
             for k in (from - start) / bs..(to - start).div_ceil(bs) {
                 self.verify_data(inode, run.logical + k, run.physical + k)?;
             }
-            let disk = run.physical * bs + (from - start);
             let src = self.bytes(disk, (to - from) as usize, &|| format!("inode {} data", inode.ino))?;
             buf[(from - offset) as usize..(to - offset) as usize].copy_from_slice(src);
         }
