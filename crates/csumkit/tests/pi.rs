@@ -748,3 +748,74 @@ proptest! {
         std::fs::remove_file(&metadata).unwrap();
     }
 }
+
+#[test]
+fn a_split_device_says_its_format_and_refuses_a_metadata_file_cut_short() {
+    for location in [PiLocation::Last, PiLocation::First] {
+        let (data, metadata) = (temp_path("fmt.img"), temp_path("fmt.pi"));
+        let _ = std::fs::remove_file(&metadata);
+        std::fs::write(&data, vec![0u8; 16 * 512]).unwrap();
+        let p = Protection::new(
+            PiFormat::new(GuardSize::Crc32, PiType::Type2, 16).unwrap(),
+            "512+16".parse().unwrap(),
+            location,
+        )
+        .unwrap();
+        let (dev, _) = Device::open_split(&data, &metadata, p).unwrap();
+        assert!(format!("{dev:?}").contains("Split"), "{dev:?}");
+        assert_eq!(pi::split_protection(&metadata).unwrap(), Some(p), "the header names the format");
+        assert_eq!(std::fs::metadata(&metadata).unwrap().len(), 4096 + 16 * 16, "a header, then 16 bytes per block");
+        drop(dev);
+        // Cut inside the blocks' metadata, then inside the header.
+        std::fs::OpenOptions::new().write(true).open(&metadata).unwrap().set_len(4096 + 100).unwrap();
+        let err = Device::open_split(&data, &metadata, p).unwrap_err();
+        assert!(matches!(&err, Error::Invalid { .. }) && err.to_string().contains("4196 bytes"), "{err}");
+        std::fs::OpenOptions::new().write(true).open(&metadata).unwrap().set_len(100).unwrap();
+        let err = Device::open_split(&data, &metadata, p).unwrap_err();
+        assert!(matches!(&err, Error::Corrupt { .. }) && err.to_string().contains("shorter than"), "{err}");
+        std::fs::remove_file(&data).unwrap();
+        std::fs::remove_file(&metadata).unwrap();
+    }
+    let (dev, path) = device("fmt-interleaved", PiType::Type1, "512+8", 4);
+    assert!(format!("{dev:?}").contains("Interleaved"));
+    std::fs::remove_file(path).unwrap();
+}
+
+#[test]
+fn a_half_stored_write_is_finished_with_the_tags_it_carried() {
+    // Type 2 with an application and a storage tag: none of them is the LBA.
+    let (data, metadata) = (temp_path("tags.img"), temp_path("tags.pi"));
+    let _ = std::fs::remove_file(&metadata);
+    std::fs::write(&data, vec![0u8; 8 * 512]).unwrap();
+    let p = Protection::new(
+        PiFormat::new(GuardSize::Crc32, PiType::Type2, 16).unwrap(),
+        "512+16".parse().unwrap(),
+        PiLocation::Last,
+    )
+    .unwrap();
+    let tags = Tags { ref_tag: 0x7777, app_tag: 0x1234, storage_tag: 0xBEEF, ..Tags::default() };
+    let io = Io { pract: true, tags, ..Io::default() };
+    let (dev, _) = Device::open_split(&data, &metadata, p).unwrap();
+    dev.write(2, &[1u8; 1024], None, &io).unwrap();
+    drop(dev);
+    // New data for blocks 2..4, and the header's record of the command
+    // (first LBA, blocks, reference, storage and application tags).
+    {
+        use std::os::unix::fs::FileExt;
+        std::fs::OpenOptions::new().write(true).open(&data).unwrap().write_all_at(&[2u8; 1024], 2 * 512).unwrap();
+        let mut slot = [0u8; 34];
+        slot[..8].copy_from_slice(&2u64.to_le_bytes());
+        slot[8..16].copy_from_slice(&2u64.to_le_bytes());
+        slot[16..24].copy_from_slice(&0x7777u64.to_le_bytes());
+        slot[24..32].copy_from_slice(&0xBEEFu64.to_le_bytes());
+        slot[32..34].copy_from_slice(&0x1234u16.to_le_bytes());
+        std::fs::OpenOptions::new().write(true).open(&metadata).unwrap().write_all_at(&slot, 32).unwrap();
+    }
+    let (dev, finished) = Device::open_split(&data, &metadata, p).unwrap();
+    assert!(finished);
+    let mut back = [0u8; 1024];
+    dev.read(2, &mut back, None, &Io { checks: Checks { storage_tag: true, ..Checks::ALL }, ..io }).unwrap();
+    assert_eq!(back, [2u8; 1024]);
+    std::fs::remove_file(&data).unwrap();
+    std::fs::remove_file(&metadata).unwrap();
+}
