@@ -816,6 +816,20 @@ fn a_half_stored_write_is_finished_with_the_tags_it_carried() {
     let mut back = [0u8; 1024];
     dev.read(2, &mut back, None, &Io { checks: Checks { storage_tag: true, ..Checks::ALL }, ..io }).unwrap();
     assert_eq!(back, [2u8; 1024]);
+    drop(dev);
+    // A record that ends at the last block is finished; one past it is a
+    // damaged header, refused.
+    for (n, fits) in [(2u64, true), (3, false)] {
+        use std::os::unix::fs::FileExt;
+        let mut slot = [0u8; 16];
+        slot[..8].copy_from_slice(&6u64.to_le_bytes());
+        slot[8..].copy_from_slice(&n.to_le_bytes());
+        std::fs::OpenOptions::new().write(true).open(&metadata).unwrap().write_all_at(&slot, 32).unwrap();
+        match Device::open_split(&data, &metadata, p) {
+            Ok((_, finished)) => assert!(fits && finished),
+            Err(e) => assert!(!fits && e.to_string().contains("outside the 8-block device"), "{e}"),
+        }
+    }
     std::fs::remove_file(&data).unwrap();
     std::fs::remove_file(&metadata).unwrap();
 }
