@@ -25,6 +25,7 @@ files=(
   crates/csumkit/src/alloc/verify.rs
   crates/csumkit/src/alloc/image.rs
   crates/csumkit/src/pi/protect.rs
+  crates/csumkit/src/pi/storage.rs
   crates/csumkit/src/csum_tree.rs
   crates/csumkit/src/ext4/check.rs
   crates/csumkit/src/ext4/structure.rs
