@@ -833,3 +833,43 @@ fn a_half_stored_write_is_finished_with_the_tags_it_carried() {
     std::fs::remove_file(&data).unwrap();
     std::fs::remove_file(&metadata).unwrap();
 }
+
+#[test]
+fn a_deallocated_interleaved_device_reads_zeros_and_escapes_for_every_block() {
+    let (dev, path) = device("dealloc", PiType::Type1, "512+8", 8);
+    dev.write(0, &[0xAB; 4 * 512], None, &Io::pract()).unwrap();
+    dev.deallocate_all().unwrap();
+    let (mut data, mut md) = ([1u8; 4 * 512], [0u8; 4 * 8]);
+    dev.read(0, &mut data, Some(&mut md), &Io::default()).unwrap();
+    assert!(data.iter().all(|&b| b == 0) && md.iter().all(|&b| b == 0xFF), "every block, not just the first");
+    std::fs::remove_file(path).unwrap();
+}
+
+#[test]
+fn a_half_stored_write_longer_than_one_command_piece_is_finished_whole() {
+    // Finishing works in pieces of the largest command (64 MiB): a record
+    // naming more (a damaged header, within the device) is finished piece
+    // by piece, up to its last block.
+    let per_piece = (pi::COMMAND_DATA_BYTES_MAX / 512) as u64;
+    let blocks = per_piece + 8;
+    let (dev, data, metadata) = split_device("long", "512+8", GuardSize::Crc16, blocks, 0);
+    let p = *dev.protection().unwrap();
+    let tail = per_piece + 1;
+    dev.write(tail, &[3u8; 3 * 512], None, &Io::pract()).unwrap();
+    drop(dev);
+    {
+        use std::os::unix::fs::FileExt;
+        let file = std::fs::OpenOptions::new().write(true).open(&data).unwrap();
+        file.write_all_at(&[4u8; 3 * 512], tail * 512).unwrap();
+        let mut slot = [0u8; 24];
+        slot[8..16].copy_from_slice(&(tail + 3).to_le_bytes()); // blocks 0..tail + 3
+        std::fs::OpenOptions::new().write(true).open(&metadata).unwrap().write_all_at(&slot, 32).unwrap();
+    }
+    let (dev, finished) = Device::open_split(&data, &metadata, p).unwrap();
+    assert!(finished);
+    let mut back = [0u8; 3 * 512];
+    dev.read(tail, &mut back, None, &Io::pract()).unwrap();
+    assert_eq!(back, [4u8; 3 * 512]);
+    std::fs::remove_file(&data).unwrap();
+    std::fs::remove_file(&metadata).unwrap();
+}

@@ -32,7 +32,7 @@ mod protect;
 mod storage;
 
 #[cfg(unix)]
-pub use device::{Device, DeviceStats, Fault, Io};
+pub use device::{Device, DeviceStats, Fault, Io, COMMAND_DATA_BYTES_MAX, DEVICE_BLOCKS_MAX};
 pub use format::{GuardSize, PiFormat, PiType, Tuple, APP_TAG_ESCAPE};
 pub use layout::{LbaFormat, PiLocation, Protection, DATA_BYTES_MAX, DATA_BYTES_MIN, METADATA_BYTES_MAX};
 pub use protect::{
