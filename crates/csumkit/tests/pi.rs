@@ -873,3 +873,38 @@ fn a_half_stored_write_longer_than_one_command_piece_is_finished_whole() {
     std::fs::remove_file(&data).unwrap();
     std::fs::remove_file(&metadata).unwrap();
 }
+
+#[test]
+fn bit_rot_flips_exactly_the_bit_it_names_in_either_layout() {
+    let ext = 512 + 8;
+    for bit in [0u64, 7, 8 * 100 + 3, 8 * 511 + 7, 8 * 512, 8 * 519 + 7] {
+        let (dev, path) = device("rot", PiType::Type1, "512+8", 8);
+        dev.write(0, &[0x5A; 8 * 512], None, &Io::pract()).unwrap();
+        let before = std::fs::read(&path).unwrap();
+        dev.inject(Fault::BitRot { lba: 5, bit }).unwrap();
+        let mut want = before.clone();
+        want[5 * ext + (bit / 8) as usize] ^= 1 << (bit % 8);
+        assert!(std::fs::read(&path).unwrap() == want, "interleaved, bit {bit}");
+        std::fs::remove_file(path).unwrap();
+
+        let (dev, data, metadata) = split_device("rot", "512+8", GuardSize::Crc16, 8, 0x5A);
+        dev.write(0, &[0x5A; 8 * 512], None, &Io::pract()).unwrap();
+        let (data_before, meta_before) = (std::fs::read(&data).unwrap(), std::fs::read(&metadata).unwrap());
+        dev.inject(Fault::BitRot { lba: 5, bit }).unwrap();
+        let (mut data_want, mut meta_want) = (data_before, meta_before);
+        if bit / 8 < 512 {
+            data_want[5 * 512 + (bit / 8) as usize] ^= 1 << (bit % 8);
+        } else {
+            meta_want[4096 + 5 * 8 + (bit / 8 - 512) as usize] ^= 1 << (bit % 8);
+        }
+        assert!(std::fs::read(&data).unwrap() == data_want, "split data, bit {bit}");
+        assert!(std::fs::read(&metadata).unwrap() == meta_want, "split metadata, bit {bit}");
+        std::fs::remove_file(&data).unwrap();
+        std::fs::remove_file(&metadata).unwrap();
+    }
+    // Rot in a block never written is stored, and read as what it is.
+    let (dev, path) = device("rot-unwritten", PiType::Type1, "512+8", 8);
+    dev.inject(Fault::BitRot { lba: 3, bit: 9 }).unwrap();
+    assert!(dev.read(3, &mut [0u8; 512], None, &Io::pract()).is_err(), "no longer reads as a deallocated block");
+    std::fs::remove_file(path).unwrap();
+}
