@@ -522,8 +522,10 @@ impl Volume {
 
     /// [`open_logged`](Self::open_logged) for an image on a PI device (seed
     /// 004): its PI in `metadata` (created when missing), every write of
-    /// the image — checkpoints, data — through the device; no data
-    /// checksums.
+    /// the image — checkpoints, data — through the device. `sidecar`: data
+    /// checksums kept as well (none on a `pi` mount; `ext4 checkpoint`
+    /// passes the sidecar when there is one, so that the checksums a log
+    /// carries are not lost whichever kind of mount wrote it).
     ///
     /// # Errors
     /// As `open_logged` and [`enable_pi`](Self::enable_pi).
@@ -534,8 +536,9 @@ impl Volume {
         options: crate::Options,
         metadata: &Path,
         protection: csumkit::pi::Protection,
+        sidecar: Option<&Path>,
     ) -> Result<(Volume, Replayed, crate::PiOpened), Error> {
-        Volume::open_logged_on(path, log, log_bytes, options, None, Some((metadata, protection)))
+        Volume::open_logged_on(path, log, log_bytes, options, sidecar, Some((metadata, protection)))
             .map(|(v, r, pi)| (v, r, pi.expect("opened with PI")))
     }
 

@@ -111,7 +111,7 @@ fn checkpoint(args: &CheckpointArgs) -> ExitCode {
     // On a PI device (IMAGE.pi there), what the checkpoint writes goes through it.
     let pi = crate::integrity::pi_path(image);
     let opened = match csumkit::pi::split_protection(&pi) {
-        Ok(Some(p)) => csumfs::Volume::open_logged_pi(image, &log, crate::mount::LOG_BYTES, options, &pi, p)
+        Ok(Some(p)) => csumfs::Volume::open_logged_pi(image, &log, crate::mount::LOG_BYTES, options, &pi, p, sidecar)
             .map(|(volume, replayed, _)| (volume, replayed)),
         Ok(None) => csumfs::Volume::open_logged(image, &log, crate::mount::LOG_BYTES, options, sidecar),
         Err(e) => Err(csumfs::Error::Invalid(format!("{}: {e}", pi.display()))),

@@ -286,7 +286,7 @@ fn open_logged_pi(
         let _ = std::fs::remove_file(with_suffix(image, ".undo"));
     }
     let (volume, replayed, opened) =
-        Volume::open_logged_pi(image, &log, LOG_BYTES, options, &pi_path(image), protection).map_err(|e| {
+        Volume::open_logged_pi(image, &log, LOG_BYTES, options, &pi_path(image), protection, None).map_err(|e| {
             format!("{} (log {}, PI {}): {e}", image.display(), log.display(), pi_path(image).display())
         })?;
     say_pi_opened(image, opened);
