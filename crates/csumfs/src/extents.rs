@@ -6,7 +6,7 @@
 //! zeroed in place, and blocks that leave the file are freed.
 
 use crate::error::Error;
-use crate::inode::{Inode, FLAG_EXTENTS, FLAG_INLINE_DATA};
+use crate::inode::{Inode, FLAG_EXTENTS};
 use crate::le::{put16, put32};
 use crate::map::Run;
 use crate::volume::Volume;
@@ -135,14 +135,8 @@ impl Volume {
         if !inode.is_file() {
             return Err(Error::Invalid(format!("inode {ino} is not a regular file")));
         }
-        if inode.flags & FLAG_INLINE_DATA != 0 {
-            inode = self.uninline(ino)?;
-        }
         if inode.flags & FLAG_EXTENTS == 0 {
-            return Err(Error::Unsupported {
-                feature: "^extent",
-                remedy: "changing the blocks of block-mapped files is not implemented in csumfs yet",
-            });
+            inode = self.extent_mapped(ino)?;
         }
         Ok(inode)
     }

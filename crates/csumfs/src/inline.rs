@@ -86,14 +86,4 @@ impl Volume {
         };
         Ok(inode)
     }
-
-    /// [`uninline`](Self::uninline) for a directory `ino` (an entry is to
-    /// be added, removed or changed); other inodes are returned as they are.
-    pub(crate) fn uninline_dir(&mut self, ino: u32) -> Result<Inode, Error> {
-        let inode = self.inode(ino)?;
-        if inode.is_dir() && inode.flags & FLAG_INLINE_DATA != 0 {
-            return self.uninline(ino);
-        }
-        Ok(inode)
-    }
 }

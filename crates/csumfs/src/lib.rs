@@ -36,6 +36,7 @@ mod inline;
 mod inode;
 mod le;
 mod map;
+mod migrate;
 mod namespace;
 mod orphan;
 mod pi;

@@ -39,12 +39,12 @@ impl Volume {
         if [old_name, new_name].iter().any(|n| *n == b"." || *n == b"..") {
             return Err(Error::Invalid("`.` and `..` cannot be renamed".into()));
         }
-        let (from_dir, to_dir) = (self.uninline_dir(old_dir)?, self.uninline_dir(new_dir)?);
+        let (from_dir, to_dir) = (self.extent_mapped_dir(old_dir)?, self.extent_mapped_dir(new_dir)?);
         if !to_dir.is_dir() {
             return Err(Error::NotDir(format!("inode {new_dir}")));
         }
         // A directory moving to another parent gets a new `..`.
-        let moved = |v: &mut Volume, ino: u32| if old_dir != new_dir { v.uninline_dir(ino) } else { v.inode(ino) };
+        let moved = |v: &mut Volume, ino: u32| if old_dir != new_dir { v.extent_mapped_dir(ino) } else { v.inode(ino) };
         let source = moved(self, self.lookup(&from_dir, old_name)?.ino)?;
         let target = match self.lookup(&to_dir, new_name) {
             Ok(e) => Some(moved(self, e.ino)?),
@@ -122,7 +122,7 @@ impl Volume {
         if inode.links >= 65_000 {
             return Err(Error::TooManyLinks(format!("inode {ino} has {} links", inode.links)));
         }
-        let dir = self.uninline_dir(new_dir)?;
+        let dir = self.extent_mapped_dir(new_dir)?;
         if !dir.is_dir() {
             return Err(Error::NotDir(format!("inode {new_dir}")));
         }
@@ -148,7 +148,7 @@ impl Volume {
         if target.is_empty() || target.len() >= bs {
             return Err(Error::NameTooLong(String::from_utf8_lossy(target).into_owned()));
         }
-        let parent = self.uninline_dir(dir)?;
+        let parent = self.extent_mapped_dir(dir)?;
         if !parent.is_dir() {
             return Err(Error::NotDir(format!("inode {dir}")));
         }

@@ -18,7 +18,7 @@ impl Volume {
     /// # Errors
     /// [`Error::NotFound`], [`Error::IsDir`], [`Error::NotDir`].
     pub fn unlink(&mut self, dir: u32, name: &[u8]) -> Result<(), Error> {
-        let parent = self.uninline_dir(dir)?;
+        let parent = self.extent_mapped_dir(dir)?;
         let entry = self.lookup(&parent, name)?;
         let inode = self.inode(entry.ino)?;
         if inode.is_dir() {
@@ -44,7 +44,7 @@ impl Volume {
         if name == b"." || name == b".." {
             return Err(Error::Invalid(format!("{:?} cannot be removed", String::from_utf8_lossy(name))));
         }
-        let parent = self.uninline_dir(dir)?;
+        let parent = self.extent_mapped_dir(dir)?;
         let entry = self.lookup(&parent, name)?;
         let inode = self.inode(entry.ino)?;
         if !inode.is_dir() {

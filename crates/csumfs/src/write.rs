@@ -17,7 +17,7 @@
 
 use crate::dir_write::new_dir_block;
 use crate::error::Error;
-use crate::inode::{Inode, Timespec, FLAG_EXTENTS, FLAG_INLINE_DATA};
+use crate::inode::{Inode, Timespec, FLAG_EXTENTS};
 pub(crate) use crate::le::{le16, le32, put16, put32};
 use crate::map::Run;
 use crate::stats::Stats;
@@ -719,8 +719,8 @@ impl Volume {
         if !inode.is_file() {
             return Err(Error::IsDir(format!("inode {ino}")));
         }
-        if inode.flags & FLAG_INLINE_DATA != 0 {
-            inode = self.uninline(ino)?;
+        if inode.flags & FLAG_EXTENTS == 0 {
+            inode = self.extent_mapped(ino)?;
         }
         let bs = self.layout.block_size;
         let end = self.range_end(ino, offset, len)?;
@@ -746,8 +746,8 @@ impl Volume {
         if !inode.is_file() {
             return Err(Error::IsDir(format!("inode {ino}")));
         }
-        if inode.flags & FLAG_INLINE_DATA != 0 {
-            inode = self.uninline(ino)?;
+        if inode.flags & FLAG_EXTENTS == 0 {
+            inode = self.extent_mapped(ino)?;
         }
         let bs = self.layout.block_size;
         let end = offset + data.len() as u64;
@@ -882,7 +882,7 @@ impl Volume {
     /// [`Error::Exists`], [`Error::NameTooLong`], [`Error::NotDir`];
     /// [`Error::Unsupported`] for directories this writer cannot grow.
     pub fn create(&mut self, dir: u32, name: &[u8], new: NewInode) -> Result<Inode, Error> {
-        let parent = self.uninline_dir(dir)?;
+        let parent = self.extent_mapped_dir(dir)?;
         if !parent.is_dir() {
             return Err(Error::NotDir(format!("inode {dir}")));
         }
@@ -908,7 +908,7 @@ impl Volume {
     /// # Errors
     /// As [`create`](Self::create).
     pub fn mkdir(&mut self, dir: u32, name: &[u8], new: NewInode) -> Result<Inode, Error> {
-        let parent = self.uninline_dir(dir)?;
+        let parent = self.extent_mapped_dir(dir)?;
         if !parent.is_dir() {
             return Err(Error::NotDir(format!("inode {dir}")));
         }

@@ -1,0 +1,84 @@
+//! Block-mapped files (an ext3-style image, then `tune2fs -O extent`, as
+//! an ext3 → ext4 upgrade leaves it): csumfs turns each file or directory
+//! it changes into an extent-mapped one (the kernel's `ext4_ext_migrate`),
+//! indirect blocks freed — then `e2fsck -fn` is clean and the kernel reads
+//! the model back.
+
+mod common;
+
+use common::{assert_clean, have_e2fsprogs, tool, with_kernel_mount, Scratch};
+use csumfs::{NewInode, Options, Volume, ROOT};
+use std::process::Command;
+
+const FLAG_EXTENTS: u32 = 0x8_0000;
+const FILE: NewInode = NewInode { mode: 0o100_644, uid: 0, gid: 0 };
+
+fn run(cmd: &mut Command) {
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "{cmd:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn block_mapped_files_and_directories_become_extent_mapped_when_changed() {
+    if !have_e2fsprogs() || tool("tune2fs").is_none() {
+        return;
+    }
+    for bs in ["1024", "4096"] {
+        let scratch = Scratch::new(&format!("blockmap-{bs}"));
+        let src = scratch.0.join("src");
+        std::fs::create_dir_all(src.join("d")).unwrap();
+        // Past the direct and single-indirect blocks at both sizes: double indirect.
+        let big: Vec<u8> = (0..5u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
+        let mid: Vec<u8> = (0..60_000u32).map(|i| (i % 253) as u8).collect();
+        std::fs::write(src.join("big"), &big).unwrap();
+        std::fs::write(src.join("mid"), &mid).unwrap();
+        std::fs::write(src.join("d/small"), b"small").unwrap();
+        let image = scratch.0.join("img");
+        run(Command::new(tool("mke2fs").unwrap())
+            .args(["-q", "-F", "-t", "ext4", "-O", "metadata_csum,^has_journal,^extent,^64bit", "-b", bs, "-d"])
+            .arg(&src)
+            .arg(&image)
+            .arg("32M"));
+        run(Command::new(tool("tune2fs").unwrap()).args(["-O", "extent"]).arg(&image));
+
+        let mut v = Volume::open(&image, Options { write: true, ..Options::default() }).unwrap();
+        let ino = |v: &Volume, p: &str| v.resolve(p).unwrap().ino;
+        for path in ["/", "/big", "/mid", "/d", "/d/small"] {
+            assert_eq!(v.resolve(path).unwrap().flags & FLAG_EXTENTS, 0, "{bs}: mke2fs block-mapped {path}");
+        }
+        let (big_ino, mid_ino, d) = (ino(&v, "/big"), ino(&v, "/mid"), ino(&v, "/d"));
+        let free_before = v.statfs().free_blocks;
+        v.write(big_ino, big.len() as u64, b"appended").unwrap();
+        v.write(big_ino, 1 << 20, b"overwritten").unwrap();
+        v.punch_hole(mid_ino, 8192, 16384).unwrap();
+        v.truncate(mid_ino, 50_000).unwrap();
+        let new = v.create(ROOT, b"new", FILE).unwrap();
+        v.write(new.ino, 0, b"in a block-mapped root").unwrap();
+        v.unlink(d, b"small").unwrap();
+        v.sync().unwrap();
+        for i in [ROOT, big_ino, mid_ino, d] {
+            assert_ne!(v.inode(i).unwrap().flags & FLAG_EXTENTS, 0, "{bs}: inode {i} is extent-mapped now");
+        }
+        // The big file's indirect blocks were freed (its extents fit few blocks).
+        assert!(v.statfs().free_blocks + 1 >= free_before, "{bs}: indirect blocks given back");
+        drop(v);
+        assert_clean(&image, &format!("migrating block maps at {bs}-byte blocks"));
+
+        let mut want_big = big.clone();
+        want_big[1 << 20..(1 << 20) + 11].copy_from_slice(b"overwritten");
+        want_big.extend_from_slice(b"appended");
+        let mut want_mid = mid[..50_000].to_vec();
+        want_mid[8192..8192 + 16384].fill(0);
+        let check = |read: &dyn Fn(&str) -> Vec<u8>| {
+            assert!(read("big") == want_big, "{bs}: big");
+            assert!(read("mid") == want_mid, "{bs}: mid");
+            assert_eq!(read("new"), b"in a block-mapped root");
+        };
+        let v = Volume::open(&image, Options::default()).unwrap();
+        check(&|p: &str| v.read_all(&v.resolve(&format!("/{p}")).unwrap()).unwrap());
+        assert!(v.resolve("/d/small").is_err());
+        drop(v);
+        let mnt = scratch.0.join("mnt");
+        with_kernel_mount(&image, &mnt, || check(&|p: &str| std::fs::read(mnt.join(p)).unwrap()));
+    }
+}
