@@ -27,19 +27,27 @@ pub fn pi_path(image: &Path) -> PathBuf {
 /// format `DATA+META` and a guard `crc16`, `crc32` or `crc64` (default:
 /// crc16 with 8 metadata bytes, crc64 with more). Type 1 (reference tag =
 /// LBA), PI in the last metadata bytes. Without SPEC: what `IMAGE.pi`
-/// holds, else `4096+8/crc16`.
+/// holds, else 8 bytes of PI (CRC16 guard) per 4 KiB — or per filesystem
+/// block when blocks are smaller (a device block must not span two).
 pub fn pi_protection(spec: Option<&str>, image: &Path) -> Result<Protection, String> {
     let stored = csumkit::pi::split_protection(&pi_path(image)).map_err(|e| e.to_string())?;
     let Some(spec) = spec else {
-        return Ok(match stored {
-            Some(p) => p,
-            None => parse_pi(PI_DEFAULT).expect("the default parses"),
-        });
+        return match stored {
+            Some(p) => Ok(p),
+            None => parse_pi(&format!("{}+8", ext4_block_size(image).unwrap_or(4096).min(4096))),
+        };
     };
     parse_pi(spec)
 }
 
-const PI_DEFAULT: &str = "4096+8";
+/// The block size the ext4 superblock of `image` names, if it can be read.
+fn ext4_block_size(image: &Path) -> Option<u32> {
+    use std::os::unix::fs::FileExt;
+    let mut field = [0u8; 4];
+    std::fs::File::open(image).ok()?.read_exact_at(&mut field, 1024 + 24).ok()?;
+    let log = u32::from_le_bytes(field);
+    (log <= 6).then(|| 1024 << log)
+}
 
 fn parse_pi(spec: &str) -> Result<Protection, String> {
     let (lba, guard) = spec.split_once('/').map_or((spec, None), |(l, g)| (l, Some(g)));

@@ -40,8 +40,8 @@ pub struct MountArgs {
     /// off: written in place, fsync = fdatasync of the image),
     /// pi[=LBA[/GUARD]] (the image is the data of an emulated PI device, its
     /// PI in IMAGE.pi: the device generates and checks a guard and reference
-    /// tag per block — no data checksums; LBA e.g. 4096+8 (default), 512+8,
-    /// 4096+16; GUARD crc16|crc32|crc64).
+    /// tag per block — no data checksums; LBA e.g. 4096+8 (default; the block
+    /// size when smaller), 512+8, 4096+16; GUARD crc16|crc32|crc64).
     #[arg(short = 'o', value_name = "OPTIONS", value_delimiter = ',')]
     options: Vec<String>,
 }
