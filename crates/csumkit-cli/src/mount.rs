@@ -185,8 +185,7 @@ pub fn run(args: &MountArgs) -> ExitCode {
     let logged = parsed.log.as_ref().filter(|_| !parsed.mount.read_only);
     let volume = match (logged, protection) {
         // The log's replay carries data checksums into the sidecar.
-        (Some(log), None) => open_logged(image, log, options, parsed.datasum.then_some(sidecar.as_path())),
-        (Some(log), Some(p)) => open_logged_pi(image, log, options, p),
+        (Some(log), pi) => open_logged(image, log, options, parsed.datasum.then_some(sidecar.as_path()), pi),
         (None, None) => open_in_place(image, options),
         (None, Some(p)) => open_in_place(image, options).and_then(|mut volume| {
             let opened =
@@ -251,45 +250,31 @@ fn open_in_place(image: &Path, options: Options) -> Result<Volume, String> {
 }
 
 /// The volume with its metadata logged (the default): the log replayed
-/// first, and an undo log a `log=off` mount left applied before that.
-fn open_logged(image: &Path, log: &Path, options: Options, sidecar: Option<&Path>) -> Result<Volume, String> {
-    let log = if log.as_os_str().is_empty() { log_path(image) } else { log.to_path_buf() };
-    if with_suffix(image, ".undo").exists() {
-        drop(open_in_place(image, options)?);
-        let _ = std::fs::remove_file(with_suffix(image, ".undo"));
-    }
-    let (volume, replayed) = Volume::open_logged(image, &log, LOG_BYTES, options, sidecar)
-        .map_err(|e| format!("{} (log {}): {e}", image.display(), log.display()))?;
-    if replayed.commits > 0 {
-        eprintln!(
-            "csumkit mount: {}: replayed {} commits ({} bytes of metadata) from {}",
-            image.display(),
-            replayed.commits,
-            replayed.bytes,
-            log.display()
-        );
-    }
-    Ok(volume)
-}
-
-/// The logged volume on a PI device (`pi` with the ByteLog).
-fn open_logged_pi(
+/// first, and an undo log a `log=off` mount left applied before that (it
+/// restores metadata only, through the map: no data checksum or PI it
+/// keeps). On a PI device (`pi`) every write of the image goes through it.
+fn open_logged(
     image: &Path,
     log: &Path,
     options: Options,
-    protection: csumkit::pi::Protection,
+    sidecar: Option<&Path>,
+    pi: Option<csumkit::pi::Protection>,
 ) -> Result<Volume, String> {
     let log = if log.as_os_str().is_empty() { log_path(image) } else { log.to_path_buf() };
     if with_suffix(image, ".undo").exists() {
-        // The undo restores metadata only, through the map: no PI it keeps.
         drop(open_in_place(image, options)?);
         let _ = std::fs::remove_file(with_suffix(image, ".undo"));
     }
-    let (volume, replayed, opened) =
-        Volume::open_logged_pi(image, &log, LOG_BYTES, options, &pi_path(image), protection, None).map_err(|e| {
-            format!("{} (log {}, PI {}): {e}", image.display(), log.display(), pi_path(image).display())
-        })?;
-    say_pi_opened(image, opened);
+    let shown = |e: csumfs::Error| format!("{} (log {}): {e}", image.display(), log.display());
+    let (volume, replayed) = match pi {
+        None => Volume::open_logged(image, &log, LOG_BYTES, options, sidecar).map_err(shown)?,
+        Some(p) => {
+            let (volume, replayed, opened) =
+                Volume::open_logged_pi(image, &log, LOG_BYTES, options, &pi_path(image), p, sidecar).map_err(shown)?;
+            say_pi_opened(image, opened);
+            (volume, replayed)
+        }
+    };
     if replayed.commits > 0 {
         eprintln!(
             "csumkit mount: {}: replayed {} commits ({} bytes of metadata) from {}",
