@@ -203,6 +203,7 @@ impl crate::volume::Volume {
             // what was undone.
             self.filters.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clear();
             self.free_space.clear();
+            self.free_inodes.clear();
         }
         if let Some(undo) = &mut self.undo {
             undo.clear();

@@ -136,6 +136,9 @@ pub struct Volume {
     /// in step by every bit the allocator flips; dropped when a bitmap
     /// changes otherwise (initialised, rolled back).
     pub(crate) free_space: HashMap<u64, csumkit::alloc::FreeSpace>,
+    /// The same for inodes: free inode runs per group, from its inode
+    /// bitmap, kept in step by every inode bit flipped.
+    pub(crate) free_inodes: HashMap<u64, csumkit::alloc::FreeSpace>,
     /// The PI device the image is on, when data integrity is kept in PI
     /// ([`Volume::enable_pi`], seed 004).
     pub(crate) pi: Option<std::sync::Arc<csumkit::pi::Device>>,
@@ -215,6 +218,7 @@ impl Volume {
             options,
             filters: Mutex::new(HashMap::new()),
             free_space: HashMap::new(),
+            free_inodes: HashMap::new(),
             stats: Stats::default(),
             holds: HashMap::new(),
             orphans: HashSet::new(),

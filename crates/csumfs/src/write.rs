@@ -316,7 +316,8 @@ impl Volume {
                 bit += if mask == 0xFF { 8 } else { 1 };
             }
         }
-        if let Some(tree) = self.free_space.get_mut(&group.number).filter(|_| !inode_bitmap) {
+        let trees = if inode_bitmap { &mut self.free_inodes } else { &mut self.free_space };
+        if let Some(tree) = trees.get_mut(&group.number) {
             if take {
                 tree.allocate(first as u32, len as u32);
             } else {
@@ -353,7 +354,8 @@ impl Volume {
         })
     }
 
-    /// A free inode, first fit from `goal_group`, in a group whose inode
+    /// A free inode, first fit from `goal_group` (through the group's
+    /// free-inode tree, `csumkit::alloc::FreeSpace`), in a group whose inode
     /// bitmap is initialised; marked in use.
     pub(crate) fn allocate_inode(&mut self, goal_group: u64, is_dir: bool) -> Result<u32, Error> {
         let l = self.layout.clone();
@@ -364,12 +366,24 @@ impl Volume {
                 self.init_inode_bitmap(&group)?;
                 group = l.group(&self.map, g)?;
             }
-            let bitmap = self.block(group.inode_bitmap, &|| format!("group {g} inode bitmap"))?;
-            let first_free = (0..l.inodes_per_group).find(|&i| {
-                let ino = g * l.inodes_per_group + i + 1;
-                ino >= u64::from(self.first_ino()) && bitmap[(i / 8) as usize] >> (i % 8) & 1 == 0
-            });
+            // Inodes below s_first_ino are reserved, whatever their bits say.
+            let from = if g == 0 { u64::from(self.first_ino()) - 1 } else { 0 };
+            let tree = self.free_inodes_of(&group)?;
+            let from = from as u32;
+            let first_free = tree
+                .containing(from)
+                .map(|_| from)
+                .or_else(|| tree.first_in(from, l.inodes_per_group as u32).map(|(start, _)| start));
             let Some(index) = first_free else { continue };
+            let index = u64::from(index);
+            if cfg!(debug_assertions) || self.options.check_updates {
+                let bitmap = self.block(group.inode_bitmap, &|| format!("group {g} inode bitmap"))?;
+                assert_eq!(
+                    bitmap[(index / 8) as usize] >> (index % 8) & 1,
+                    0,
+                    "group {g}: inode tree and bitmap differ"
+                );
+            }
             self.flip_bits(&group, true, index, 1, true)?;
             let wide = l.desc_size >= 0x40;
             self.edit_descriptor(&group, |d| {
@@ -484,6 +498,24 @@ impl Volume {
         Ok(&self.free_space[&group.number])
     }
 
+    /// Group `group`'s free-inode tree, built from its inode bitmap on
+    /// first use.
+    fn free_inodes_of(&mut self, group: &Group) -> Result<&csumkit::alloc::FreeSpace, Error> {
+        if !self.free_inodes.contains_key(&group.number) {
+            let (g, ipg) = (group.number, self.layout.inodes_per_group);
+            let bitmap = self.block(group.inode_bitmap, &|| format!("group {g} inode bitmap"))?;
+            let mut runs = Vec::new();
+            let mut i = first_free(bitmap, 0, ipg);
+            while let Some(start) = i {
+                let len = free_run(bitmap, start, ipg, u64::MAX);
+                runs.push((start as u32, len as u32));
+                i = first_free(bitmap, start + len, ipg);
+            }
+            self.free_inodes.insert(g, csumkit::alloc::FreeSpace::from_runs(runs));
+        }
+        Ok(&self.free_inodes[&group.number])
+    }
+
     fn group_free_blocks(&self, group: &Group) -> Result<u64, Error> {
         let wide = self.layout.desc_size >= 0x40;
         let d = self.bytes(group.desc_offset, self.layout.desc_size as usize, &|| "descriptor".into())?;
@@ -495,6 +527,7 @@ impl Volume {
     /// and clears the flag. New inodes are written whole, so the inode table
     /// of such a group need not have been zeroed.
     fn init_inode_bitmap(&mut self, group: &Group) -> Result<(), Error> {
+        self.free_inodes.remove(&group.number);
         let l = self.layout.clone();
         let bs = l.block_size;
         let mut bitmap = vec![0u8; bs as usize];

@@ -233,3 +233,46 @@ fn a_held_unlinked_file_is_on_the_orphan_list_until_released() {
     drop(v);
     assert_clean(&path, "an orphan released at its last unhold");
 }
+
+/// Inodes come from per-group free-inode trees kept in step with the
+/// bitmaps: ENOSPC only when no inode is free, and every inode an unlink
+/// freed (while the tree was cached) is found again.
+#[test]
+fn an_image_runs_out_of_inodes_only_when_none_is_free_again_and_again() {
+    if !have_e2fsprogs() {
+        return;
+    }
+    let scratch = Scratch::new("inode-fill");
+    let path = scratch.0.join("img");
+    common::mke2fs_with(&path, "1024", "4M", &["-N", "64"]);
+    let mut v = open(&path);
+    v.enable_undo(&scratch.0.join("u.undo")).unwrap();
+    let fill = |v: &mut Volume, prefix: &str| {
+        let mut made = 0u32;
+        loop {
+            v.begin();
+            let done = v.create(ROOT, format!("{prefix}{made}").as_bytes(), FILE);
+            v.end(done.is_ok()).unwrap();
+            match done {
+                Ok(_) => made += 1,
+                Err(e) if e.errno() == libc::ENOSPC => break,
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert_eq!(v.statfs().free_inodes, 0, "ENOSPC with inodes free");
+        made
+    };
+    let first = fill(&mut v, "a");
+    assert!(first > 40, "{first} inodes");
+    // The failed create rolled back (the trees dropped): one create now
+    // builds group 0's tree again, and the unlinks after it must update it.
+    v.unlink(ROOT, b"a0").unwrap();
+    v.create(ROOT, b"p", FILE).unwrap();
+    for i in (3..first).step_by(3) {
+        v.unlink(ROOT, format!("a{i}").as_bytes()).unwrap();
+    }
+    let second = fill(&mut v, "b");
+    assert_eq!(second, (3..first).step_by(3).count() as u32, "every freed inode found again");
+    v.sync().unwrap();
+    assert_clean(&path, "inodes filled twice");
+}
