@@ -122,6 +122,18 @@ fn free_run(bitmap: &[u8], start: u64, end: u64, max: u64) -> u64 {
     b - start
 }
 
+/// The free runs of the first `bits` bits of `bitmap` as a free-space tree.
+fn free_space_in(bitmap: &[u8], bits: u64) -> csumkit::alloc::FreeSpace {
+    let mut runs = Vec::new();
+    let mut at = first_free(bitmap, 0, bits);
+    while let Some(start) = at {
+        let len = free_run(bitmap, start, bits, u64::MAX);
+        runs.push((start as u32, len as u32));
+        at = first_free(bitmap, start + len, bits);
+    }
+    csumkit::alloc::FreeSpace::from_runs(runs)
+}
+
 /// Seconds since the epoch now, and the inode encoding of a time.
 pub(crate) fn now() -> Timespec {
     let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
@@ -486,14 +498,8 @@ impl Volume {
         if !self.free_space.contains_key(&group.number) {
             let g = group.number;
             let bitmap = self.block(group.block_bitmap, &|| format!("group {g} block bitmap"))?;
-            let mut runs = Vec::new();
-            let mut b = first_free(bitmap, 0, in_group);
-            while let Some(start) = b {
-                let len = free_run(bitmap, start, in_group, u64::MAX);
-                runs.push((start as u32, len as u32));
-                b = first_free(bitmap, start + len, in_group);
-            }
-            self.free_space.insert(g, csumkit::alloc::FreeSpace::from_runs(runs));
+            let tree = free_space_in(bitmap, in_group);
+            self.free_space.insert(g, tree);
         }
         Ok(&self.free_space[&group.number])
     }
@@ -504,14 +510,8 @@ impl Volume {
         if !self.free_inodes.contains_key(&group.number) {
             let (g, ipg) = (group.number, self.layout.inodes_per_group);
             let bitmap = self.block(group.inode_bitmap, &|| format!("group {g} inode bitmap"))?;
-            let mut runs = Vec::new();
-            let mut i = first_free(bitmap, 0, ipg);
-            while let Some(start) = i {
-                let len = free_run(bitmap, start, ipg, u64::MAX);
-                runs.push((start as u32, len as u32));
-                i = first_free(bitmap, start + len, ipg);
-            }
-            self.free_inodes.insert(g, csumkit::alloc::FreeSpace::from_runs(runs));
+            let tree = free_space_in(bitmap, ipg);
+            self.free_inodes.insert(g, tree);
         }
         Ok(&self.free_inodes[&group.number])
     }
