@@ -174,7 +174,7 @@ impl Volume {
     }
 
     /// Takes file blocks `from..to` out of the file and frees them.
-    fn unmap(&mut self, inode: &Inode, from: u64, to: u64) -> Result<Inode, Error> {
+    pub(crate) fn unmap(&mut self, inode: &Inode, from: u64, to: u64) -> Result<Inode, Error> {
         let bs = self.layout.block_size;
         let (inode, removed) = self.remap(inode, from, to, &[])?;
         let mut freed = 0;

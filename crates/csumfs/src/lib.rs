@@ -27,6 +27,7 @@ mod data;
 mod datasum;
 mod dir;
 mod dir_write;
+mod ea_inode;
 mod error;
 mod extent_tree;
 mod extents;

@@ -24,13 +24,6 @@ impl Volume {
         if inode.is_dir() {
             return Err(Error::IsDir(String::from_utf8_lossy(name).into_owned()));
         }
-        if inode.links <= 1 && self.entries(&inode)?.iter().any(|e| e.value_inum != 0) {
-            return Err(Error::Unsupported {
-                feature: "ea_inode",
-                remedy:
-                    "deleting a file whose xattr value lives in an inode of its own is not implemented in csumfs yet",
-            });
-        }
         self.remove_entry(&parent, name)?;
         self.touch_dir(dir, 0)?;
         self.drop_link(inode)
@@ -93,6 +86,8 @@ impl Volume {
         if inode.file_acl != 0 {
             self.drop_xattr_block(&inode)?;
         }
+        let named = self.value_inodes_in_body(&inode);
+        self.move_value_refs(&named, &[])?;
         let (sec, _) = encode_time(now());
         let inode = self.edit_inode(&inode, |r| {
             put16(r, 0x1A, 0);
@@ -133,6 +128,8 @@ impl Volume {
         let old = self.block(b, &|| format!("inode {} xattr block {b}", inode.ino))?.to_vec();
         let refs = le32(&old, 4);
         if refs <= 1 {
+            // The block's entries held their value inodes' references.
+            self.move_value_refs(&crate::ea_inode::value_inodes(&old, 32), &[])?;
             return self.free_blocks(b, 1);
         }
         let mut new = old.clone();

@@ -29,12 +29,11 @@ const RO_COMPAT_QUOTA: u32 = 0x100;
 const RO_COMPAT_BIGALLOC: u32 = 0x200;
 const RO_COMPAT_READONLY: u32 = 0x1000;
 const RO_COMPAT_PROJECT: u32 = 0x2000;
-const RO_COMPAT_ORPHAN_PRESENT: u32 = 0x1_0000;
 
 /// Refuses, by name, images this writer would damage.
 pub(crate) fn refuse_for_writing(layout: &Layout, image: &[u8]) -> Result<(), Error> {
     let f = layout.features;
-    let refusals: [(bool, &'static str, &'static str); 8] = [
+    let refusals: [(bool, &'static str, &'static str); 7] = [
         (f.incompat & 0x40 == 0, "^extent", "csumfs writes extent-mapped files only: open it read-only"),
         (
             f.incompat & Features::INCOMPAT_MMP != 0,
@@ -49,7 +48,6 @@ pub(crate) fn refuse_for_writing(layout: &Layout, image: &[u8]) -> Result<(), Er
         ),
         (f.ro_compat & RO_COMPAT_BIGALLOC != 0, "bigalloc", "cluster allocation is not implemented: open it read-only"),
         (f.ro_compat & RO_COMPAT_READONLY != 0, "read-only", "the image is marked read-only"),
-        (f.ro_compat & RO_COMPAT_ORPHAN_PRESENT != 0, "orphan_present", "orphans await cleanup: run e2fsck first"),
         (
             layout.inode_size < 256,
             "128-byte inodes",
@@ -422,7 +420,7 @@ impl Volume {
         Err(Error::Io { context: "inode allocation".into(), source: std::io::Error::from_raw_os_error(libc::ENOSPC) })
     }
 
-    fn first_ino(&self) -> u32 {
+    pub(crate) fn first_ino(&self) -> u32 {
         match le32(&self.map, 1024 + 0x54) {
             0 => 11,
             n => n,

@@ -33,6 +33,9 @@ pub(crate) struct Entry {
     pub value: Vec<u8>,
     /// The inode holding the value (`ea_inode`), or 0.
     pub value_inum: u32,
+    /// That inode's hash of the value (its `i_atime`), which the entry's
+    /// own hash covers instead of the value; 0 without one.
+    pub value_hash: u32,
 }
 
 impl Entry {
@@ -151,24 +154,26 @@ impl Volume {
             let name = area
                 .get(at + 16..at + 16 + name_len)
                 .ok_or_else(|| corrupt(what(), format!("entry at {at}: name runs off the end")))?;
-            let value = if value_inum != 0 {
+            let (value, value_hash) = if value_inum != 0 {
                 self.ea_inode_value(inode, value_inum, value_size)?
             } else {
-                values
-                    .get(value_offs..value_offs + value_size)
-                    .ok_or_else(|| {
-                        corrupt(what(), format!("entry at {at}: value [{value_offs}, +{value_size}) outside"))
-                    })?
-                    .to_vec()
+                let value = values.get(value_offs..value_offs + value_size).ok_or_else(|| {
+                    corrupt(what(), format!("entry at {at}: value [{value_offs}, +{value_size}) outside"))
+                })?;
+                (value.to_vec(), 0)
             };
-            out.push(Entry { index, suffix: name.to_vec(), value, value_inum });
+            out.push(Entry { index, suffix: name.to_vec(), value, value_inum, value_hash });
             at += (16 + name_len).next_multiple_of(4);
         }
         Ok(())
     }
 
-    /// The value an `ea_inode` entry keeps in inode `inum`.
-    fn ea_inode_value(&self, owner: &Inode, inum: u32, size: usize) -> Result<Vec<u8>, Error> {
+    /// The value an `ea_inode` entry keeps in inode `inum`, and the hash
+    /// of it that inode keeps.
+    fn ea_inode_value(&self, owner: &Inode, inum: u32, size: usize) -> Result<(Vec<u8>, u32), Error> {
+        if inum == owner.ino || u64::from(inum) > self.layout.inodes_count || inum < self.first_ino() {
+            return Err(corrupt(format!("inode {} xattr", owner.ino), format!("value inode {inum}")));
+        }
         let ea = self.inode(inum)?;
         if ea.flags & crate::inode::FLAG_EA_INODE == 0 || ea.size != size as u64 {
             return Err(corrupt(
@@ -176,7 +181,7 @@ impl Volume {
                 format!("not an ea_inode of {size} bytes (flags {:#x}, size {})", ea.flags, ea.size),
             ));
         }
-        self.read_all(&ea)
+        Ok((self.read_all(&ea)?, le32(&ea.raw, crate::ea_inode::I_ATIME)))
     }
 }
 

@@ -8,13 +8,15 @@
 //! ext4's compact one. The inode's checksum moves by splice; a rewritten
 //! block's by splice over the bytes that changed.
 
-use crate::error::Error;
+use crate::ea_inode;
+use crate::error::{corrupt, Error};
 use crate::inode::{Inode, FLAG_INLINE_DATA};
 use crate::le::{le16, le32, put16, put32};
 use crate::volume::Volume;
 use crate::write::{encode_time, now, splice_all};
 use crate::xattr::{split, Entry, MAGIC};
 use csumkit::crc32c;
+use csumkit::ext4::Features;
 
 /// What `setxattr` requires of the name's presence (`XATTR_CREATE`,
 /// `XATTR_REPLACE`, or neither).
@@ -34,19 +36,25 @@ fn entry_bytes(e: &Entry) -> usize {
     (16 + e.suffix.len()).next_multiple_of(4)
 }
 
+/// Bytes the value takes beside the entries: none when an inode of its
+/// own holds it.
 fn value_bytes(e: &Entry) -> usize {
+    if e.value_inum != 0 {
+        return 0;
+    }
     e.value.len().next_multiple_of(4)
 }
 
 /// `ext4_xattr_hash_entry`: the name bytes, then the value as
-/// little-endian words (zero padded).
+/// little-endian words (zero padded) — for a value in an inode of its own,
+/// the one word of that inode's hash of it.
 fn entry_hash(e: &Entry) -> u32 {
     let mut hash = 0u32;
     for &c in &e.suffix {
         hash = (hash << 5) ^ (hash >> 27) ^ u32::from(c);
     }
-    let mut padded = e.value.clone();
-    padded.resize(value_bytes(e), 0);
+    let mut padded = if e.value_inum != 0 { e.value_hash.to_le_bytes().to_vec() } else { e.value.clone() };
+    padded.resize(padded.len().next_multiple_of(4), 0);
     for word in padded.chunks_exact(4) {
         hash = (hash << 16) ^ (hash >> 16) ^ le32(word, 0);
     }
@@ -60,13 +68,18 @@ fn lay_out(area: &mut [u8], start: usize, base: usize, entries: &[Entry], hashes
     let (mut at, mut value_end) = (start, area.len());
     let mut out = Vec::with_capacity(entries.len());
     for e in entries {
-        value_end -= value_bytes(e);
-        area[value_end..value_end + e.value.len()].copy_from_slice(&e.value);
-        let hash = if hashes { entry_hash(e) } else { 0 };
+        let in_table = e.value_inum == 0 && !e.value.is_empty();
+        if in_table {
+            value_end -= value_bytes(e);
+            area[value_end..value_end + e.value.len()].copy_from_slice(&e.value);
+        }
+        // An entry naming a value inode is hashed wherever it is (e2fsck
+        // checks it against that inode's hash).
+        let hash = if hashes || e.value_inum != 0 { entry_hash(e) } else { 0 };
         area[at] = e.suffix.len() as u8;
         area[at + 1] = e.index;
-        put16(area, at + 2, if e.value.is_empty() { 0 } else { (value_end - base) as u16 });
-        put32(area, at + 4, 0);
+        put16(area, at + 2, if in_table { (value_end - base) as u16 } else { 0 });
+        put32(area, at + 4, e.value_inum);
         put32(area, at + 8, e.value.len() as u32);
         put32(area, at + 12, hash);
         area[at + 16..at + 16 + e.suffix.len()].copy_from_slice(&e.suffix);
@@ -74,6 +87,28 @@ fn lay_out(area: &mut [u8], start: usize, base: usize, entries: &[Entry], hashes
         at += entry_bytes(e);
     }
     out
+}
+
+/// Which entries go in the inode (after its magic, as far as they fit, in
+/// order) and which in its block (sorted by index, name length, name, as
+/// the kernel keeps them); `None` when the block cannot hold the rest.
+fn place(inode: &Inode, block_size: usize, entries: Vec<Entry>) -> Option<(Vec<Entry>, Vec<Entry>)> {
+    let region = inode.raw.len() - 128 - inode.extra_isize();
+    // Magic, entries, their values and the 4-byte end of the table.
+    let (mut in_inode, mut in_block) = (Vec::new(), Vec::new());
+    let mut used = 4 + 4;
+    for e in entries {
+        let need = entry_bytes(&e) + value_bytes(&e);
+        if in_block.is_empty() && used + need <= region {
+            used += need;
+            in_inode.push(e);
+        } else {
+            in_block.push(e);
+        }
+    }
+    in_block.sort_by(|a, b| (a.index, a.suffix.len(), &a.suffix).cmp(&(b.index, b.suffix.len(), &b.suffix)));
+    let block_need: usize = 32 + 4 + in_block.iter().map(|e| entry_bytes(e) + value_bytes(e)).sum::<usize>();
+    (block_need <= block_size).then_some((in_inode, in_block))
 }
 
 /// VFS ACL encoding (version 2, 8-byte entries) to ext4's (version 1;
@@ -111,7 +146,10 @@ impl Volume {
             return Err(Error::NameTooLong(name.into()));
         }
         let value = if matches!(index, 2 | 3) { acl_from_vfs(value)? } else { value.to_vec() };
-        if value.len() + 32 + 20 + suffix.len() > self.layout.block_size as usize {
+        let bs = self.layout.block_size as usize;
+        let value_inodes = self.layout.features.incompat & Features::INCOMPAT_EA_INODE != 0;
+        let limit = if value_inodes { ea_inode::VALUE_BYTES_MAX } else { bs - 32 - 20 - suffix.len() };
+        if value.len() > limit {
             return Err(Error::Io {
                 context: format!("xattr {name}"),
                 source: std::io::Error::from_raw_os_error(libc::E2BIG),
@@ -124,12 +162,30 @@ impl Volume {
             (None, XattrMode::Replace) => return Err(Error::NoData(name.into())),
             _ => {}
         }
-        let new = Entry { index, suffix: suffix.to_vec(), value, value_inum: 0 };
-        match found {
-            Some(i) => entries[i] = new,
-            None => entries.push(new),
+        let mut new = Entry { index, suffix: suffix.to_vec(), value, value_inum: 0, value_hash: 0 };
+        let at = found.unwrap_or(entries.len());
+        if found.is_some() {
+            entries[at] = new.clone();
+        } else {
+            entries.push(new.clone());
         }
-        self.store_xattrs(&inode, entries)
+        // As the kernel: a large value goes to an inode of its own at once,
+        // a smaller one when the inode and its block cannot hold it.
+        let large = ea_inode::large_value(bs, new.value.len());
+        if !value_inodes || !(large || place(&inode, bs, entries.clone()).is_none()) {
+            return self.store_xattrs(&inode, entries);
+        }
+        let value_inode = self.create_value_inode(&inode, &new.value)?;
+        new.value_inum = value_inode;
+        new.value_hash = self.value_hash(&new.value);
+        entries[at] = new;
+        let stored = self.store_xattrs(&inode, entries);
+        if stored.is_err() {
+            // Named by nothing: it goes again.
+            let orphan = self.inode(value_inode)?;
+            self.release(orphan)?;
+        }
+        stored
     }
 
     /// Removes xattr `name` of inode `ino`.
@@ -157,10 +213,10 @@ impl Volume {
             return Err(Error::Unsupported { feature: "128-byte inodes", remedy: "no room for in-inode xattrs" });
         }
         let entries = self.entries(inode)?;
-        if entries.iter().any(|e| e.value_inum != 0) {
+        if entries.iter().any(|e| e.value_inum != 0 && e.value_hash != self.value_hash(&e.value)) {
             return Err(Error::Unsupported {
-                feature: "ea_inode",
-                remedy: "changing the xattrs of a file with a value in an inode of its own is not implemented",
+                feature: "Lustre-style ea_inode",
+                remedy: "a value inode without the value's hash (written by Lustre) is not changed here",
             });
         }
         Ok(entries)
@@ -171,41 +227,43 @@ impl Volume {
     pub(crate) fn store_xattrs(&mut self, inode: &Inode, entries: Vec<Entry>) -> Result<Inode, Error> {
         let bs = self.layout.block_size as usize;
         let region = inode.raw.len() - 128 - inode.extra_isize();
-        // Magic, entries, their values and the 4-byte end of the table.
-        let (mut in_inode, mut in_block) = (Vec::new(), Vec::new());
-        let mut used = 4 + 4;
-        for e in entries {
-            let need = entry_bytes(&e) + value_bytes(&e);
-            if in_block.is_empty() && used + need <= region {
-                used += need;
-                in_inode.push(e);
-            } else {
-                in_block.push(e);
-            }
-        }
-        // The kernel keeps block entries sorted by index, name length, name.
-        in_block.sort_by(|a, b| (a.index, a.suffix.len(), &a.suffix).cmp(&(b.index, b.suffix.len(), &b.suffix)));
-        let block_need: usize = 32 + 4 + in_block.iter().map(|e| entry_bytes(e) + value_bytes(e)).sum::<usize>();
-        if block_need > bs {
+        let charge = |v: &Self, list: &[Entry]| -> u64 {
+            list.iter().filter(|e| e.value_inum != 0).map(|e| v.value_charge(e.value.len())).sum()
+        };
+        let old_charge = charge(self, &self.entries(inode)?);
+        let new_charge = charge(self, &entries);
+        let Some((in_inode, in_block)) = place(inode, bs, entries) else {
             return Err(Error::Io {
                 context: format!("inode {} xattrs", inode.ino),
                 source: std::io::Error::from_raw_os_error(libc::ENOSPC),
             });
-        }
+        };
+        // Value inodes named before by what this inode owns (its body, and
+        // its block unless shared — a shared block keeps its references
+        // while it lives; dropping it frees them with it).
+        let mut named_before = self.value_inodes_in_body(inode);
         let old_block = inode.file_acl;
         let shared = old_block != 0 && {
             let b = self.block(old_block, &|| format!("inode {} xattr block", inode.ino))?;
             le32(b, 4) > 1
         };
         let mut block_no = old_block;
-        let mut sectors = inode.blocks;
+        let mut sectors = (inode.blocks + new_charge).checked_sub(old_charge).ok_or_else(|| {
+            corrupt(format!("inode {}", inode.ino), format!("i_blocks {} below its values' {old_charge}", inode.blocks))
+        })?;
         if in_block.is_empty() || shared {
             if old_block != 0 {
                 self.drop_xattr_block(inode)?;
                 sectors -= bs as u64 / 512;
             }
             block_no = 0;
+        } else if old_block != 0 {
+            let block = self.block(old_block, &|| format!("inode {} xattr block", inode.ino))?;
+            named_before.extend(ea_inode::value_inodes(block, 32));
         }
+        let named_after: Vec<u32> =
+            in_inode.iter().chain(&in_block).map(|e| e.value_inum).filter(|&i| i != 0).collect();
+        self.move_value_refs(&named_before, &named_after)?;
         if !in_block.is_empty() {
             let mut block = vec![0u8; bs];
             put32(&mut block, 0, MAGIC);

@@ -184,7 +184,7 @@ fn an_image_fills_to_its_last_free_block_again_and_again() {
 /// A file unlinked while held is on the on-media orphan list until its last
 /// unhold: e2fsck -fn on an image synced meanwhile (a crash with open
 /// unlinked files) names the list's head as the kernel's list would be
-/// named; a later writable open frees them (`release_chained_orphans`, as
+/// named; a later writable open frees them (`release_orphans_left`, as
 /// the kernel at mount), and e2fsck -fn is clean.
 #[test]
 fn a_held_unlinked_file_is_on_the_orphan_list_until_released() {
@@ -217,7 +217,7 @@ fn a_held_unlinked_file_is_on_the_orphan_list_until_released() {
         eprintln!("SKIPPED the kernel's orphan cleanup: mount -o loop refused");
     }
     let mut v = open(&path);
-    assert_eq!(v.release_chained_orphans().unwrap(), 2);
+    assert_eq!(v.release_orphans_left().unwrap(), 2);
     assert_eq!(v.statfs().free_blocks, free);
     v.sync().unwrap();
     drop(v);
@@ -228,7 +228,7 @@ fn a_held_unlinked_file_is_on_the_orphan_list_until_released() {
     v.hold(f);
     v.unlink(ROOT, b"h").unwrap();
     v.unhold(f).unwrap();
-    assert_eq!(v.release_chained_orphans().unwrap(), 0);
+    assert_eq!(v.release_orphans_left().unwrap(), 0);
     v.sync().unwrap();
     drop(v);
     assert_clean(&path, "an orphan released at its last unhold");

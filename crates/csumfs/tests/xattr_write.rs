@@ -167,3 +167,156 @@ fn a_block_shared_by_three_kernel_made_files_is_copied_not_changed() {
     v.sync().unwrap();
     assert_clean(&image, "copying a shared block, dropping a reference");
 }
+
+/// `len` bytes of a pattern that differs per `seed` (so no two values are
+/// the same and the kernel shares none).
+fn pattern(seed: u8, len: usize) -> Vec<u8> {
+    (0..len).map(|i| seed.wrapping_add((i * 7 % 251) as u8)).collect()
+}
+
+#[test]
+fn values_in_inodes_of_their_own_are_counted_charged_and_freed_as_e2fsck_expects() {
+    if !have_e2fsprogs() {
+        return;
+    }
+    let scratch = Scratch::new("xattr-ea-inode");
+    let image = scratch.0.join("ea.img");
+    common::mke2fs_with(&image, "4096", "64M", &["-O", "ea_inode"]);
+    let mut v = Volume::open(&image, Options { write: true, check_updates: true, ..Options::default() }).unwrap();
+    let file = NewInode { mode: 0o100_644, uid: 1000, gid: 100 };
+    let empty = v.statfs().free_inodes;
+    let mut model: BTreeMap<&str, BTreeMap<String, Vec<u8>>> = BTreeMap::new();
+
+    // A value past a block less 56 bytes goes to an inode of its own; the
+    // file is charged its two blocks.
+    let big = v.create(ROOT, b"big", file).unwrap().ino;
+    let attrs = model.entry("big").or_default();
+    v.setxattr(big, "user.v6000", &pattern(1, 6000), XattrMode::Create).unwrap();
+    attrs.insert("user.v6000".into(), pattern(1, 6000));
+    assert_eq!(v.statfs().free_inodes, empty - 2, "the file and its value's inode");
+    assert_eq!(v.inode(big).unwrap().blocks, 16, "charged 2 blocks for the value");
+    assert_clean(&image, "a 6000-byte value");
+    v.setxattr(big, "user.max", &pattern(2, 65536), XattrMode::Create).unwrap();
+    attrs.insert("user.max".into(), pattern(2, 65536));
+    let errno = |e: Error| e.errno();
+    assert_eq!(errno(v.setxattr(big, "user.over", &[0; 65537], XattrMode::Create).unwrap_err()), libc::E2BIG);
+    v.setxattr(big, "user.small", b"hi", XattrMode::Create).unwrap();
+    attrs.insert("user.small".into(), b"hi".to_vec());
+    // 3000 bytes fit a block: the first goes there, the second does not
+    // fit beside it and gets an inode of its own.
+    v.setxattr(big, "user.a3000", &pattern(3, 3000), XattrMode::Create).unwrap();
+    attrs.insert("user.a3000".into(), pattern(3, 3000));
+    assert_ne!(v.inode(big).unwrap().file_acl, 0);
+    assert_eq!(v.statfs().free_inodes, empty - 3);
+    v.setxattr(big, "user.b3000", &pattern(4, 3000), XattrMode::Create).unwrap();
+    attrs.insert("user.b3000".into(), pattern(4, 3000));
+    assert_eq!(v.statfs().free_inodes, empty - 4, "the second 3000 bytes in an inode of their own");
+    assert_eq!(v.xattrs(&v.inode(big).unwrap()).unwrap().len(), 5);
+    assert_clean(&image, "values in the inode, the block and inodes of their own");
+
+    // Replaced by a small value: its inode is freed; by another large one:
+    // a new inode, the old one freed.
+    v.setxattr(big, "user.v6000", b"now small", XattrMode::Replace).unwrap();
+    attrs.insert("user.v6000".into(), b"now small".to_vec());
+    assert_eq!(v.statfs().free_inodes, empty - 3);
+    v.setxattr(big, "user.max", &pattern(5, 40_000), XattrMode::Replace).unwrap();
+    attrs.insert("user.max".into(), pattern(5, 40_000));
+    assert_eq!(v.statfs().free_inodes, empty - 3);
+    assert_clean(&image, "large values replaced");
+    v.removexattr(big, "user.b3000").unwrap();
+    attrs.remove("user.b3000");
+    assert_eq!(v.statfs().free_inodes, empty - 2);
+    assert_clean(&image, "a value inode's entry removed");
+
+    // A second file: its value inode goes with its last link.
+    let gone = v.create(ROOT, b"gone", file).unwrap().ino;
+    v.setxattr(gone, "trusted.x", &pattern(6, 10_000), XattrMode::Create).unwrap();
+    assert_eq!(v.statfs().free_inodes, empty - 4);
+    v.unlink(ROOT, b"gone").unwrap();
+    assert_eq!(v.statfs().free_inodes, empty - 2, "the file and its value inode freed");
+    v.sync().unwrap();
+    assert_clean(&image, "a file with a value inode unlinked");
+    for (name, want) in &model {
+        let inode = v.resolve(&format!("/{name}")).unwrap();
+        assert_eq!(&v.xattrs(&inode).unwrap().into_iter().collect::<BTreeMap<_, _>>(), want, "csumfs: {name}");
+    }
+    drop(v);
+
+    let mnt = scratch.0.join("mnt");
+    with_kernel_mount(&image, &mnt, || {
+        for (name, want) in &model {
+            assert_eq!(&kernel_xattrs(&mnt.join(name)), want, "kernel: xattrs of {name}");
+        }
+    });
+}
+
+#[test]
+fn a_value_inode_the_kernel_shares_between_two_files_lives_until_its_last_entry_goes() {
+    if !have_e2fsprogs() {
+        return;
+    }
+    let scratch = Scratch::new("xattr-ea-shared");
+    let image = scratch.0.join("ea.img");
+    common::mke2fs_with(&image, "4096", "64M", &["-O", "ea_inode"]);
+    // The kernel writes the two files; with the same value it shares one
+    // value inode between them (its mbcache finds it), counting 2.
+    let mnt = scratch.0.join("mnt");
+    std::fs::create_dir_all(&mnt).unwrap();
+    let mounted = Command::new("mount").args(["-t", "ext4", "-o", "loop"]).arg(&image).arg(&mnt).output().unwrap();
+    if !mounted.status.success() {
+        assert!(std::env::var_os("CI").is_none(), "CI runs as root: {}", String::from_utf8_lossy(&mounted.stderr));
+        eprintln!("SKIPPED kernel-shared value inode: {}", String::from_utf8_lossy(&mounted.stderr).trim());
+        return;
+    }
+    let value = pattern(9, 9000);
+    for name in ["one", "two"] {
+        let path = mnt.join(name);
+        std::fs::write(&path, b"data").unwrap();
+        let c = CString::new(path.as_os_str().as_bytes()).unwrap();
+        // SAFETY: valid path, name and value buffer.
+        let rc = unsafe { libc::setxattr(c.as_ptr(), c"user.same".as_ptr(), value.as_ptr().cast(), value.len(), 0) };
+        assert_eq!(rc, 0, "setxattr: {}", std::io::Error::last_os_error());
+    }
+    assert!(Command::new("umount").arg(&mnt).status().unwrap().success());
+    assert_clean(&image, "the kernel's two files");
+
+    let mut v = Volume::open(&image, Options { write: true, check_updates: true, ..Options::default() }).unwrap();
+    let before = v.statfs().free_inodes;
+    let one = v.resolve("/one").unwrap().ino;
+    v.removexattr(one, "user.same").unwrap();
+    assert_eq!(v.statfs().free_inodes, before, "the value inode is still named by /two");
+    v.sync().unwrap();
+    assert_clean(&image, "one of two entries removed");
+    let two = v.inode(v.resolve("/two").unwrap().ino).unwrap();
+    assert_eq!(v.getxattr(&two, "user.same").unwrap(), value);
+    v.unlink(ROOT, b"two").unwrap();
+    assert_eq!(v.statfs().free_inodes, before + 2, "/two and, with its last entry, the value inode");
+    v.sync().unwrap();
+    assert_clean(&image, "the last entry gone with its file");
+}
+
+#[test]
+fn a_kernel_made_value_inode_is_kept_through_a_new_entry_and_freed_with_its_own() {
+    if !have_e2fsprogs() {
+        return;
+    }
+    let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("../csumkit/tests/data/ext4/eainode-4k.img.gz");
+    let scratch = Scratch::new("xattr-ea-corpus");
+    let image = scratch.0.join("ea.img");
+    let out = Command::new("gzip").arg("-dc").arg(&corpus).output().unwrap();
+    assert!(out.status.success());
+    std::fs::write(&image, out.stdout).unwrap();
+    let mut v = Volume::open(&image, Options { write: true, check_updates: true, ..Options::default() }).unwrap();
+    let tiny = v.resolve("/tiny").unwrap();
+    let huge = v.getxattr(&tiny, "user.huge").unwrap();
+    assert_eq!(huge, vec![b'h'; 6000], "the kernel's 6000-byte value");
+    let free = v.statfs().free_inodes;
+    v.setxattr(tiny.ino, "user.more", b"beside it", XattrMode::Create).unwrap();
+    v.sync().unwrap();
+    assert_clean(&image, "an entry added beside the kernel's value inode");
+    assert_eq!(v.getxattr(&v.inode(tiny.ino).unwrap(), "user.huge").unwrap(), huge);
+    v.removexattr(tiny.ino, "user.huge").unwrap();
+    assert_eq!(v.statfs().free_inodes, free + 1, "its value inode freed");
+    v.sync().unwrap();
+    assert_clean(&image, "the kernel's value inode freed with its entry");
+}

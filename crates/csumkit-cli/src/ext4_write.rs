@@ -70,8 +70,10 @@ pub struct RmArgs {
 }
 
 fn open_rw(image: &Path) -> Result<Volume, Error> {
-    let volume = Volume::open(image, Options { write: true, ..Options::default() })?;
+    let mut volume = Volume::open(image, Options { write: true, ..Options::default() })?;
     crate::integrity::forget_unkept(image, false, false, "csumkit ext4").map_err(Error::Invalid)?;
+    // As the kernel at mount: orphans a stopped writer left go first.
+    crate::mount::free_orphans_left(&mut volume, image).map_err(Error::Invalid)?;
     Ok(volume)
 }
 

@@ -215,16 +215,21 @@ pub fn run(args: &MountArgs) -> ExitCode {
     serve(volume, image, mountpoint, &parsed.mount)
 }
 
-/// Frees the inodes a stopped process left on the orphan list (unlinked
-/// while open), as the kernel does at mount; says so on stderr.
+/// Finishes the orphans a stopped mount or kernel left (files unlinked
+/// while open: on the orphan list or in the orphan file), as the kernel
+/// does at mount; says so on stderr.
 pub(crate) fn free_orphans_left(volume: &mut Volume, image: &Path) -> Result<(), String> {
     volume.begin();
-    let freed = volume.release_chained_orphans();
+    let freed = volume.release_orphans_left();
     volume.end(freed.is_ok()).map_err(|e| format!("{}: {e}", image.display()))?;
     match freed {
         Ok(0) => Ok(()),
         Ok(n) => {
-            eprintln!("csumkit: {}: freed {n} inodes a stopped mount left unlinked but open", image.display());
+            let what = if n == 1 { "an inode" } else { "inodes" };
+            eprintln!(
+                "csumkit: {}: freed {what} left unlinked but open by a stopped mount or kernel ({n})",
+                image.display()
+            );
             Ok(())
         }
         Err(e) => Err(format!("{}: orphan list: {e}", image.display())),
