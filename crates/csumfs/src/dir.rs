@@ -81,7 +81,21 @@ impl Volume {
             }
             return Err(Error::NotFound(shown()));
         }
-        self.read_dir(dir)?.into_iter().find(|e| e.name == name).ok_or_else(|| Error::NotFound(shown()))
+        if dir.flags & FLAG_INLINE_DATA != 0 {
+            return self.read_dir(dir)?.into_iter().find(|e| e.name == name).ok_or_else(|| Error::NotFound(shown()));
+        }
+        // A linear directory: each leaf scanned in place, up to the name.
+        let bs = self.layout.block_size as usize;
+        for run in self.runs(dir)? {
+            for physical in run.physical..run.physical + run.len {
+                let block = self.block(physical, &|| format!("directory {} block {physical}", dir.ino))?;
+                self.verify_leaf(dir, physical, block)?;
+                if let Some(found) = find_entry(&block[..bs - 12], dir.ino, name)? {
+                    return Ok(found);
+                }
+            }
+        }
+        Err(Error::NotFound(shown()))
     }
 
     /// The inode at `path` (absolute; symlinks are not followed).
@@ -111,8 +125,18 @@ impl Volume {
         if !has_tail {
             return Err(corrupt(format!("directory {} block {physical}", dir.ino), "no checksum tail"));
         }
+        let key = (physical, dir.csum_seed);
+        if self.verified_leaves.lock().expect("verified leaves").contains(&key) {
+            return Ok(());
+        }
         let computed = crc32c::raw_update(dir.csum_seed, &block[..bs - 12]);
-        self.verify(&|| format!("directory {} block {physical}", dir.ino), le32(tail, 8), computed)
+        self.verify(&|| format!("directory {} block {physical}", dir.ino), le32(tail, 8), computed)?;
+        let mut verified = self.verified_leaves.lock().expect("verified leaves");
+        if verified.len() >= VERIFIED_LEAVES_MAX {
+            verified.clear();
+        }
+        verified.insert(key);
+        Ok(())
     }
 
     /// Walks the index from the root to the leaf that holds `name`'s hash
@@ -173,9 +197,7 @@ impl Volume {
             let p = physical(leaf)?;
             let block = self.block(p, &what)?;
             self.verify_leaf(dir, p, block)?;
-            let mut entries = Vec::new();
-            parse_entries(&block[..bs as usize - 12], dir.ino, &mut entries)?;
-            if let Some(found) = entries.into_iter().find(|e| e.name == name) {
+            if let Some(found) = find_entry(&block[..bs as usize - 12], dir.ino, name)? {
                 return Ok(Some(found));
             }
             // A collision run continues into the next leaf when the next
@@ -211,8 +233,34 @@ pub(crate) fn is_index_block(block: &[u8], logical: u64, bs: u64) -> bool {
     logical == 0 || le32(block, 0) == 0 && rec_len(le16(block, 4)) == bs
 }
 
+/// Leaves remembered as verified; past this many the memory starts again.
+const VERIFIED_LEAVES_MAX: usize = 1 << 20;
+
 /// Live entries (inode not 0) of a run of dirents.
 fn parse_entries(area: &[u8], dir: u32, out: &mut Vec<DirEntry>) -> Result<(), Error> {
+    each_entry(area, dir, |ino, name, file_type| {
+        out.push(DirEntry { name: name.to_vec(), ino, file_type });
+        false
+    })
+    .map(|_| ())
+}
+
+/// The live entry `name` of a run of dirents, found in place.
+fn find_entry(area: &[u8], dir: u32, name: &[u8]) -> Result<Option<DirEntry>, Error> {
+    let mut found = None;
+    each_entry(area, dir, |ino, entry, file_type| {
+        let hit = entry == name;
+        if hit {
+            found = Some(DirEntry { name: name.to_vec(), ino, file_type });
+        }
+        hit
+    })?;
+    Ok(found)
+}
+
+/// Calls `visit(ino, name, file_type)` for each live entry of a run of
+/// dirents, every record checked, until it returns true; whether it did.
+fn each_entry(area: &[u8], dir: u32, mut visit: impl FnMut(u32, &[u8], u8) -> bool) -> Result<bool, Error> {
     let mut at = 0usize;
     while at + 8 <= area.len() {
         let ino = le32(area, at);
@@ -226,9 +274,11 @@ fn parse_entries(area: &[u8], dir: u32, out: &mut Vec<DirEntry>) -> Result<(), E
             let name = area
                 .get(at + 8..at + 8 + name_len)
                 .ok_or_else(|| corrupt(format!("directory {dir}"), format!("entry at {at}: name overruns")))?;
-            out.push(DirEntry { name: name.to_vec(), ino, file_type: area[at + 7] });
+            if visit(ino, name, area[at + 7]) {
+                return Ok(true);
+            }
         }
         at += rec_len;
     }
-    Ok(())
+    Ok(false)
 }

@@ -118,6 +118,10 @@ pub struct Volume {
     pub(crate) hash: crate::hash::HashSetup,
     /// Per-inode xattr name filters (seed 003), built on first use.
     pub(crate) filters: Mutex<HashMap<u32, csumkit::xattr_filter::Filter>>,
+    /// Directory leaf blocks whose checksum has been verified, as
+    /// (block, directory's seed): not verified again on every lookup (the
+    /// kernel's `buffer_verified`). Every write of one keeps it valid.
+    pub(crate) verified_leaves: Mutex<std::collections::HashSet<(u64, u32)>>,
     pub(crate) stats: Stats,
     /// Open handles per inode ([`Volume::hold`]).
     pub(crate) holds: HashMap<u32, u32>,
@@ -217,6 +221,7 @@ impl Volume {
             layout,
             options,
             filters: Mutex::new(HashMap::new()),
+            verified_leaves: Mutex::new(std::collections::HashSet::new()),
             free_space: HashMap::new(),
             free_inodes: HashMap::new(),
             stats: Stats::default(),

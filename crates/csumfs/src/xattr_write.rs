@@ -326,6 +326,7 @@ impl Volume {
         let seed = self.layout.csum_seed;
         let crc = self.updated(
             "xattr block",
+            old_m.len(),
             || splice_all(le32(&old, 0x10), old_m.len(), &old_m, &new_m),
             || crc32c::raw_update(seed, &new_m),
         );

@@ -16,7 +16,7 @@ fn a_large_sparse_image_is_logged_synced_and_checkpointed() {
     let scratch = Scratch::new("logged");
     let image = scratch.0.join("img");
     let log = scratch.0.join("img.bytelog");
-    mke2fs_with(&image, "65536", "40G", &["-g", "524288"]);
+    mke2fs_with(&image, "65536", "40G", &["-g", "65528"]);
     let (mut volume, replayed) = Volume::open_logged(&image, &log, 1 << 20, Options::default(), None).unwrap();
     assert_eq!(replayed.commits, 0);
     let file = volume.create(ROOT, b"f", NewInode { mode: 0o100_644, uid: 0, gid: 0 }).unwrap();

@@ -788,7 +788,9 @@ fn bench_ext4_quick_prints_its_table() {
     let out = csumkit(&["bench", "ext4", "--quick", "--files", "40", "--dir", dir.to_str().unwrap()], None);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
-    for row in ["|  4 KiB |        32768 |", "| 64 KiB |       524288 |", "fallocate 128 KiB"] {
+    for row in
+        ["|  1 KiB |         8192 |", "|  4 KiB |        32768 |", "| 64 KiB |        65528 |", "fallocate 128 KiB"]
+    {
         assert!(text.contains(row), "{row}: {text}");
     }
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "scratch images removed");

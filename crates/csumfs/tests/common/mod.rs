@@ -51,7 +51,7 @@ pub fn mke2fs(path: &Path, block_size: &str, size: &str) {
     mke2fs_with(path, block_size, size, &[]);
 }
 
-/// [`mke2fs`] with more of its options (`-g 524288`, …).
+/// [`mke2fs`] with more of its options (`-g 65528`, …).
 pub fn mke2fs_with(path: &Path, block_size: &str, size: &str, extra: &[&str]) {
     let out = Command::new(tool("mke2fs").unwrap())
         .args(["-q", "-F", "-t", "ext4", "-O", "metadata_csum,^has_journal", "-b", block_size])
