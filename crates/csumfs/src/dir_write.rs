@@ -32,15 +32,24 @@ fn record(len: usize) -> usize {
     (8 + len).next_multiple_of(4)
 }
 
+/// Entries change only in directories with blocks: every caller converts an
+/// inline directory first (`extent_mapped_dir`), so one reaching a block
+/// edit is a bug here, refused rather than written through.
+pub(crate) fn not_inline(dir: &Inode) -> Result<(), Error> {
+    debug_assert!(dir.flags & FLAG_INLINE_DATA == 0, "directory {} still inline", dir.ino);
+    if dir.flags & FLAG_INLINE_DATA != 0 {
+        return Err(Error::Invalid(format!(
+            "directory {} is still inline where its blocks change (a csumfs bug)",
+            dir.ino
+        )));
+    }
+    Ok(())
+}
+
 impl Volume {
     /// Adds the entry `name` → `ino` to directory `dir`.
     pub(crate) fn add_entry(&mut self, dir: &Inode, name: &[u8], ino: u32, file_type: u8) -> Result<(), Error> {
-        if dir.flags & FLAG_INLINE_DATA != 0 {
-            return Err(Error::Unsupported {
-                feature: "inline directory",
-                remedy: "adding entries to inline directories is not implemented in csumfs yet",
-            });
-        }
+        crate::dir_write::not_inline(dir)?;
         if dir.flags & FLAG_INDEX != 0 {
             return self.add_indexed_entry(dir, name, ino, file_type);
         }

@@ -5,7 +5,7 @@
 //! patched the same way, and the two parents' link counts follow.
 
 use crate::error::Error;
-use crate::inode::{Inode, FLAG_EXTENTS, FLAG_INDEX, FLAG_INLINE_DATA, ROOT};
+use crate::inode::{Inode, FLAG_EXTENTS, FLAG_INDEX, ROOT};
 use crate::volume::Volume;
 use crate::write::{encode_time, file_type, le16, le32, now, put16, put32, Fill, NewInode};
 
@@ -208,12 +208,7 @@ impl Volume {
     /// Points the entry `name` of `dir` at another inode (and type): eight
     /// bytes patched in the leaf, its checksum spliced.
     fn set_entry(&mut self, dir: &Inode, name: &[u8], ino: u32, ft: u8) -> Result<(), Error> {
-        if dir.flags & FLAG_INLINE_DATA != 0 {
-            return Err(Error::Unsupported {
-                feature: "inline directory",
-                remedy: "changing entries of inline directories is not implemented in csumfs yet",
-            });
-        }
+        crate::dir_write::not_inline(dir)?;
         let bs = self.layout.block_size as usize;
         for run in self.runs(dir)? {
             for k in 0..run.len {

@@ -139,12 +139,7 @@ impl Volume {
 
     /// Takes `name`'s entry out of its leaf block.
     pub(crate) fn remove_entry(&mut self, dir: &Inode, name: &[u8]) -> Result<(), Error> {
-        if dir.flags & FLAG_INLINE_DATA != 0 {
-            return Err(Error::Unsupported {
-                feature: "inline directory",
-                remedy: "removing entries from inline directories is not implemented in csumfs yet",
-            });
-        }
+        crate::dir_write::not_inline(dir)?;
         let bs = self.layout.block_size as usize;
         for run in self.runs(dir)? {
             for k in 0..run.len {
