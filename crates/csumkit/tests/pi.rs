@@ -908,3 +908,56 @@ fn bit_rot_flips_exactly_the_bit_it_names_in_either_layout() {
     assert!(dev.read(3, &mut [0u8; 512], None, &Io::pract()).is_err(), "no longer reads as a deallocated block");
     std::fs::remove_file(path).unwrap();
 }
+
+/// The owner tag a split device's user keeps survives reopening and is
+/// cleared by `clear_split_owner_tag`; deallocating forgets every block's
+/// PI (the file back to a header and escapes, its length exact) until the
+/// block is written again; a metadata path that cannot be opened for a
+/// reason other than absence is an error, not "no PI here".
+#[test]
+fn a_split_devices_owner_tag_and_deallocation_survive_reopening() {
+    let (dev, data, metadata) = split_device("owner", "4096+8", GuardSize::Crc16, 16, 0);
+    let p = *dev.protection().unwrap();
+    assert_eq!(dev.owner_tag().unwrap(), [0u8; pi::OWNER_TAG_BYTES], "never set: zeros");
+    let tag: [u8; pi::OWNER_TAG_BYTES] = std::array::from_fn(|i| (i * 37 % 251) as u8 + 1);
+    dev.set_owner_tag(&tag).unwrap();
+    drop(dev);
+    let (dev, _) = Device::open_split(&data, &metadata, p).unwrap();
+    assert_eq!(dev.owner_tag().unwrap(), tag, "kept across reopening");
+    drop(dev);
+    assert!(pi::clear_split_owner_tag(&metadata).unwrap(), "a metadata file was there");
+    let (dev, _) = Device::open_split(&data, &metadata, p).unwrap();
+    assert_eq!(dev.owner_tag().unwrap(), [0u8; pi::OWNER_TAG_BYTES], "cleared");
+    assert!(!pi::clear_split_owner_tag(&temp_path("owner-absent.pi")).unwrap(), "nothing there");
+
+    // Every block written with PI; rot in block 15 is caught; deallocated,
+    // the block reads unchecked and the file is a header and escapes.
+    let pract = Io::pract();
+    let db = dev.lba_format().data_bytes();
+    let content: Vec<u8> = (0..16 * db).map(|i| (i * 13 % 253) as u8).collect();
+    dev.write(0, &content, None, &pract).unwrap();
+    dev.inject(Fault::BitRot { lba: 15, bit: 3 }).unwrap();
+    let mut block = vec![0u8; db];
+    assert!(dev.read(15, &mut block, None, &pract).is_err(), "rot caught while the PI is kept");
+    dev.deallocate_all().unwrap();
+    assert_eq!(std::fs::metadata(&metadata).unwrap().len(), 4096 + 16 * 8, "a header, then 8 bytes per block");
+    dev.read(15, &mut block, None, &pract).unwrap();
+    let mut rotted = content[15 * db..].to_vec();
+    rotted[0] ^= 1 << 3;
+    assert_eq!(block, rotted, "unchecked: the data file's bytes");
+    dev.write(15, &content[15 * db..], None, &pract).unwrap();
+    dev.inject(Fault::BitRot { lba: 15, bit: 3 }).unwrap();
+    assert!(dev.read(15, &mut block, None, &pract).is_err(), "written again: checked again");
+    drop(dev);
+
+    let (interleaved, path) = device("owner-interleaved", PiType::Type1, "512+8", 4);
+    assert_eq!(interleaved.owner_tag().unwrap(), [0u8; pi::OWNER_TAG_BYTES]);
+    assert!(matches!(interleaved.set_owner_tag(&tag), Err(Error::Invalid { .. })));
+    std::fs::remove_file(path).unwrap();
+
+    assert_eq!(pi::split_protection(&temp_path("owner-absent.pi")).unwrap(), None, "absent: no PI");
+    let under_a_file = data.join("sub.pi"); // a path through a regular file: ENOTDIR
+    assert!(matches!(pi::split_protection(&under_a_file), Err(Error::Io { .. })), "not absent: an error");
+    std::fs::remove_file(&data).unwrap();
+    std::fs::remove_file(&metadata).unwrap();
+}
