@@ -357,7 +357,21 @@ pub(crate) fn commit(sums: &mut Option<DataSums>, stats: &Stats) -> Result<(), E
     Ok(())
 }
 
+/// New checksums past which a commit writes the tree to the sidecar
+/// instead of logging them: 4 KiB of them fill one log record, and each
+/// record is made durable on its own (one flush each), where the tree's
+/// commit costs two flushes whatever it holds.
+const LOGGED_SUMS_MAX: usize = 4 * 1016;
+
 impl DataSums {
+    /// Whether the next commit should write the tree to the sidecar rather
+    /// than log the checksum changes: many of them, and none a forgotten
+    /// checksum (a block freed by metadata the log has not committed yet
+    /// must keep its checksum until that commit).
+    pub(crate) fn commits_tree_instead(&self) -> bool {
+        self.logged.as_ref().is_some_and(|l| l.len() > LOGGED_SUMS_MAX && l.values().all(Option::is_some))
+    }
+
     /// The checksum changes a ByteLog commit carries; the blocks written
     /// before it leave the intent list (their checksums are in the log).
     pub(crate) fn take_logged(&mut self) -> Result<Vec<(u64, Option<u32>)>, Error> {

@@ -437,6 +437,17 @@ impl Redo {
             return Ok(true);
         }
         let ranges = merged(&self.pending);
+        if sums.as_ref().is_some_and(DataSums::commits_tree_instead) {
+            // Many new checksums (a large sequential write): the tree goes
+            // to the sidecar now, its own two flushes, instead of hundreds of
+            // log records each made durable on its own. The image's data is
+            // durable already (above), so the sidecar never names data the
+            // image lacks.
+            crate::datasum::commit(sums, stats)?;
+            if let Some(logged) = sums.as_mut().and_then(|s| s.logged.as_mut()) {
+                logged.clear();
+            }
+        }
         let changes = match sums {
             Some(sums) => sums.take_logged()?,
             None => Vec::new(),
