@@ -7,29 +7,13 @@
 
 mod common;
 
-use common::{assert_clean, e2fsck_clean, have_e2fsprogs, tool, with_kernel_mount, Scratch};
+use common::{assert_clean, e2fsck_clean, have_e2fsprogs, kernel_mount_with, tool, with_kernel_mount, Scratch};
 use csumfs::{Options, Volume};
-use std::io::Write;
 use std::path::Path;
 use std::process::Command;
 
 fn run(program: &str, args: &[&str], dir: &Path) -> std::process::Output {
     Command::new(program).args(args).current_dir(dir).output().unwrap()
-}
-
-/// Mounts `image` read-write at `mnt` with the kernel; `false` (after a
-/// visible skip line; a failure in CI, which runs as root) if refused.
-fn mount_rw(image: &Path, mnt: &Path) -> bool {
-    std::fs::create_dir_all(mnt).unwrap();
-    let out = Command::new("mount").args(["-t", "ext4", "-o", "loop"]).arg(image).arg(mnt).output().unwrap();
-    if out.status.success() {
-        return true;
-    }
-    let why = String::from_utf8_lossy(&out.stderr).trim().to_string();
-    assert!(std::env::var_os("CI").is_none(), "CI runs as root: mount refused: {why}");
-    let test = std::thread::current().name().unwrap_or("a test").to_string();
-    let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {why}");
-    false
 }
 
 #[test]
@@ -48,7 +32,7 @@ fn orphans_in_the_kernels_orphan_file_are_freed_and_the_flag_cleared() {
         .unwrap();
     assert!(out.status.success(), "mke2fs: {}", String::from_utf8_lossy(&out.stderr));
     let mnt = dir.join("mnt");
-    if !mount_rw(&image, &mnt) {
+    if !kernel_mount_with(&image, &mnt, "loop") {
         return;
     }
     let kept: Vec<u8> = (0..10_000u32).map(|i| (i * 31 % 251) as u8).collect();

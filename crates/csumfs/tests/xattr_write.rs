@@ -32,6 +32,15 @@ fn kernel_xattrs(path: &Path) -> BTreeMap<String, Vec<u8>> {
     out
 }
 
+/// The kernel (a read-only loop mount) reads exactly `model`'s xattrs.
+fn kernel_reads(image: &Path, mnt: &Path, model: &BTreeMap<&str, BTreeMap<String, Vec<u8>>>) {
+    with_kernel_mount(image, mnt, || {
+        for (name, want) in model {
+            assert_eq!(&kernel_xattrs(&mnt.join(name)), want, "kernel: xattrs of {name}");
+        }
+    });
+}
+
 /// An ACL in the VFS encoding: (tag, perm, id) entries.
 fn vfs_acl(entries: &[(u16, u16, u32)]) -> Vec<u8> {
     let mut out = 2u32.to_le_bytes().to_vec();
@@ -131,12 +140,7 @@ fn xattrs_set_and_removed_are_what_e2fsck_and_the_kernel_expect() {
     assert_clean(&image, "ACLs");
     drop(v);
 
-    let mnt = scratch.0.join("mnt");
-    with_kernel_mount(&image, &mnt, || {
-        for (name, want) in &model {
-            assert_eq!(&kernel_xattrs(&mnt.join(name)), want, "kernel: xattrs of {name}");
-        }
-    });
+    kernel_reads(&image, &scratch.0.join("mnt"), &model);
 }
 #[test]
 fn a_block_shared_by_three_kernel_made_files_is_copied_not_changed() {
@@ -242,12 +246,7 @@ fn values_in_inodes_of_their_own_are_counted_charged_and_freed_as_e2fsck_expects
     }
     drop(v);
 
-    let mnt = scratch.0.join("mnt");
-    with_kernel_mount(&image, &mnt, || {
-        for (name, want) in &model {
-            assert_eq!(&kernel_xattrs(&mnt.join(name)), want, "kernel: xattrs of {name}");
-        }
-    });
+    kernel_reads(&image, &scratch.0.join("mnt"), &model);
 }
 
 #[test]
@@ -261,11 +260,7 @@ fn a_value_inode_the_kernel_shares_between_two_files_lives_until_its_last_entry_
     // The kernel writes the two files; with the same value it shares one
     // value inode between them (its mbcache finds it), counting 2.
     let mnt = scratch.0.join("mnt");
-    std::fs::create_dir_all(&mnt).unwrap();
-    let mounted = Command::new("mount").args(["-t", "ext4", "-o", "loop"]).arg(&image).arg(&mnt).output().unwrap();
-    if !mounted.status.success() {
-        assert!(std::env::var_os("CI").is_none(), "CI runs as root: {}", String::from_utf8_lossy(&mounted.stderr));
-        eprintln!("SKIPPED kernel-shared value inode: {}", String::from_utf8_lossy(&mounted.stderr).trim());
+    if !common::kernel_mount_with(&image, &mnt, "loop") {
         return;
     }
     let value = pattern(9, 9000);

@@ -77,32 +77,44 @@ impl Probe {
             return;
         }
         self.report.borrow_mut().points += 1;
-        let dirty = self.sim.dirty_lines();
-        let subsets: Vec<Vec<usize>> = if dirty.len() <= ALL_SUBSETS_MAX_LINES {
-            (0..1u32 << dirty.len())
-                .map(|m| dirty.iter().enumerate().filter(|(i, _)| m & (1 << i) != 0).map(|(_, &l)| l).collect())
-                .collect()
-        } else {
-            (0..RANDOM_SUBSETS).map(|_| dirty.iter().copied().filter(|_| self.rng.next() & 1 == 1).collect()).collect()
-        };
-        for subset in subsets {
-            let mut variants = vec![None];
-            for &line in &subset {
-                for _ in 0..TORN_MASKS_PER_LINE {
-                    variants.push(Some((line, (self.rng.next() as u8) | 1)));
-                }
-            }
-            for torn in variants {
-                let image = self.sim.crash_image(&subset, torn);
-                self.report.borrow_mut().states += 1;
-                if let Err(why) = check(&self.model.borrow(), image) {
-                    *self.failure.borrow_mut() =
-                        Some(format!("crash after event {}, lines {subset:?} torn {torn:?}: {why}", self.sim.events));
-                    return;
-                }
+        for (subset, torn) in crash_states(&self.sim.dirty_lines(), &mut self.rng) {
+            let image = self.sim.crash_image(&subset, torn);
+            self.report.borrow_mut().states += 1;
+            if let Err(why) = check(&self.model.borrow(), image) {
+                *self.failure.borrow_mut() =
+                    Some(format!("crash after event {}, lines {subset:?} torn {torn:?}: {why}", self.sim.events));
+                return;
             }
         }
     }
+}
+
+/// The crash states of one crash point: each subset of the `dirty` lines
+/// reaching the medium (every subset of up to [`ALL_SUBSETS_MAX_LINES`],
+/// else [`RANDOM_SUBSETS`] random ones), each whole and with each of its
+/// lines torn by [`TORN_MASKS_PER_LINE`] random nonzero 8-byte-word masks.
+type CrashState = (Vec<usize>, Option<(usize, u8)>);
+
+fn crash_states(dirty: &[usize], rng: &mut Rng) -> Vec<CrashState> {
+    let subsets: Vec<Vec<usize>> = if dirty.len() <= ALL_SUBSETS_MAX_LINES {
+        (0..1u32 << dirty.len())
+            .map(|m| dirty.iter().enumerate().filter(|(i, _)| m & (1 << i) != 0).map(|(_, &l)| l).collect())
+            .collect()
+    } else {
+        (0..RANDOM_SUBSETS).map(|_| dirty.iter().copied().filter(|_| rng.next() & 1 == 1).collect()).collect()
+    };
+    let mut states = Vec::new();
+    for subset in subsets {
+        let mut torn = Vec::new();
+        for &line in &subset {
+            for _ in 0..TORN_MASKS_PER_LINE {
+                torn.push(Some((line, (rng.next() as u8) | 1)));
+            }
+        }
+        states.push((subset.clone(), None));
+        states.extend(torn.into_iter().map(|t| (subset.clone(), t)));
+    }
+    states
 }
 
 impl Medium for Probe {
@@ -319,5 +331,71 @@ mod tests {
         let mut unreadable = image;
         unreadable[0] ^= 1; // the superblock
         assert!(check(&model, unreadable).unwrap_err().contains("replay failed"));
+    }
+
+    /// The harness's generator is Marsaglia's xorshift64 (13, 7, 17): the
+    /// subsets and tears it picks are the ones a seed names.
+    #[test]
+    fn the_generator_is_xorshift64() {
+        let reference = |x: u64| {
+            let x = x ^ x.wrapping_shl(13);
+            let x = x ^ x.wrapping_shr(7);
+            x ^ x.wrapping_shl(17)
+        };
+        let (mut rng, mut x) = (Rng(0x9E37_79B9_7F4A_7C15), 0x9E37_79B9_7F4A_7C15u64);
+        assert_eq!(Rng(1).next(), 1_082_269_761);
+        for _ in 0..1000 {
+            x = reference(x);
+            assert_eq!(rng.next(), x);
+        }
+    }
+
+    /// A few dirty lines: every subset, each whole and torn twice per line
+    /// with an odd (nonzero) mask; many: 64 random subsets, neither all
+    /// empty nor all full nor all alike.
+    #[test]
+    fn crash_states_cover_every_subset_of_few_dirty_lines_and_sample_many() {
+        let mut rng = Rng(7);
+        let states = crash_states(&[3, 5, 9], &mut rng);
+        let subsets: std::collections::BTreeSet<Vec<usize>> = states.iter().map(|(s, _)| s.clone()).collect();
+        let want: std::collections::BTreeSet<Vec<usize>> = (0..8u32)
+            .map(|m| [3, 5, 9].iter().enumerate().filter(|(i, _)| m >> i & 1 == 1).map(|(_, &l)| l).collect())
+            .collect();
+        assert_eq!(subsets, want, "every subset of the dirty lines");
+        assert_eq!(states.len(), 8 + 2 * 12, "one whole and two torn states per line of each subset");
+        for subset in &want {
+            let torn: Vec<_> = states.iter().filter(|(s, _)| s == subset).map(|(_, t)| *t).collect();
+            assert_eq!(torn.iter().filter(|t| t.is_none()).count(), 1);
+            for &line in subset {
+                let masks: Vec<u8> = torn.iter().flatten().filter(|(l, _)| *l == line).map(|(_, m)| *m).collect();
+                assert_eq!(masks.len(), 2, "line {line} of {subset:?}");
+                assert!(masks.iter().all(|m| m & 1 == 1), "a torn line keeps at least its first word: {masks:?}");
+            }
+        }
+        let masks: std::collections::BTreeSet<u8> = states.iter().filter_map(|(_, t)| t.map(|(_, m)| m)).collect();
+        assert!(masks.len() > 8, "masks vary: {masks:?}");
+
+        let dirty: Vec<usize> = (0..20).collect();
+        let states = crash_states(&dirty, &mut rng);
+        let subsets: Vec<&Vec<usize>> = states.iter().filter(|(_, t)| t.is_none()).map(|(s, _)| s).collect();
+        assert_eq!(subsets.len(), RANDOM_SUBSETS);
+        let sizes: Vec<usize> = subsets.iter().map(|s| s.len()).collect();
+        assert!(sizes.iter().all(|&n| n < 20) && sizes.iter().any(|&n| n > 0), "{sizes:?}");
+        let mean = sizes.iter().sum::<usize>() as f64 / sizes.len() as f64;
+        assert!((6.0..14.0).contains(&mean), "about half the lines each: {mean}");
+        let distinct: std::collections::BTreeSet<_> = subsets.iter().collect();
+        assert!(distinct.len() > 60, "{} distinct subsets of 64", distinct.len());
+    }
+
+    /// Crash points are counted (each gives at least one state); nothing is
+    /// crashed while the log is formatted, and the run stops at its cap.
+    #[test]
+    fn crash_points_are_counted_only_once_armed_and_the_run_stops_at_its_cap() {
+        let empty = run(0, 1, 30_000).unwrap();
+        assert_eq!((empty.points, empty.states), (0, 0), "formatting is not a commit");
+        let small = run(20, 1, 1_000_000).unwrap();
+        assert!(small.points > 0 && small.points <= small.states, "{small:?}");
+        let capped = run(2000, 1, 500).unwrap();
+        assert!(capped.states >= 500 && capped.records < small.records * 100, "{capped:?}");
     }
 }
