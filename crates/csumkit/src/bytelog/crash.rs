@@ -328,6 +328,16 @@ mod tests {
         let mut never = Model { acked: model.acked.clone(), ..Model::default() };
         never.acked.remove(&3);
         assert!(check(&never, image.clone()).unwrap_err().contains("never committed"));
+        // Truncated through record 1: replaying it is wrong even though
+        // its bytes are right.
+        let through_one = Model { acked: model.acked.clone(), truncated: 1, ..Model::default() };
+        assert!(check(&through_one, image.clone()).unwrap_err().contains("record 1 was truncated but replayed"));
+        // The record in flight may come back only as the last, and only if
+        // nothing after it was acknowledged.
+        let mut later = Model { acked: model.acked.clone(), ..Model::default() };
+        later.in_flight = later.acked.remove(&3);
+        later.acked.insert(5, vec![5]);
+        assert!(check(&later, image.clone()).unwrap_err().contains("record 3 was never committed"));
         let mut unreadable = image;
         unreadable[0] ^= 1; // the superblock
         assert!(check(&model, unreadable).unwrap_err().contains("replay failed"));
