@@ -48,6 +48,10 @@ struct Model {
 struct Rng(u64);
 
 impl Rng {
+    /// A generator from `seed`; xorshift's state must never be zero.
+    fn new(seed: u64) -> Rng {
+        Rng(seed | 1)
+    }
     fn next(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
@@ -225,13 +229,13 @@ pub fn run_with(config: Config) -> Result<CrashReport, Error> {
     let probe = Probe {
         sim: SimMedium::new((super::format::RING_OFFSET + ring_bytes) as usize),
         model: model.clone(),
-        rng: Rng(seed | 1),
+        rng: Rng::new(seed),
         report: report.clone(),
         failure: failure.clone(),
         states_max,
         armed: armed.clone(),
     };
-    let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let mut rng = Rng::new(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
     let mut log = ByteLog::format(probe, 1)?;
     if let Some(bytes) = anchor_every {
         log.set_anchor_interval(bytes);
@@ -354,6 +358,7 @@ mod tests {
         };
         let (mut rng, mut x) = (Rng(0x9E37_79B9_7F4A_7C15), 0x9E37_79B9_7F4A_7C15u64);
         assert_eq!(Rng(1).next(), 1_082_269_761);
+        assert!((0..8).all(|seed| Rng::new(seed).next() != 0), "no seed gives the stuck zero state");
         for _ in 0..1000 {
             x = reference(x);
             assert_eq!(rng.next(), x);
@@ -405,6 +410,9 @@ mod tests {
         assert_eq!((empty.points, empty.states), (0, 0), "formatting is not a commit");
         let small = run(20, 1, 1_000_000).unwrap();
         assert!(small.points > 0 && small.points <= small.states, "{small:?}");
+        // A seed names one run; another seed, another run.
+        assert_eq!(run(40, 1, 1_000_000).unwrap(), run(40, 1, 1_000_000).unwrap());
+        assert_ne!(run(40, 1, 1_000_000).unwrap(), run(40, 2, 1_000_000).unwrap());
         // Capped at one state: the first crash point runs whole, no other.
         let capped = run(2000, 1, 1).unwrap();
         assert_eq!(capped.points, 1, "{capped:?}");
