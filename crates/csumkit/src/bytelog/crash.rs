@@ -34,6 +34,15 @@ pub struct CrashReport {
     pub records: u64,
     /// Times the ring wrapped.
     pub wraps: u64,
+    /// Truncations through a chosen record the workload made.
+    pub truncations: u64,
+    /// Checkpoints (the whole log emptied) the workload chose (not the
+    /// ones a full log forced).
+    pub checkpoints: u64,
+    /// Records holding several TLVs.
+    pub batches: u64,
+    /// Payload bytes of the records committed.
+    pub payload_bytes: u64,
 }
 
 /// What the workload has been told so far.
@@ -260,6 +269,13 @@ pub fn run_with(config: Config) -> Result<CrashReport, Error> {
                 Some(seq) => log.truncate(seq)?,
                 None => log.checkpoint()?,
             }
+            let mut r = report.borrow_mut();
+            if through.is_some() {
+                r.truncations += 1;
+            } else {
+                r.checkpoints += 1;
+            }
+            drop(r);
             let mut m = model.borrow_mut();
             m.truncated = m.truncating.take().expect("set above");
             continue;
@@ -286,8 +302,11 @@ pub fn run_with(config: Config) -> Result<CrashReport, Error> {
         };
         let mut m = model.borrow_mut();
         m.in_flight = None;
+        let mut r = report.borrow_mut();
+        r.records += 1;
+        r.batches += u64::from(count > 1);
+        r.payload_bytes += payload.len() as u64;
         m.acked.insert(seq, payload);
-        report.borrow_mut().records += 1;
     }
     // Wrap markers take sequence numbers of their own.
     let wraps = log.next_seq() - 1 - report.borrow().records;
@@ -400,6 +419,22 @@ mod tests {
         assert!((6.0..14.0).contains(&mean), "about half the lines each: {mean}");
         let distinct: std::collections::BTreeSet<_> = subsets.iter().collect();
         assert!(distinct.len() > 60, "{} distinct subsets of 64", distinct.len());
+    }
+
+    /// The default workload is the mix the harness claims: single records
+    /// and batches of 24–64-byte values, truncations through a record and
+    /// checkpoints, and a ring that wraps.
+    #[test]
+    fn the_default_workload_mixes_what_it_claims() {
+        let r = run(200, 1, u64::MAX).unwrap();
+        assert!(r.wraps >= 1, "{r:?}");
+        assert!((3..=20).contains(&r.truncations) && (2..=12).contains(&r.checkpoints), "{r:?}");
+        assert!((15..=70).contains(&r.batches), "{r:?}");
+        let singles = r.records - r.batches;
+        // A single record: 24–64 value bytes and its TLV header; a batch of
+        // 2–16 of them.
+        let mean = r.payload_bytes / r.records;
+        assert!(singles > r.batches && (40..=200).contains(&mean), "{r:?}");
     }
 
     /// Crash points are counted (each gives at least one state); nothing is
