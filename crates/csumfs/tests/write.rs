@@ -263,9 +263,7 @@ fn removing_from_kernel_made_images_keeps_them_clean() {
         .collect();
     names.sort();
     for name in names {
-        let image = scratch.0.join(format!("{name}.img"));
-        let out = Command::new("gzip").arg("-dc").arg(corpus.join(format!("{name}.img.gz"))).output().unwrap();
-        std::fs::write(&image, &out.stdout).unwrap();
+        let image = common::corpus_image(&name, &scratch.0);
         let options = Options { write: true, check_updates: true, ..Options::default() };
         let mut volume = match Volume::open(&image, options) {
             Ok(v) => v,

@@ -147,12 +147,8 @@ fn a_block_shared_by_three_kernel_made_files_is_copied_not_changed() {
     if !have_e2fsprogs() {
         return;
     }
-    let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("../csumkit/tests/data/ext4/4k.img.gz");
     let scratch = Scratch::new("xattr-shared");
-    let image = scratch.0.join("4k.img");
-    let out = Command::new("gzip").arg("-dc").arg(&corpus).output().unwrap();
-    assert!(out.status.success());
-    std::fs::write(&image, out.stdout).unwrap();
+    let image = common::corpus_image("4k", &scratch.0);
     let mut v = Volume::open(&image, Options { write: true, check_updates: true, ..Options::default() }).unwrap();
     let shared: Vec<_> = ["/shared-1", "/shared-2", "/shared-3"].iter().map(|p| v.resolve(p).unwrap()).collect();
     assert!(shared.iter().all(|i| i.file_acl == shared[0].file_acl && i.file_acl != 0), "the kernel shared one block");
@@ -295,12 +291,8 @@ fn a_kernel_made_value_inode_is_kept_through_a_new_entry_and_freed_with_its_own(
     if !have_e2fsprogs() {
         return;
     }
-    let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("../csumkit/tests/data/ext4/eainode-4k.img.gz");
     let scratch = Scratch::new("xattr-ea-corpus");
-    let image = scratch.0.join("ea.img");
-    let out = Command::new("gzip").arg("-dc").arg(&corpus).output().unwrap();
-    assert!(out.status.success());
-    std::fs::write(&image, out.stdout).unwrap();
+    let image = common::corpus_image("eainode-4k", &scratch.0);
     let mut v = Volume::open(&image, Options { write: true, check_updates: true, ..Options::default() }).unwrap();
     let tiny = v.resolve("/tiny").unwrap();
     let huge = v.getxattr(&tiny, "user.huge").unwrap();

@@ -46,6 +46,17 @@ impl Drop for Scratch {
     }
 }
 
+/// The kernel-made corpus image `name` (`csumkit/tests/data/ext4/NAME.img.gz`)
+/// unpacked into `dir`; its path.
+pub fn corpus_image(name: &str, dir: &Path) -> PathBuf {
+    let packed = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../csumkit/tests/data/ext4/{name}.img.gz"));
+    let out = Command::new("gzip").arg("-dc").arg(&packed).output().unwrap();
+    assert!(out.status.success(), "gzip -dc {}", packed.display());
+    let image = dir.join(format!("{name}.img"));
+    std::fs::write(&image, out.stdout).unwrap();
+    image
+}
+
 /// A fresh ext4 image at `path` (metadata_csum, no journal).
 pub fn mke2fs(path: &Path, block_size: &str, size: &str) {
     mke2fs_with(path, block_size, size, &[]);
