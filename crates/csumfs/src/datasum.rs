@@ -51,15 +51,14 @@ pub(crate) struct DataSums {
     pub(crate) logged: Option<std::collections::BTreeMap<u64, Option<u32>>>,
 }
 
-/// Tree nodes at 4 KiB slots of the sidecar; the superblock slot is
-/// written between two `fdatasync`s, so it never points at nodes that are
-/// not yet durable.
+/// Tree nodes at 4 KiB slots of the sidecar; the tree's flushes are
+/// `fdatasync`s (its superblock never names nodes that are not durable).
 struct FileStore {
     file: File,
 }
 
-/// Node slot of the tree's superblock (slots before it are the header:
-/// the identity, then the intent list).
+/// Node slot where the tree's area starts (its two superblock slots; the
+/// slots before are the header: the identity, then the intent list).
 const TREE_START: u64 = 16;
 /// Where the intent list's count and runs are in the header.
 const INTENT_COUNT_AT: u64 = 48;
@@ -70,14 +69,12 @@ const INTENT_RUNS: usize = ((TREE_START as usize * NODE_BYTES) - INTENT_AT as us
 impl NodeStore for FileStore {
     fn write(&mut self, location: u64, node: &[u8; NODE_BYTES]) -> Result<(), csumkit::Error> {
         let io = |e: std::io::Error| csumkit::Error::Io { context: "checksum sidecar".into(), source: e };
-        if location == TREE_START {
-            self.file.sync_data().map_err(io)?;
-        }
-        self.file.write_all_at(node, location * NODE_BYTES as u64).map_err(io)?;
-        if location == TREE_START {
-            self.file.sync_data().map_err(io)?;
-        }
-        Ok(())
+        self.file.write_all_at(node, location * NODE_BYTES as u64).map_err(io)
+    }
+
+    fn flush(&mut self) -> Result<(), csumkit::Error> {
+        let io = |e: std::io::Error| csumkit::Error::Io { context: "checksum sidecar".into(), source: e };
+        self.file.sync_data().map_err(io)
     }
 
     fn read(&mut self, location: u64, node: &mut [u8; NODE_BYTES]) -> Result<(), csumkit::Error> {
