@@ -193,6 +193,55 @@ proptest! {
         }
         let listed: Vec<_> = pi::verify_each(&p, &buf, &tags, Checks::ALL).collect::<Result<_, _>>().unwrap();
         prop_assert_eq!(listed.len(), 1);
+        // The same blocks as DIX (data and metadata apart): the same verdict.
+        let (db, ext) = (p.lba().data_bytes(), p.lba().extended_bytes());
+        let data: Vec<u8> = buf.chunks_exact(ext).flat_map(|b| b[..db].to_vec()).collect();
+        let metadata: Vec<u8> = buf.chunks_exact(ext).flat_map(|b| b[db..].to_vec()).collect();
+        match pi::verify_separate(&p, &data, &metadata, &tags, Checks::ALL) {
+            Err(Error::PiCheck(f)) => prop_assert_eq!((f.block, f.field), (block as u64, PiField::Guard)),
+            other => prop_assert!(false, "DIX: expected a guard failure, got {:?}", other),
+        }
+    }
+}
+
+#[test]
+fn escapes_are_counted_where_the_tuple_is() {
+    // PI last in 16 bytes of metadata: the tuple starts 8 bytes in.
+    for location in [PiLocation::Last, PiLocation::First] {
+        let p = protection(GuardSize::Crc16, PiType::Type1, 0, "512+16", location);
+        let mut buf = bytes(8, 5 * 528);
+        pi::generate(&p, &mut buf, &Tags::for_lba(0)).unwrap();
+        assert_eq!(pi::count_escapes(&p, &buf), 0, "{location:?}");
+        for block in [1, 3, 4] {
+            set_tuple(&p, &mut buf, block, |t| t.app_tag = 0xFFFF);
+        }
+        assert_eq!(pi::count_escapes(&p, &buf), 3, "{location:?}");
+        assert_eq!(pi::count_escapes(&p, &buf[..4 * 528 + 100]), 2, "{location:?}: a partial block is not counted");
+        let metadata: Vec<u8> = buf.chunks_exact(528).flat_map(|b| b[512..].to_vec()).collect();
+        assert_eq!(pi::count_escapes_separate(&p, &metadata), 3, "{location:?}");
+    }
+}
+
+#[test]
+fn checks_anything_says_whether_any_field_is_compared() {
+    let format = p_any(); // type 1, 8-bit storage tag
+    let none = Checks { guard: false, app_tag: false, ref_tag: false, storage_tag: false, ..Checks::ALL };
+    let tags = Tags { app_tag_mask: 0xFFFF, storage_tag_mask: 0xFF, ..Tags::for_lba(0) };
+    let type3 = protection(GuardSize::Crc64, PiType::Type3, 8, "4096+24", PiLocation::Last).format();
+    let cases = [
+        (format, tags, none, false),
+        (format, tags, Checks { guard: true, ..none }, true),
+        (format, tags, Checks { app_tag: true, ..none }, true),
+        (format, Tags { app_tag_mask: 0, ..tags }, Checks { app_tag: true, ..none }, false),
+        (format, tags, Checks { app_tag: true, order: Order::Kernel, ..none }, false),
+        (format, tags, Checks { ref_tag: true, ..none }, true),
+        (type3, tags, Checks { ref_tag: true, ..none }, false),
+        (format, tags, Checks { storage_tag: true, ..none }, true),
+        (format, Tags { storage_tag_mask: 0x100, ..tags }, Checks { storage_tag: true, ..none }, false),
+        (format, tags, Checks { storage_tag: true, order: Order::Kernel, ..none }, false),
+    ];
+    for (i, (format, tags, checks, want)) in cases.into_iter().enumerate() {
+        assert_eq!(pi::checks_anything(format, &tags, checks), want, "case {i}");
     }
 }
 
@@ -384,6 +433,12 @@ fn remap_moves_matching_tags_only() {
     assert_eq!(dix_md, buf.chunks_exact(520).flat_map(|b| b[512..].to_vec()).collect::<Vec<_>>());
     let t3 = protection(GuardSize::Crc16, PiType::Type3, 0, "512+8", PiLocation::Last);
     assert_eq!(pi::remap_ref_tags(&t3, &mut buf, 0, 1).unwrap(), 0, "type 3 tags are never remapped");
+    // PI last in 16 bytes of metadata: the tags are 8 bytes into it.
+    let wide = protection(GuardSize::Crc16, PiType::Type1, 0, "512+16", PiLocation::Last);
+    let mut buf = bytes(4, 3 * 528);
+    pi::generate(&wide, &mut buf, &Tags::for_lba(10)).unwrap();
+    assert_eq!(pi::remap_ref_tags(&wide, &mut buf, 10, 70).unwrap(), 3);
+    pi::verify(&wide, &buf, &Tags::for_lba(70), Checks::ALL).unwrap();
 }
 
 #[test]
