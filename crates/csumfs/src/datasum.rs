@@ -7,14 +7,17 @@
 //! verifies every file offline.
 //!
 //! Data is written in place, so between two commits a block's recorded
-//! checksum can be older than its data. Before a run of blocks is written
-//! it goes on an intent list in the sidecar's header (one `pwrite`,
-//! adjacent runs merged); a commit empties the list. When the process dies
-//! in between, the next open forgets the checksums of the listed blocks
-//! (they read unverified until rewritten) instead of failing good data.
-//! A power cut can lose the list (nothing orders its page before the
-//! data's on disk): a block written after the last commit may then read
-//! as `EIO` until rewritten.
+//! checksum can be older than its data. Before blocks whose checksum may
+//! be durable (they have one, or lost it since the last commit) are
+//! written in place, the 1 MiB regions around them go on an intent list in
+//! the sidecar's header, made durable (`fdatasync`) before the data write
+//! is issued — the page cache may write the data back at any moment after
+//! it; a region already listed costs nothing, and blocks without a
+//! checksum (new files) need no entry. A commit empties the list. When the
+//! process dies or the power fails in between, the next open forgets the
+//! checksum of each listed block whose data no longer matches it (it reads
+//! unverified until rewritten) instead of failing good data, and keeps the
+//! others.
 //!
 //! The sidecar's first bytes hold what ties it to the image: the image's
 //! UUID, its last mount and write times and its lifetime writes
@@ -24,6 +27,7 @@
 
 use crate::error::Error;
 use crate::inode::Inode;
+use crate::ranges::RangeSet;
 use crate::stats::Stats;
 use crate::volume::Volume;
 use csumkit::crc32c;
@@ -49,7 +53,14 @@ pub(crate) struct DataSums {
     /// commit, which carries them; the tree itself is committed at
     /// checkpoints.
     pub(crate) logged: Option<std::collections::BTreeMap<u64, Option<u32>>>,
+    /// Blocks whose checksum was forgotten (freed) since the last commit:
+    /// the durable tree or log may still hold it.
+    freed: RangeSet,
 }
+
+/// The span an intent-list entry covers at least: random overwrites into
+/// a region already listed need no new entry (and no flush).
+const INTENT_REGION_BYTES: u64 = 1 << 20;
 
 /// Tree nodes at 4 KiB slots of the sidecar; the tree's flushes are
 /// `fdatasync`s (its superblock never names nodes that are not durable).
@@ -95,6 +106,12 @@ impl FileStore {
             self.file.write_all_at(&count.to_le_bytes(), INTENT_COUNT_AT).map_err(io)?;
         }
         Ok(())
+    }
+
+    /// Makes the intent list durable before the data it announces.
+    fn flush_intent(&mut self) -> Result<(), Error> {
+        let io = |source| Error::Io { context: "checksum sidecar intent list".into(), source };
+        self.file.sync_data().map_err(io)
     }
 
     fn clear_intent(&mut self) -> Result<(), Error> {
@@ -204,48 +221,76 @@ impl Volume {
         let mut runs = vec![0u8; count * 16];
         store.file.read_exact_at(&mut runs, INTENT_AT).map_err(io)?;
         let mut forgotten = 0;
+        let bs = self.layout.block_size as usize;
         for run in runs.chunks_exact(16) {
             let (start, len) = (le64(run, 0), le64(run, 8));
             for b in start..start.saturating_add(len).min(blocks) {
+                let Some(want) = tree.get(b) else { continue };
+                // A block the write never reached (or left as it was)
+                // still matches: its checksum stands.
+                let data = self.map.get(b as usize * bs..(b as usize + 1) * bs);
+                if data.is_some_and(|d| crc32c::checksum(d) == want) {
+                    continue;
+                }
                 tree.remove(b);
                 forgotten += 1;
             }
         }
         let logged = self.redo.is_some().then(std::collections::BTreeMap::new);
-        let dirty = forgotten > 0 || !replayed.is_empty();
-        self.datasums = Some(DataSums { tree, store, dirty, intent: Vec::new(), logged });
-        if forgotten > 0 && write {
-            eprintln!(
-                "csumfs: {}: {forgotten} blocks were being written when csumfs stopped; their checksums are forgotten",
-                path.display()
-            );
+        let dirty = count > 0 || !replayed.is_empty();
+        let freed = RangeSet::default();
+        self.datasums = Some(DataSums { tree, store, dirty, intent: Vec::new(), logged, freed });
+        if count > 0 && write {
+            if forgotten > 0 {
+                eprintln!(
+                    "csumfs: {}: {forgotten} blocks were being written when csumfs stopped and no longer match \
+                     their checksums; those are forgotten (the blocks read unverified until rewritten)",
+                    path.display()
+                );
+            }
             self.commit_data_checksums()?;
         }
         Ok(true)
     }
 
-    /// Records, before they are written, that data blocks `start..start +
-    /// len` are about to change (merged with the last run when adjacent);
-    /// a full list is emptied by a commit first.
+    /// Records, before they are written in place, that data blocks
+    /// `start..start + len` are about to change — when any of them has a
+    /// checksum that may be durable: the 1 MiB regions around them go on
+    /// the intent list (merged with the last entry when adjacent), which is
+    /// made durable before this returns. A full list is emptied by a commit
+    /// first.
     pub(crate) fn data_will_write(&mut self, start: u64, len: u64) -> Result<(), Error> {
+        let region = (INTENT_REGION_BYTES / self.layout.block_size).max(1);
+        let blocks = self.layout.blocks_count;
         let Some(sums) = &mut self.datasums else { return Ok(()) };
+        // A block with no checksum anywhere reads unverified whatever
+        // reaches the disk: nothing to announce.
+        if !(start..start + len).any(|b| sums.tree.get(b).is_some() || sums.freed.contains(b as usize)) {
+            return Ok(());
+        }
+        let (start, end) = (start / region * region, ((start + len).div_ceil(region) * region).min(blocks));
+        if sums.intent.iter().any(|&(s, l)| s <= start && end <= s + l) {
+            return Ok(());
+        }
+        let i = sums.intent.len().wrapping_sub(1);
         if let Some(last) = sums.intent.last_mut() {
-            if last.0 <= start && start + len <= last.0 + last.1 {
-                return Ok(());
-            }
-            if last.0 + last.1 == start {
-                last.1 += len;
-                let (i, run) = (sums.intent.len() - 1, *sums.intent.last().expect("non-empty"));
-                return sums.store.write_intent(i, run, None);
+            if last.0 <= start && start <= last.0 + last.1 {
+                last.1 = end - last.0; // not covered: `end` is past the entry's
+                let run = *last;
+                sums.store.write_intent(i, run, None)?;
+                Stats::bump(&self.stats.datasum_intent_flushes);
+                return sums.store.flush_intent();
             }
         }
         if sums.intent.len() == INTENT_RUNS {
             self.sync()?;
         }
         let sums = self.datasums.as_mut().expect("checked above");
-        sums.intent.push((start, len));
+        sums.intent.push((start, end - start));
         let i = sums.intent.len() - 1;
-        sums.store.write_intent(i, (start, len), Some(sums.intent.len() as u64))
+        sums.store.write_intent(i, (start, end - start), Some(sums.intent.len() as u64))?;
+        Stats::bump(&self.stats.datasum_intent_flushes);
+        sums.store.flush_intent()
     }
 
     /// Records the checksum of data block `physical` as it is now.
@@ -305,6 +350,7 @@ impl Volume {
                     continue;
                 }
                 sums.tree.remove(b);
+                sums.freed.insert(b as usize, b as usize + 1);
                 if let Some(logged) = &mut sums.logged {
                     logged.insert(b, None);
                 }
@@ -346,6 +392,7 @@ pub(crate) fn commit(sums: &mut Option<DataSums>, stats: &Stats) -> Result<(), E
             let wrote = sums.tree.commit(&mut sums.store)?;
             sums.dirty = false;
             sums.intent.clear();
+            sums.freed.clear();
             sums.store.clear_intent()?;
             Stats::bump(&stats.datasum_commits);
             Stats::add(&stats.datasum_commit_bytes, wrote.bytes);
@@ -374,6 +421,7 @@ impl DataSums {
     pub(crate) fn take_logged(&mut self) -> Result<Vec<(u64, Option<u32>)>, Error> {
         let Some(logged) = &mut self.logged else { return Ok(Vec::new()) };
         let changes: Vec<_> = std::mem::take(logged).into_iter().collect();
+        self.freed.clear();
         if !self.intent.is_empty() {
             self.intent.clear();
             self.store.clear_intent()?;

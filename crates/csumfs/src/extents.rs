@@ -166,7 +166,6 @@ impl Volume {
             self.runs(inode)?.into_iter().find(|r| !r.uninit && r.logical <= block && block < r.logical + r.len);
         if let Some(r) = written {
             let physical = r.physical + block - r.logical;
-            self.data_will_write(physical, 1)?;
             self.store_data(physical * bs + from % bs, &vec![0u8; (to - from) as usize])?;
             self.data_written(physical);
         }

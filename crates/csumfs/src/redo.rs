@@ -726,12 +726,15 @@ impl Volume {
             start = end;
         }
         let in_memory = matches!(self.map, Bytes::Owned(_));
+        let bs = self.layout.block_size as usize;
         for (start, end, logged) in pieces {
             let bytes = &new[start - at..end - at];
             if logged {
                 self.store(start as u64, bytes)?;
                 continue;
             }
+            // In place, ahead of the log: announced on the intent list first.
+            self.data_will_write((start / bs) as u64, (end.div_ceil(bs) - start / bs) as u64)?;
             if self.pi.is_some() {
                 self.pi_store_data(start as u64, bytes)?;
             } else {

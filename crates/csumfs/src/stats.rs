@@ -20,6 +20,9 @@ pub struct Stats {
     pub datasum_commits: AtomicU64,
     /// Bytes those commits wrote (nodes and superblock).
     pub datasum_commit_bytes: AtomicU64,
+    /// `fdatasync`s of the sidecar's intent list, each before an in-place
+    /// write over blocks whose checksums may be durable.
+    pub datasum_intent_flushes: AtomicU64,
     /// `getxattr` calls the in-memory name filter answered "absent" without
     /// reading any xattr (seed 003).
     pub filter_hits: AtomicU64,
@@ -66,7 +69,8 @@ impl Stats {
              seed 001 ByteLog: {} metadata commits in {} records, {} bytes persisted ({} per commit), \
              {} checkpoints, {} commits written through\n\
              seed 002 data checksums: {} blocks checksummed on write ({} while their write was under way), \
-             {} verified on read, {} mismatches (EIO), {} carried by ByteLog commits, {} tree commits writing {} bytes\n\
+             {} verified on read, {} mismatches (EIO), {} carried by ByteLog commits, {} tree commits writing {} bytes, \
+             {} intent-list flushes\n\
              seed 003 xattr name filter: {} absent-name lookups answered from the filter, {} searched the xattrs \
              ({} xattr block reads)\n\
              seed 004 PI offload: {}\n",
@@ -85,6 +89,7 @@ impl Stats {
             g(&self.log_datasums),
             g(&self.datasum_commits),
             g(&self.datasum_commit_bytes),
+            g(&self.datasum_intent_flushes),
             g(&self.filter_hits),
             g(&self.xattr_searches),
             g(&self.xattr_block_reads),

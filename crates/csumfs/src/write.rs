@@ -284,7 +284,8 @@ impl Volume {
     }
 
     /// Writes file data `new` at `at` of the image: in place, not logged
-    /// (with a ByteLog, see `store_logged_data`).
+    /// (with a ByteLog, see `store_logged_data`), announced first on the
+    /// data checksums' intent list.
     pub(crate) fn store_data(&mut self, at: u64, new: &[u8]) -> Result<(), Error> {
         if self.redo.is_some() {
             return self.store_logged_data(at as usize, new);
@@ -292,6 +293,8 @@ impl Volume {
         if self.pi.is_some() {
             return self.pi_store_data(at, new);
         }
+        let bs = self.layout.block_size;
+        self.data_will_write(at / bs, (at + new.len() as u64).div_ceil(bs) - at / bs)?;
         let image = self.map.writable().ok_or_else(|| Error::Invalid("the volume was opened read-only".into()))?;
         let at = at as usize;
         image[at..at + new.len()].copy_from_slice(new);
@@ -877,7 +880,6 @@ impl Volume {
             let (from, to) = (start.max(offset), stop.min(end));
             if from < to {
                 let (first_block, end_block) = ((from - start) / bs, (to - start).div_ceil(bs));
-                self.data_will_write(run.physical + first_block, end_block - first_block)?;
                 let bytes = &data[(from - offset) as usize..(to - offset) as usize];
                 // The whole blocks of the piece: checksummed from the bytes
                 // at hand — on a second thread while this one writes them
