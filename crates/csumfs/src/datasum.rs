@@ -416,17 +416,25 @@ impl DataSums {
         self.logged.as_ref().is_some_and(|l| l.len() > LOGGED_SUMS_MAX && l.values().all(Option::is_some))
     }
 
-    /// The checksum changes a ByteLog commit carries; the blocks written
-    /// before it leave the intent list (their checksums are in the log).
-    pub(crate) fn take_logged(&mut self) -> Result<Vec<(u64, Option<u32>)>, Error> {
-        let Some(logged) = &mut self.logged else { return Ok(Vec::new()) };
-        let changes: Vec<_> = std::mem::take(logged).into_iter().collect();
+    /// The checksum changes a ByteLog commit carries (the intent list and
+    /// the freed blocks stay until the commit is durable:
+    /// [`log_committed`](Self::log_committed)).
+    pub(crate) fn take_logged(&mut self) -> Vec<(u64, Option<u32>)> {
+        let Some(logged) = &mut self.logged else { return Vec::new() };
+        std::mem::take(logged).into_iter().collect()
+    }
+
+    /// The ByteLog commit carrying the changes [`take_logged`](Self::take_logged) gave is
+    /// durable: the blocks written before it leave the intent list (their
+    /// checksums are in the log), and blocks freed before it no longer
+    /// have a durable checksum.
+    pub(crate) fn log_committed(&mut self) -> Result<(), Error> {
         self.freed.clear();
         if !self.intent.is_empty() {
             self.intent.clear();
             self.store.clear_intent()?;
         }
-        Ok(changes)
+        Ok(())
     }
 }
 

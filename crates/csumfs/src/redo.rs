@@ -448,10 +448,7 @@ impl Redo {
                 logged.clear();
             }
         }
-        let changes = match sums {
-            Some(sums) => sums.take_logged()?,
-            None => Vec::new(),
-        };
+        let changes = sums.as_mut().map(DataSums::take_logged).unwrap_or_default();
         let records = encode(&ranges, image, &changes);
         // Room for every record plus a wrap marker's worth of waste.
         let need: u64 = records.iter().map(|r| csumkit::bytelog::record_span(r.len())).sum::<u64>()
@@ -465,6 +462,9 @@ impl Redo {
         let last = records.len() - 1;
         for (i, record) in records.iter().enumerate() {
             self.log.append(if i == last { TAG_LAST } else { TAG_PART }, 0, record)?;
+        }
+        if let Some(sums) = sums {
+            sums.log_committed()?;
         }
         Stats::bump(&stats.log_commits);
         Stats::add(&stats.log_commit_bytes, self.log.stats().bytes_persisted - before);
