@@ -812,6 +812,45 @@ mod tests {
     }
 
     #[test]
+    fn the_area_holds_exactly_two_copies_of_the_tree_and_the_slots() {
+        // Leaves of 960, nodes of 169 children: (blocks, nodes per copy).
+        for (blocks, nodes) in [(1, 1), (960, 1), (961, 3), (960 * 169, 170), (960 * 169 + 1, 173)] {
+            assert_eq!(ChecksumTree::area_blocks_for(blocks), 2 * nodes + SUPERBLOCK_SLOTS, "{blocks} blocks");
+        }
+    }
+
+    #[test]
+    fn forgetting_a_block_without_a_checksum_dirties_nothing() {
+        let mut tree = ChecksumTree::new(5000, 0, ChecksumTree::area_blocks_for(5000)).unwrap();
+        tree.update(3, 1);
+        tree.commit(&mut Mem::default()).unwrap();
+        tree.remove(4000);
+        assert_eq!(tree.dirty_leaves(), 0);
+        tree.remove(3);
+        assert_eq!((tree.dirty_leaves(), tree.get(3)), (1, None));
+    }
+
+    #[test]
+    fn a_node_that_checks_but_is_out_of_its_place_is_refused() {
+        // Two full leaves; the second one claims the first one's blocks,
+        // re-sealed so that magic, CRC, level, generation and item count
+        // all check.
+        let blocks = 2 * LEAF_ENTRIES;
+        let area = ChecksumTree::area_blocks_for(blocks);
+        let mut store = Mem::default();
+        let mut tree = ChecksumTree::new(blocks, 0, area).unwrap();
+        tree.update(5, 1);
+        tree.update(LEAF_ENTRIES + 5, 2);
+        tree.commit(&mut store).unwrap();
+        let second = tree.locations[0][1];
+        let node = store.0.get_mut(&second).unwrap();
+        node[16..24].copy_from_slice(&0u64.to_le_bytes());
+        ChecksumTree::seal(node);
+        let err = ChecksumTree::open(&mut store, blocks, 0, area).unwrap_err().to_string();
+        assert!(err.contains("not its place in the tree"), "{err}");
+    }
+
+    #[test]
     fn a_damaged_node_or_another_geometry_is_refused() {
         let mut store = Mem::default();
         let area = ChecksumTree::area_blocks_for(5000);
