@@ -184,9 +184,13 @@ impl ChecksumTree {
                 }
                 for i in 0..items as usize {
                     let at = HEADER_BYTES + CHILD_BYTES * i;
+                    let child_index = index * FANOUT + i as u64;
+                    if le64(&node, at) != child_index * (span / FANOUT) {
+                        return Err(corrupt(location, "a child's first block is not its place in the tree"));
+                    }
                     let child =
                         Child { location: le64(&node, at + 8), level: level - 1, generation: le64(&node, at + 16) };
-                    stack.push((child, index * FANOUT + i as u64));
+                    stack.push((child, child_index));
                 }
             }
         }
@@ -848,6 +852,53 @@ mod tests {
         ChecksumTree::seal(node);
         let err = ChecksumTree::open(&mut store, blocks, 0, area).unwrap_err().to_string();
         assert!(err.contains("not its place in the tree"), "{err}");
+    }
+
+    /// Counts the writes that reach a store in memory.
+    #[derive(Default)]
+    struct Counting {
+        inner: Mem,
+        writes: u64,
+    }
+
+    impl NodeStore for Counting {
+        fn write(&mut self, location: u64, node: &[u8; NODE_BYTES]) -> Result<(), Error> {
+            self.writes += 1;
+            self.inner.write(location, node)
+        }
+        fn read(&mut self, location: u64, node: &mut [u8; NODE_BYTES]) -> Result<(), Error> {
+            self.inner.read(location, node)
+        }
+    }
+
+    /// Generation of the superblock in slot `slot`, if it holds one.
+    fn slot_generation(store: &Counting, area_start: u64, slot: u64) -> Option<u64> {
+        store.inner.0.get(&(area_start + slot)).map(|node| le64(node, 8))
+    }
+
+    #[test]
+    fn empty_commits_write_nothing_and_the_slots_keep_alternating() {
+        // Two levels: 2000 blocks are three leaves under a root.
+        let (blocks, start) = (2000, 7);
+        let mut store = Counting::default();
+        let mut tree = ChecksumTree::new(blocks, start, ChecksumTree::area_blocks_for(blocks)).unwrap();
+        // The first commit writes a superblock even with nothing in it.
+        assert_eq!(tree.commit(&mut store).unwrap(), CommitStats { nodes: 0, bytes: NODE_BYTES as u64 });
+        assert_eq!((store.writes, tree.generation), (1, 1));
+        assert_eq!(slot_generation(&store, start, 1), Some(1));
+        // Later empty commits write nothing and take no generation.
+        assert_eq!(tree.commit(&mut store).unwrap(), CommitStats::default());
+        assert_eq!((store.writes, tree.generation), (1, 1));
+        tree.update(5, 1);
+        tree.update(1500, 2);
+        let stats = tree.commit(&mut store).unwrap();
+        assert_eq!(stats, CommitStats { nodes: 3, bytes: 4 * NODE_BYTES as u64 }, "two leaves, the root");
+        assert_eq!((store.writes, tree.generation), (5, 2));
+        assert_eq!(tree.commit(&mut store).unwrap(), CommitStats::default());
+        tree.update(6, 3);
+        assert_eq!(tree.commit(&mut store).unwrap().nodes, 2, "a leaf and the root");
+        // Generation 3 went to slot 1: the slot of generation 2 is untouched.
+        assert_eq!((slot_generation(&store, start, 0), slot_generation(&store, start, 1)), (Some(2), Some(3)));
     }
 
     #[test]
