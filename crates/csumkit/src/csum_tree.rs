@@ -902,6 +902,25 @@ mod tests {
     }
 
     #[test]
+    fn a_lookup_past_a_leafs_item_count_is_refused() {
+        // A leaf re-sealed with fewer items than its span: the block right
+        // after its last item is not in it, whatever its bitmap says.
+        let blocks = LEAF_ENTRIES;
+        let mut store = Mem::default();
+        let mut tree = ChecksumTree::new(blocks, 0, ChecksumTree::area_blocks_for(blocks)).unwrap();
+        for b in 0..20 {
+            tree.update(b, 100 + b as u32);
+        }
+        tree.commit(&mut store).unwrap();
+        let node = store.0.get_mut(&tree.locations[0][0]).unwrap();
+        node[28..32].copy_from_slice(&10u32.to_le_bytes());
+        ChecksumTree::seal(node);
+        assert_eq!(tree.lookup_persisted(&mut store, 9).unwrap(), Some(109));
+        let err = tree.lookup_persisted(&mut store, 10).unwrap_err().to_string();
+        assert!(err.contains("leaf does not cover the block"), "{err}");
+    }
+
+    #[test]
     fn a_damaged_node_or_another_geometry_is_refused() {
         let mut store = Mem::default();
         let area = ChecksumTree::area_blocks_for(5000);
