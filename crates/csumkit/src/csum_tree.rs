@@ -832,6 +832,9 @@ mod tests {
         assert_eq!(tree.dirty_leaves(), 0);
         tree.remove(3);
         assert_eq!((tree.dirty_leaves(), tree.get(3)), (1, None));
+        // Outside the tree: no checksum, no panic.
+        assert_eq!(tree.get(5000), None);
+        assert_eq!(ChecksumTree::new(64, 0, 4).unwrap().get(64), None);
     }
 
     #[test]
