@@ -6,7 +6,10 @@
 
 mod common;
 
-use common::ext4::{checksum_only_damage_is_repairable, debugfs, e2fsck_reports, le16, le32, mke2fs, tool, Scratch};
+use common::ext4::{
+    checksum_only_damage_is_repairable, counts_match_the_image, debugfs, e2fsck_reports, le16, le32, mke2fs, tool,
+    Scratch,
+};
 
 use csumkit::crc32c;
 use csumkit::ext4::{check, Layout};
@@ -61,6 +64,7 @@ fn clean_images_check_clean_in_every_layout() {
             assert!(c.htree_blocks > 0, "{bs} {features}: e2fsck -D should index the big directory: {c:?}");
         }
         assert!(!e2fsck_reports(&image), "{bs} {features}: e2fsck disagrees");
+        counts_match_the_image(&report, &bytes, &format!("{bs} {features}"));
         checksum_only_damage_is_repairable(&bytes, &format!("{bs} {features}"));
     }
 }
@@ -221,6 +225,7 @@ fn every_injected_corruption_is_reported_by_check_and_e2fsck() {
         let mut bytes = clean.clone();
         bytes[at] ^= 0x5A;
         let report = check(&bytes).unwrap();
+        assert!(!report.clean(), "{label}: called clean");
         let finding = report.findings.iter().find(|f| f.what == what);
         let finding = finding.unwrap_or_else(|| panic!("{label}: check missed it: {:?}", report.findings));
         assert_eq!(finding.repairable(), repairable, "{label}: {:?}", finding.damage);
@@ -450,5 +455,162 @@ fn damaged_images_are_errors_not_panics() {
         bad[at] = (rng >> 32) as u8;
         let _ = check(&bad);
         bad[at] = bytes[at];
+    }
+}
+
+/// A leaf directory block whose checksum tail was taken into the last
+/// entry (as a pre-metadata_csum directory has it; the kernel refuses the
+/// block) is a missing tail: never clean, never counted as checked.
+#[test]
+fn a_directory_block_without_its_tail_is_reported() {
+    let scratch = Scratch::new("tail");
+    let image = scratch.0.join("t.img");
+    if !mke2fs(&image, 1024, "metadata_csum,64bit", &[], "4M") {
+        return;
+    }
+    debugfs(&image, "mkdir d\nwrite /dev/null d/a\n");
+    let clean = std::fs::read(&image).unwrap();
+    let before = check(&clean).unwrap();
+    assert!(before.clean(), "{before:?}");
+    let layout = Layout::parse(&clean).unwrap();
+    let g0 = layout.group(&clean, 0).unwrap();
+    let bs = layout.block_size as usize;
+    // Inode 12 is `d`: its one leaf extent's start, then its last real entry.
+    let inode = g0.inode_table as usize * bs + 11 * layout.inode_size as usize;
+    let block = le32(&clean, inode + 0x28 + 12 + 8) as usize;
+    let dir = block * bs;
+    let mut entry = 0;
+    while entry + usize::from(le16(&clean, dir + entry + 4)) < bs - 12 {
+        entry += usize::from(le16(&clean, dir + entry + 4));
+    }
+    let mut bad = clean.clone();
+    let rec_len = le16(&clean, dir + entry + 4) + 12;
+    bad[dir + entry + 4..][..2].copy_from_slice(&rec_len.to_le_bytes());
+    bad[dir + bs - 12..dir + bs].fill(0);
+    let report = check(&bad).unwrap();
+    assert_eq!(report.missing_tails, vec![(12, block as u64)]);
+    assert!(!report.clean(), "{report:?}");
+    assert_eq!(report.checked.dir_blocks, before.checked.dir_blocks - 1, "a block without a tail is not checked");
+    std::fs::write(&image, &bad).unwrap();
+    assert!(e2fsck_reports(&image), "e2fsck -fn must see the missing tail");
+}
+
+/// Content the checksum covers that is itself wrong is damage, named for
+/// what is wrong, and never repairable: each directory entry rule, htree
+/// counts, runs outside the filesystem (extent, xattr block), and an extent
+/// block claimed twice. `e2fsck -fn` sees each one too.
+#[test]
+fn each_kind_of_structural_damage_is_named_and_not_repairable() {
+    let scratch = Scratch::new("structure");
+    let image = scratch.0.join("s.img");
+    if !mke2fs(&image, 1024, "metadata_csum,64bit", &[], "8M") {
+        return;
+    }
+    populate(&image);
+    let clean = std::fs::read(&image).unwrap();
+    let layout = Layout::parse(&clean).unwrap();
+    let g0 = layout.group(&clean, 0).unwrap();
+    let bs = layout.block_size as usize;
+    let ino = |inum: u64| (g0.inode_table as usize * bs) + (inum as usize - 1) * layout.inode_size as usize;
+    // Inode 12 is `big` (htree), 13 `small` (".", "..", "a", then the tail), 15 `frag`.
+    let small = le32(&clean, ino(13) + 0x28 + 12 + 8) as usize * bs;
+    let a = small + 24;
+    assert_eq!(&clean[a + 8..a + 9], b"a");
+    let end = bs - 12;
+    let htree_root = le32(&clean, ino(12) + 0x28 + 12 + 8) as usize * bs;
+    let frag_leaf = le32(&clean, ino(15) + 0x28 + 12 + 4) as usize * bs;
+    let set16 = |b: &mut Vec<u8>, at: usize, v: u16| b[at..at + 2].copy_from_slice(&v.to_le_bytes());
+    let set32 = |b: &mut Vec<u8>, at: usize, v: u32| b[at..at + 4].copy_from_slice(&v.to_le_bytes());
+    let a_len = le16(&clean, a + 4);
+    let beyond = layout.blocks_count as u32 + 5;
+    type Change<'c> = Box<dyn Fn(&mut Vec<u8>) + 'c>;
+    let cases: Vec<(&str, String, Change)> = vec![
+        ("directory block", "record length 14 does not fit".into(), Box::new(|b| set16(b, a + 4, 14))),
+        ("directory block", "record length 8 does not fit".into(), Box::new(|b| set16(b, a + 4, 8))),
+        ("directory block", "does not fit the block".into(), Box::new(move |b| set16(b, a + 4, a_len + 4))),
+        (
+            "directory block",
+            "entry at byte 12: a 9-byte name in a 12-byte record".into(),
+            Box::new(|b| b[small + 12 + 6] = 9),
+        ),
+        (
+            "directory block",
+            format!("inode {} beyond {}", layout.inodes_count + 1, layout.inodes_count),
+            Box::new(|b| set32(b, a, layout.inodes_count as u32 + 1)),
+        ),
+        (
+            "directory block",
+            format!("entry at byte {} runs into the checksum tail", end - 4),
+            Box::new(move |b| set16(b, a + 4, (end - 4 - 24) as u16)),
+        ),
+        (
+            "htree block",
+            "htree count".into(),
+            Box::new(|b| set16(b, htree_root + 0x20, le16(&clean, htree_root + 0x20) - 1)),
+        ),
+        ("htree block", "htree count 0".into(), Box::new(|b| set16(b, htree_root + 0x22, 0))),
+        ("inode", "lie outside the filesystem".into(), Box::new(move |b| set32(b, ino(14) + 0x68, beyond))),
+        ("extent block", "lie outside the filesystem".into(), Box::new(move |b| set32(b, frag_leaf + 12 + 8, beyond))),
+        (
+            "extent block",
+            "also claimed by inode 13".into(),
+            Box::new(move |b| set32(b, frag_leaf + 12 + 8, (small / bs) as u32)),
+        ),
+    ];
+    for (what, why, change) in &cases {
+        let mut bad = clean.clone();
+        change(&mut bad);
+        let report = check(&bad).unwrap();
+        assert!(!report.clean(), "{what} {why}");
+        let f = report.findings.iter().find(|f| f.what == *what).unwrap_or_else(|| panic!("{why}: {report:?}"));
+        let damage = f.damage.as_deref().unwrap_or_else(|| panic!("{why}: called repairable: {f:?}"));
+        assert!(damage.contains(why.as_str()), "{why}: {damage}");
+        assert!(!f.repairable());
+        std::fs::write(&image, &bad).unwrap();
+        assert!(e2fsck_reports(&image), "{why}: e2fsck -fn missed it");
+    }
+}
+
+/// With 1 KiB blocks, groups start at block 1: the last block of group 0 is
+/// 8192, found in group 0's bitmap (bit 8191), not group 1's. A file moved
+/// onto it (marked in use there) with a wrong inode checksum is a repairable
+/// finding; moved onto a block marked free, it is damage.
+#[test]
+fn a_block_at_a_groups_end_is_looked_up_in_its_own_group() {
+    let scratch = Scratch::new("group-end");
+    let image = scratch.0.join("g.img");
+    if !mke2fs(&image, 1024, "metadata_csum,64bit", &[], "20M") {
+        return;
+    }
+    let host = scratch.0.join("one-block");
+    std::fs::write(&host, vec![0x3Cu8; 1024]).unwrap();
+    debugfs(&image, &format!("write {} f\n", host.display()));
+    let clean = std::fs::read(&image).unwrap();
+    let layout = Layout::parse(&clean).unwrap();
+    assert_eq!((layout.first_data_block, layout.blocks_per_group), (1, 8192));
+    let (g0, g1) = (layout.group(&clean, 0).unwrap(), layout.group(&clean, 1).unwrap());
+    assert!(!g1.block_uninit(), "group 1's bitmap is initialised");
+    let bs = layout.block_size as usize;
+    let inode = g0.inode_table as usize * bs + 11 * layout.inode_size as usize;
+    let start_at = inode + 0x28 + 12 + 8;
+    let old = le32(&clean, start_at) as usize;
+    let bit = |b: &[u8], bitmap: u64, n: usize| b[bitmap as usize * bs + n / 8] >> (n % 8) & 1;
+    // Group 0's bit 8191 is block 8192; group 1's bit 8191 is block 16384.
+    assert_eq!(bit(&clean, g0.block_bitmap, 8191), 0, "block 8192 free");
+    assert_eq!(bit(&clean, g1.block_bitmap, 8191), 0, "block 16384 free");
+    for marked in [true, false] {
+        let mut bad = clean.clone();
+        bad[start_at..start_at + 4].copy_from_slice(&8192u32.to_le_bytes());
+        if marked {
+            bad[g0.block_bitmap as usize * bs + 8191 / 8] |= 1 << (8191 % 8);
+            bad[g0.block_bitmap as usize * bs + (old - 1) / 8] &= !(1 << ((old - 1) % 8));
+        }
+        let report = check(&bad).unwrap();
+        let f = report.findings.iter().find(|f| f.what == "inode" && f.inode == Some(12)).expect("inode 12");
+        if marked {
+            assert_eq!(f.damage, None, "block 8192 is marked in group 0: {f:?}");
+        } else {
+            assert_eq!(f.damage.as_deref(), Some("block 8192 is free in the block bitmap"));
+        }
     }
 }

@@ -8,7 +8,10 @@
 
 mod common;
 
-use common::ext4::{checksum_only_damage_is_repairable, debugfs_read, e2fsck_reports, le16, tool, Scratch};
+use common::ext4::{
+    checksum_only_damage_is_repairable, counts_match_the_image, debugfs, debugfs_read, e2fsck_reports, le16, le32,
+    tool, Scratch,
+};
 use csumkit::ext4::{check, Layout, Report};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -96,6 +99,7 @@ fn kernel_made_corpus_checks_clean_in_every_layout() {
         if tool("e2fsck").is_some() {
             assert!(!e2fsck_reports(&path), "{label}: e2fsck -fn no longer calls the committed image clean");
         }
+        counts_match_the_image(&report, &bytes, label);
         checksum_only_damage_is_repairable(&bytes, label);
     }
 }
@@ -195,4 +199,50 @@ fn one_byte_recipes_are_found_and_repaired_to_the_kernels_bytes() {
         std::fs::write(&path, &clean).unwrap();
         assert!(!e2fsck_reports(&path), "{}", entry.name);
     }
+}
+
+/// The feature flags decide, as in the kernel: a journal inode and orphan
+/// file the superblock still names after `has_journal` and `orphan_file`
+/// were cleared (debugfs leaves `s_journal_inum`, `s_orphan_file_inum`) are
+/// ordinary inodes, not a jbd2 superblock and orphan blocks to check; e2fsck
+/// -fn flags the leftovers.
+#[test]
+fn a_journal_or_orphan_file_without_its_feature_is_not_checked_as_one() {
+    let scratch = Scratch::new("corpus-features");
+    let entry = entries().into_iter().find(|e| has(e, "orphan_file")).expect("an orphan_file image");
+    let Some((path, bytes)) = unpack(&entry, &scratch) else { return };
+    let with = check(&bytes).unwrap();
+    assert_eq!(with.checked.journal_superblocks, 1, "{:?}", with.checked);
+    assert!(with.checked.orphan_blocks > 0, "{:?}", with.checked);
+    debugfs(&path, "feature -has_journal -orphan_file\n");
+    let bytes = std::fs::read(&path).unwrap();
+    assert_ne!(le32(&bytes, 1024 + 0xE0), 0, "s_journal_inum still set");
+    assert_ne!(le32(&bytes, 1024 + 0x280), 0, "s_orphan_file_inum still set");
+    let without = check(&bytes).unwrap();
+    assert!(without.clean(), "{without:?}");
+    assert_eq!((without.checked.journal_superblocks, without.checked.orphan_blocks), (0, 0));
+    assert!(e2fsck_reports(&path), "e2fsck -fn flags the leftover journal and orphan file");
+}
+
+/// `i_file_acl_high` counts only with `64bit` (the kernel's
+/// `ext4_iget`): on a 32-bit image a stray value there leaves the xattr
+/// block where the low half says, so a wrong inode checksum over it is a
+/// plain checksum finding, not "xattr block outside the filesystem".
+#[test]
+fn the_xattr_block_high_half_counts_only_with_64bit() {
+    let scratch = Scratch::new("corpus-acl-high");
+    let entry = entries().into_iter().find(|e| has(e, "^64bit")).expect("a 32-bit image");
+    let Some((_, bytes)) = unpack(&entry, &scratch) else { return };
+    let layout = Layout::parse(&bytes).unwrap();
+    let g0 = layout.group(&bytes, 0).unwrap();
+    let at = |inum: u64| ((g0.inode_table * layout.block_size) + (inum - 1) * layout.inode_size) as usize;
+    let inum = (12..layout.inodes_per_group)
+        .find(|&i| le16(&bytes, at(i)) != 0 && le32(&bytes, at(i) + 0x68) != 0)
+        .expect("an inode with an xattr block");
+    let mut bad = bytes.clone();
+    bad[at(inum) + 0x76] = 1;
+    let report = check(&bad).unwrap();
+    let f = report.findings.iter().find(|f| f.what == "inode").expect("the inode's checksum");
+    assert_eq!((f.inode, f.damage.as_deref()), (Some(inum), None), "{report:?}");
+    assert_eq!(report.checked.xattr_blocks, check(&bytes).unwrap().checked.xattr_blocks);
 }
