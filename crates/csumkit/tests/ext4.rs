@@ -497,8 +497,9 @@ fn a_directory_block_without_its_tail_is_reported() {
 
 /// Content the checksum covers that is itself wrong is damage, named for
 /// what is wrong, and never repairable: each directory entry rule, htree
-/// counts, runs outside the filesystem (extent, xattr block), and an extent
-/// block claimed twice. `e2fsck -fn` sees each one too.
+/// counts, runs outside the filesystem (extent, xattr block), an extent
+/// claimed twice, and one onto the filesystem's own blocks. `e2fsck -fn`
+/// sees each one too.
 #[test]
 fn each_kind_of_structural_damage_is_named_and_not_repairable() {
     let scratch = Scratch::new("structure");
@@ -523,6 +524,7 @@ fn each_kind_of_structural_damage_is_named_and_not_repairable() {
     let set32 = |b: &mut Vec<u8>, at: usize, v: u32| b[at..at + 4].copy_from_slice(&v.to_le_bytes());
     let a_len = le16(&clean, a + 4);
     let beyond = layout.blocks_count as u32 + 5;
+    let first = layout.first_data_block as u32;
     type Change<'c> = Box<dyn Fn(&mut Vec<u8>) + 'c>;
     let cases: Vec<(&str, String, Change)> = vec![
         ("directory block", "record length 14 does not fit".into(), Box::new(|b| set16(b, a + 4, 14))),
@@ -555,6 +557,27 @@ fn each_kind_of_structural_damage_is_named_and_not_repairable() {
             "extent block",
             "also claimed by inode 13".into(),
             Box::new(move |b| set32(b, frag_leaf + 12 + 8, (small / bs) as u32)),
+        ),
+        // The superblock (the first data block), the descriptor table, a bitmap, the inode table.
+        (
+            "extent block",
+            "also claimed by the filesystem's metadata".into(),
+            Box::new(move |b| set32(b, frag_leaf + 12 + 8, first)),
+        ),
+        (
+            "extent block",
+            "also claimed by the filesystem's metadata".into(),
+            Box::new(move |b| set32(b, frag_leaf + 12 + 8, first + 1)),
+        ),
+        (
+            "extent block",
+            "also claimed by the filesystem's metadata".into(),
+            Box::new(move |b| set32(b, frag_leaf + 12 + 8, g0.inode_bitmap as u32)),
+        ),
+        (
+            "extent block",
+            "also claimed by the filesystem's metadata".into(),
+            Box::new(move |b| set32(b, frag_leaf + 12 + 8, g0.inode_table as u32 + 3)),
         ),
     ];
     for (what, why, change) in &cases {

@@ -349,10 +349,32 @@ impl<'a> Checker<'a> {
         ) {
             f.damage = damage;
         }
+        self.claim_metadata(group);
         if !group.inode_uninit() {
             self.inodes(group)?;
         }
         Ok(())
+    }
+
+    /// The group's superblock copy and descriptor blocks, its bitmaps and
+    /// inode table: an extent onto any of them is damage, never a checksum
+    /// to rewrite. Runs outside the filesystem are the descriptor's damage
+    /// (above), not claims.
+    fn claim_metadata(&mut self, group: &Group) {
+        let l = &self.layout;
+        let table_blocks = (l.inodes_per_group * l.inode_size).div_ceil(l.block_size);
+        let base = l.first_data_block + group.number * l.blocks_per_group;
+        let runs = [
+            (base, l.base_meta_blocks(group.number)),
+            (group.block_bitmap, 1),
+            (group.inode_bitmap, 1),
+            (group.inode_table, table_blocks),
+        ];
+        for (start, len) in runs {
+            if len > 0 && structure::out_of_range(l, start, len).is_none() {
+                self.claims.push(Claim { start, len, inode: structure::METADATA });
+            }
+        }
     }
 
     fn inodes(&mut self, group: &Group) -> Result<(), Error> {

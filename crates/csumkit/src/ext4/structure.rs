@@ -10,13 +10,18 @@ use super::layout::Layout;
 use crate::le::{le16, le32};
 use std::collections::HashMap;
 
-/// One run of blocks an inode claims: a leaf extent or an extent tree block.
+/// One run of blocks an inode claims: a leaf extent or an extent tree block;
+/// or, with `inode` [`METADATA`], the filesystem's own blocks.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Claim {
     pub start: u64,
     pub len: u64,
     pub inode: u64,
 }
+
+/// The owner of the superblock copies, descriptor blocks, bitmaps and inode
+/// tables (no inode is numbered 0).
+pub(super) const METADATA: u64 = 0;
 
 /// A run outside the filesystem's data blocks.
 pub(super) fn out_of_range(layout: &Layout, start: u64, len: u64) -> Option<String> {
@@ -42,7 +47,9 @@ pub(super) fn shared_blocks(claims: &mut [Claim]) -> HashMap<u64, String> {
             let prev_end = prev.start.saturating_add(prev.len);
             if claim.start < prev_end {
                 let text = |other: u64| {
-                    format!("blocks from {} are also claimed by inode {other}", claim.start.max(prev.start))
+                    let owner =
+                        if other == METADATA { "the filesystem's metadata".into() } else { format!("inode {other}") };
+                    format!("blocks from {} are also claimed by {owner}", claim.start.max(prev.start))
                 };
                 damaged.entry(claim.inode).or_insert_with(|| text(prev.inode));
                 damaged.entry(prev.inode).or_insert_with(|| text(claim.inode));
