@@ -224,25 +224,40 @@ fn a_journal_or_orphan_file_without_its_feature_is_not_checked_as_one() {
     assert!(e2fsck_reports(&path), "e2fsck -fn flags the leftover journal and orphan file");
 }
 
-/// `i_file_acl_high` counts only with `64bit` (the kernel's
-/// `ext4_iget`): on a 32-bit image a stray value there leaves the xattr
-/// block where the low half says, so a wrong inode checksum over it is a
-/// plain checksum finding, not "xattr block outside the filesystem".
+/// An inode's xattr block address: `i_file_acl_high` counts only with
+/// `64bit` (the kernel's `ext4_iget`): on a 32-bit image a stray value there
+/// leaves the block where the low half says (a wrong inode checksum over it
+/// is a plain checksum finding), on a 64-bit one it moves the block past
+/// the filesystem (damage). A block whose `h_blocks` is not 1 is not an
+/// xattr block (damage).
 #[test]
-fn the_xattr_block_high_half_counts_only_with_64bit() {
-    let scratch = Scratch::new("corpus-acl-high");
-    let entry = entries().into_iter().find(|e| has(e, "^64bit")).expect("a 32-bit image");
-    let Some((_, bytes)) = unpack(&entry, &scratch) else { return };
-    let layout = Layout::parse(&bytes).unwrap();
-    let g0 = layout.group(&bytes, 0).unwrap();
-    let at = |inum: u64| ((g0.inode_table * layout.block_size) + (inum - 1) * layout.inode_size) as usize;
-    let inum = (12..layout.inodes_per_group)
-        .find(|&i| le16(&bytes, at(i)) != 0 && le32(&bytes, at(i) + 0x68) != 0)
-        .expect("an inode with an xattr block");
-    let mut bad = bytes.clone();
-    bad[at(inum) + 0x76] = 1;
-    let report = check(&bad).unwrap();
-    let f = report.findings.iter().find(|f| f.what == "inode").expect("the inode's checksum");
-    assert_eq!((f.inode, f.damage.as_deref()), (Some(inum), None), "{report:?}");
-    assert_eq!(report.checked.xattr_blocks, check(&bytes).unwrap().checked.xattr_blocks);
+fn xattr_block_addresses_and_headers() {
+    let scratch = Scratch::new("corpus-xattr");
+    for (features, moved) in [("^64bit", false), ("64bit", true)] {
+        let entry = entries().into_iter().find(|e| has(e, features) && has(e, "metadata_csum")).expect(features);
+        let Some((_, bytes)) = unpack(&entry, &scratch) else { return };
+        let layout = Layout::parse(&bytes).unwrap();
+        let g0 = layout.group(&bytes, 0).unwrap();
+        let at = |inum: u64| ((g0.inode_table * layout.block_size) + (inum - 1) * layout.inode_size) as usize;
+        let inum = (12..layout.inodes_per_group)
+            .find(|&i| le16(&bytes, at(i)) != 0 && le32(&bytes, at(i) + 0x68) != 0)
+            .expect("an inode with an xattr block");
+        let mut bad = bytes.clone();
+        bad[at(inum) + 0x76] = 1;
+        let report = check(&bad).unwrap();
+        let f = report.findings.iter().find(|f| f.what == "inode").expect("the inode's checksum");
+        assert_eq!(f.inode, Some(inum));
+        if moved {
+            let damage = f.damage.as_deref().unwrap_or_default();
+            assert!(damage.starts_with("xattr block: blocks") && damage.contains("outside"), "{damage}");
+        } else {
+            assert_eq!(f.damage, None, "{label}: {report:?}", label = entry.name);
+        }
+        let block = u64::from(le32(&bytes, at(inum) + 0x68));
+        let mut bad = bytes.clone();
+        bad[(block * layout.block_size) as usize + 8] = 2;
+        let report = check(&bad).unwrap();
+        let f = report.findings.iter().find(|f| f.what == "xattr block").expect("the xattr block's checksum");
+        assert!(f.damage.as_deref().unwrap_or_default().contains("h_blocks 2"), "{f:?}");
+    }
 }

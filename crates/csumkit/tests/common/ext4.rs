@@ -116,6 +116,31 @@ pub fn counts_match_the_image(report: &Report, image: &[u8], label: &str) {
     assert_eq!(c.inode_bitmaps, groups.iter().filter(|g| !g.inode_uninit()).count() as u64, "{label}: {c:?}");
     let free_inodes = u64::from(le32(image, 1024 + 0x10));
     assert_eq!(c.inodes, layout.inodes_count - free_inodes, "{label}: {c:?}");
+    // Distinct xattr blocks (`i_file_acl`, its high half with 64bit) of
+    // the in-use inodes, and the orphan file's blocks (its size).
+    let wide = layout.features.incompat & 0x80 != 0;
+    let inode_at = |inum: u64| {
+        let g = &groups[((inum - 1) / layout.inodes_per_group) as usize];
+        (g.inode_table * layout.block_size + (inum - 1) % layout.inodes_per_group * layout.inode_size) as usize
+    };
+    let mut xattr_blocks = std::collections::HashSet::new();
+    for (g, group) in groups.iter().enumerate().filter(|(_, g)| !g.inode_uninit()) {
+        let bitmap = &image[(group.inode_bitmap * layout.block_size) as usize..];
+        for i in (0..layout.inodes_per_group).filter(|&i| bitmap[(i / 8) as usize] >> (i % 8) & 1 == 1) {
+            let at = inode_at(g as u64 * layout.inodes_per_group + i + 1);
+            let hi = if wide { u64::from(le16(image, at + 0x76)) } else { 0 };
+            let block = u64::from(le32(image, at + 0x68)) | hi << 32;
+            if block != 0 {
+                xattr_blocks.insert(block);
+            }
+        }
+    }
+    assert_eq!(c.xattr_blocks, xattr_blocks.len() as u64, "{label}: {c:?}");
+    let orphan_blocks = match le32(image, 1024 + 0x5C) & 0x1000 {
+        0 => 0,
+        _ => u64::from(le32(image, inode_at(u64::from(le32(image, 1024 + 0x280))) + 4)) / layout.block_size,
+    };
+    assert_eq!(c.orphan_blocks, orphan_blocks, "{label}: {c:?}");
 }
 
 pub fn le16(b: &[u8], at: usize) -> u16 {
