@@ -261,3 +261,50 @@ fn xattr_block_addresses_and_headers() {
         assert!(f.damage.as_deref().unwrap_or_default().contains("h_blocks 2"), "{f:?}");
     }
 }
+
+/// The jbd2 superblock, the orphan file's blocks and the MMP block (located
+/// by debugfs) with wrong content: a checksum type other than CRC32C, a
+/// wrong tail magic, a wrong MMP magic are damage (`e2fsck -fn` flags each);
+/// no jbd2 magic, or an MMP block past the filesystem, cannot be followed:
+/// an error naming it.
+#[test]
+fn special_structures_with_wrong_content_are_damage_or_errors() {
+    let scratch = Scratch::new("corpus-special");
+    let entry = entries().into_iter().find(|e| has(e, "orphan_file") && has(e, "mmp")).expect("orphan_file + mmp");
+    let Some((path, clean)) = unpack(&entry, &scratch) else { return };
+    if tool("debugfs").is_none() {
+        return;
+    }
+    let bs = Layout::parse(&clean).unwrap().block_size as usize;
+    let stats = debugfs_read(&path, "stats");
+    let journal = bmap(&path, &format!("<{}>", number_after(&stats, "Journal inode:").unwrap()), 0) as usize * bs;
+    let orphan = bmap(&path, &format!("<{}>", number_after(&stats, "Orphan file inode:").unwrap()), 1) as usize;
+    let mmp = number_after(&stats, "MMP block number:").unwrap() as usize * bs;
+    let damage: [(&str, usize, u8, &str); 3] = [
+        ("journal superblock", journal + 0x50, 1, "jbd2 checksum type 1 is not CRC32C"),
+        ("orphan file block", (orphan + 1) * bs - 8, 0, "orphan block tail magic"),
+        ("MMP block", mmp, 0, "MMP magic"),
+    ];
+    for (what, at, value, why) in damage {
+        let mut bad = clean.clone();
+        bad[at] = value;
+        if what == "orphan file block" {
+            // The tail magic is outside the checksum (as the kernel sums it):
+            // damage shows with a wrong checksum, here the last byte's.
+            bad[(orphan + 1) * bs - 1] ^= 0x01;
+        }
+        let report = check(&bad).unwrap();
+        let f = report.findings.iter().find(|f| f.what == what).unwrap_or_else(|| panic!("{what}: {report:?}"));
+        assert!(f.damage.as_deref().unwrap_or_default().contains(why), "{what}: {f:?}");
+        std::fs::write(&path, &bad).unwrap();
+        assert!(e2fsck_reports(&path), "{what}: e2fsck -fn flags it");
+    }
+    let mut bad = clean.clone();
+    bad[journal] ^= 0xFF;
+    let err = check(&bad).unwrap_err().to_string();
+    assert!(err.contains("journal (inode 8)") && err.contains("no jbd2 magic"), "{err}");
+    let mut bad = clean.clone();
+    bad[1024 + 0x16C] = 1;
+    let err = check(&bad).unwrap_err().to_string();
+    assert!(err.contains("MMP block") && err.contains("outside the filesystem"), "{err}");
+}
