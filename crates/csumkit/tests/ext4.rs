@@ -7,8 +7,8 @@
 mod common;
 
 use common::ext4::{
-    checksum_only_damage_is_repairable, counts_match_the_image, debugfs, e2fsck_reports, le16, le32, mke2fs, tool,
-    Scratch,
+    checksum_only_damage_is_repairable, counts_match_the_image, debugfs, debugfs_read, e2fsck_reports, le16, le32,
+    mke2fs, tool, Scratch,
 };
 
 use csumkit::crc32c;
@@ -635,5 +635,46 @@ fn a_block_at_a_groups_end_is_looked_up_in_its_own_group() {
         } else {
             assert_eq!(f.damage.as_deref(), Some("block 8192 is free in the block bitmap"));
         }
+    }
+}
+
+/// A block-mapped (`^extent`) directory big enough for its double-indirect
+/// block (over 12 + 256 blocks at 1 KiB): every one of its blocks is
+/// checked, and a wrong checksum in the first block under each indirect
+/// level and in the last is found at the block debugfs maps it to.
+#[test]
+fn block_mapped_directories_are_followed_through_double_indirect_blocks() {
+    let scratch = Scratch::new("block-map");
+    let tree = scratch.0.join("tree/big");
+    std::fs::create_dir_all(&tree).unwrap();
+    // 200-byte names: four entries per 1 KiB block, 1 300 of them: 325 blocks.
+    for i in 0..1300 {
+        std::fs::write(tree.join(format!("{i:0>200}")), b"").unwrap();
+    }
+    let image = scratch.0.join("b.img");
+    let source = scratch.0.join("tree");
+    let populate = ["-N", "2000", "-d", source.to_str().unwrap()];
+    if !mke2fs(&image, 1024, "metadata_csum,^64bit,^extent", &populate, "8M") {
+        return;
+    }
+    let clean = std::fs::read(&image).unwrap();
+    let report = check(&clean).unwrap();
+    assert!(report.clean(), "{report:?}");
+    let size = |dir: &str| -> u64 {
+        let stat = debugfs_read(&image, &format!("stat {dir}"));
+        let size = stat.split("Size: ").nth(1).and_then(|s| s.split_whitespace().next()).unwrap();
+        size.parse::<u64>().unwrap() / 1024
+    };
+    let big = size("/big");
+    assert!(big > 12 + 256, "{big} blocks: no double-indirect block");
+    assert_eq!(report.checked.dir_blocks, size("/") + size("/lost+found") + big, "{:?}", report.checked);
+    for logical in [0, 12, 12 + 256, big - 1] {
+        let block: u64 = debugfs_read(&image, &format!("bmap /big {logical}")).trim().parse().unwrap();
+        let mut bad = clean.clone();
+        bad[(block * 1024 + 30) as usize] ^= 0x01;
+        let findings = check(&bad).unwrap().findings;
+        assert_eq!(findings.len(), 1, "{logical}: {findings:?}");
+        let location = format!("inode 12 block {block} (logical {logical})");
+        assert_eq!((findings[0].what, findings[0].location.as_str()), ("directory block", location.as_str()));
     }
 }
