@@ -678,3 +678,26 @@ fn block_mapped_directories_are_followed_through_double_indirect_blocks() {
         assert_eq!((findings[0].what, findings[0].location.as_str()), ("directory block", location.as_str()));
     }
 }
+
+/// What the checker cannot verify it lists, so the verdict is never "all
+/// checksums valid": a journal awaiting replay (`needs_recovery`), and a
+/// journal on another device (`has_journal` with no journal inode).
+#[test]
+fn a_journal_awaiting_replay_or_on_another_device_is_listed_unchecked() {
+    let scratch = Scratch::new("unchecked");
+    for (label, command, what) in [
+        ("recover", "feature needs_recovery", "journal awaiting replay"),
+        ("external", "ssv journal_inum 0", "external journal"),
+    ] {
+        let image = scratch.0.join(format!("{label}.img"));
+        if !mke2fs(&image, 1024, "metadata_csum,64bit", &[], "8M") {
+            return;
+        }
+        assert!(check(&std::fs::read(&image).unwrap()).unwrap().unchecked.is_empty());
+        debugfs(&image, &format!("{command}\n"));
+        let report = check(&std::fs::read(&image).unwrap()).unwrap();
+        let unchecked: Vec<(&str, u64)> = report.unchecked.iter().map(|u| (u.what, u.count)).collect();
+        assert_eq!(unchecked, [(what, 1)], "{label}");
+        assert!(report.clean(), "{label}: every checksum it checked is valid");
+    }
+}
