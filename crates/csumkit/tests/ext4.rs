@@ -558,6 +558,16 @@ fn each_kind_of_structural_damage_is_named_and_not_repairable() {
             "also claimed by inode 13".into(),
             Box::new(move |b| set32(b, frag_leaf + 12 + 8, (small / bs) as u32)),
         ),
+        (
+            "superblock",
+            format!("{} free inodes of {}", layout.inodes_count + 1, layout.inodes_count),
+            Box::new(|b| set32(b, 1024 + 0x10, layout.inodes_count as u32 + 1)),
+        ),
+        (
+            "superblock",
+            format!("{} free blocks of {}", layout.blocks_count + 1, layout.blocks_count),
+            Box::new(|b| set32(b, 1024 + 0x0C, layout.blocks_count as u32 + 1)),
+        ),
         // The superblock (the first data block), the descriptor table, a bitmap, the inode table.
         (
             "extent block",
@@ -699,5 +709,43 @@ fn a_journal_awaiting_replay_or_on_another_device_is_listed_unchecked() {
         let unchecked: Vec<(&str, u64)> = report.unchecked.iter().map(|u| (u.what, u.count)).collect();
         assert_eq!(unchecked, [(what, 1)], "{label}");
         assert!(report.clean(), "{label}: every checksum it checked is valid");
+    }
+}
+
+/// Metadata too damaged to follow is an error naming the structure, never
+/// a panic and never a verdict: extent headers (magic, entries over max, a
+/// max the 60-byte root cannot hold, depth over 5), an htree root's info
+/// length and levels, and its count over its limit.
+#[test]
+fn metadata_too_damaged_to_follow_is_an_error_naming_it() {
+    let scratch = Scratch::new("unfollowable");
+    let image = scratch.0.join("u.img");
+    if !mke2fs(&image, 1024, "metadata_csum,64bit", &[], "8M") {
+        return;
+    }
+    populate(&image);
+    let clean = std::fs::read(&image).unwrap();
+    let layout = Layout::parse(&clean).unwrap();
+    let g0 = layout.group(&clean, 0).unwrap();
+    let bs = layout.block_size as usize;
+    let ino = |inum: u64| (g0.inode_table as usize * bs) + (inum as usize - 1) * layout.inode_size as usize;
+    let (root, frag) = (le32(&clean, ino(12) + 0x28 + 12 + 8) as usize * bs, ino(15) + 0x28);
+    let max = le16(&clean, frag + 4);
+    let limit = le16(&clean, root + 0x20);
+    assert_eq!(clean[root + 0x1E], 0, "one level of index");
+    let cases: [(usize, u16, &str); 7] = [
+        (frag, 0xF30B, "inode 15 extent root: bad extent header (magic 0xf30b"),
+        (frag + 2, max + 1, &format!("{}/{max} entries", max + 1)),
+        (frag + 4, 5, "1/5 entries, depth 1"),
+        (frag + 6, 6, "depth 6"),
+        (root + 0x1C, 9 << 8, "inode 12 htree: dx_root info length 9"),
+        (root + 0x1E, 2, "2 indirect levels"),
+        (root + 0x22, limit + 1, &format!("htree count {} / limit {limit} do not fit the block", limit + 1)),
+    ];
+    for (at, value, why) in cases {
+        let mut bad = clean.clone();
+        bad[at..at + 2].copy_from_slice(&value.to_le_bytes());
+        let err = check(&bad).map(|r| format!("{r:?}")).unwrap_err().to_string();
+        assert!(err.contains(why), "{why}: {err}");
     }
 }
