@@ -748,4 +748,40 @@ fn metadata_too_damaged_to_follow_is_an_error_naming_it() {
         let err = check(&bad).map(|r| format!("{r:?}")).unwrap_err().to_string();
         assert!(err.contains(why), "{why}: {err}");
     }
+    // frag's index entry pointing at the first block past the end: refused by number,
+    // before any read (the image ends there too).
+    let past = layout.blocks_count as u32;
+    let mut bad = clean.clone();
+    bad[frag + 12 + 4..][..4].copy_from_slice(&past.to_le_bytes());
+    let err = check(&bad).unwrap_err().to_string();
+    assert!(err.contains(&format!("block {past} is beyond the filesystem's {past} blocks")), "{err}");
+}
+
+/// `i_checksum_hi` counts once `i_extra_isize` reaches it (4: the kernel's
+/// `EXT4_FITS_IN_INODE`), not before (2): inodes debugfs wrote with each
+/// check clean, and a flipped high half is found in the first only.
+#[test]
+fn the_inode_checksum_high_half_counts_from_extra_isize_4() {
+    let scratch = Scratch::new("extra-isize");
+    let image = scratch.0.join("x.img");
+    if !mke2fs(&image, 1024, "metadata_csum,64bit", &[], "8M") {
+        return;
+    }
+    debugfs(&image, "write /dev/null a\nwrite /dev/null b\nsif a extra_isize 4\nsif b extra_isize 2\n");
+    let clean = std::fs::read(&image).unwrap();
+    let report = check(&clean).unwrap();
+    assert!(report.clean(), "{report:?}");
+    let layout = Layout::parse(&clean).unwrap();
+    let g0 = layout.group(&clean, 0).unwrap();
+    let ino = |inum: u64| (g0.inode_table * layout.block_size + (inum - 1) * layout.inode_size) as usize;
+    assert_eq!((le16(&clean, ino(12) + 0x80), le16(&clean, ino(13) + 0x80)), (4, 2));
+    for (inum, counted) in [(12, true), (13, false)] {
+        let mut bad = clean.clone();
+        bad[ino(inum) + 0x82] ^= 0x01;
+        let findings = check(&bad).unwrap().findings;
+        // Without the high half, its bytes are ordinary inode bytes the checksum covers.
+        assert_eq!(findings.len(), 1, "{inum}: {findings:?}");
+        assert_eq!(findings[0].inode, Some(inum));
+        assert_eq!(findings[0].fix.len(), if counted { 2 } else { 1 }, "{inum}");
+    }
 }
