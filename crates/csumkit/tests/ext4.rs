@@ -687,6 +687,15 @@ fn block_mapped_directories_are_followed_through_double_indirect_blocks() {
         let location = format!("inode 12 block {block} (logical {logical})");
         assert_eq!((findings[0].what, findings[0].location.as_str()), ("directory block", location.as_str()));
     }
+    // A size past the filesystem (i_size_high set) is refused before any block is followed.
+    let layout = Layout::parse(&clean).unwrap();
+    let g0 = layout.group(&clean, 0).unwrap();
+    let at = (g0.inode_table * 1024 + 11 * layout.inode_size) as usize + 0x6C;
+    let mut bad = clean.clone();
+    bad[at] = 1;
+    let size = (1u64 << 32) + u64::from(le32(&clean, at - 0x6C + 4));
+    let err = check(&bad).unwrap_err().to_string();
+    assert!(err.contains(&format!("inode 12: size {size} is more blocks than the filesystem has")), "{err}");
 }
 
 /// What the checker cannot verify it lists, so the verdict is never "all
