@@ -558,6 +558,12 @@ fn each_kind_of_structural_damage_is_named_and_not_repairable() {
             "also claimed by inode 13".into(),
             Box::new(move |b| set32(b, frag_leaf + 12 + 8, (small / bs) as u32)),
         ),
+        // Inode 2000 (never used: all zeros) marked in use.
+        (
+            "inode",
+            "marked in use but has no file type".into(),
+            Box::new(move |b| b[g0.inode_bitmap as usize * bs + 1999 / 8] |= 1 << (1999 % 8)),
+        ),
         (
             "superblock",
             format!("{} free inodes of {}", layout.inodes_count + 1, layout.inodes_count),
