@@ -702,12 +702,12 @@ fn block_mapped_directories_are_followed_through_double_indirect_blocks() {
     let size = (1u64 << 32) + u64::from(le32(&clean, at - 0x6C + 4));
     let err = check(&bad).unwrap_err().to_string();
     assert!(err.contains(&format!("inode 12: size {size} is more blocks than the filesystem has")), "{err}");
-    // A pointer past the root directory's size (its one block) is not followed:
+    // A pointer just past the root directory's size (i_block[1]; it has one block) is not followed:
     // only the inode's own checksum changes.
     let root = (g0.inode_table * 1024 + layout.inode_size) as usize;
     let stale: u32 = debugfs_read(&image, "bmap /big 0").trim().parse().unwrap();
     let mut bad = clean.clone();
-    bad[root + 0x28 + 4 * 3..][..4].copy_from_slice(&stale.to_le_bytes());
+    bad[root + 0x28 + 4..][..4].copy_from_slice(&stale.to_le_bytes());
     let stale_report = check(&bad).unwrap();
     assert_eq!(stale_report.checked.dir_blocks, report.checked.dir_blocks);
     let found: Vec<_> = stale_report.findings.iter().map(|f| (f.what, f.inode)).collect();
