@@ -574,6 +574,12 @@ fn each_kind_of_structural_damage_is_named_and_not_repairable() {
             format!("{} free blocks of {}", layout.blocks_count + 1, layout.blocks_count),
             Box::new(|b| set32(b, 1024 + 0x0C, layout.blocks_count as u32 + 1)),
         ),
+        // The filesystem's last block (free): inside it, so the bitmap decides.
+        (
+            "extent block",
+            format!("block {} is free in the block bitmap", layout.blocks_count - 1),
+            Box::new(move |b| set32(b, frag_leaf + 12 + 8, layout.blocks_count as u32 - 1)),
+        ),
         // The superblock (the first data block), the descriptor table, a bitmap, the inode table.
         (
             "extent block",
