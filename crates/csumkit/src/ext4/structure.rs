@@ -105,12 +105,9 @@ pub(super) fn htree_counts(block_size: usize, count_offset: usize, limit: usize,
     None
 }
 
-/// Zero bits among the first `bits` bits of a bitmap.
+/// Zero bits among the first `bits` bits of a bitmap: whole bytes, as
+/// `Layout::parse` admits only groups of a multiple of 8 clusters and inodes.
 pub(super) fn free_bits(bitmap: &[u8], bits: u64) -> u64 {
-    let whole = (bits / 8) as usize;
-    let mut free: u64 = bitmap[..whole].iter().map(|b| u64::from(b.count_zeros())).sum();
-    for i in (whole as u64 * 8)..bits {
-        free += u64::from(bitmap[(i / 8) as usize] >> (i % 8) & 1 == 0);
-    }
-    free
+    assert!(bits.is_multiple_of(8), "{bits} bits: Layout::parse admits whole bytes only");
+    bitmap[..(bits / 8) as usize].iter().map(|b| u64::from(b.count_zeros())).sum()
 }
