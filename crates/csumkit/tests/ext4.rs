@@ -542,6 +542,11 @@ fn each_kind_of_structural_damage_is_named_and_not_repairable() {
         ),
         (
             "directory block",
+            format!("entry at byte {}: record length 0 does not fit", end - 8),
+            Box::new(move |b| set16(b, a + 4, (end - 8 - 24) as u16)),
+        ),
+        (
+            "directory block",
             format!("entry at byte {} runs into the checksum tail", end - 4),
             Box::new(move |b| set16(b, a + 4, (end - 4 - 24) as u16)),
         ),

@@ -73,11 +73,10 @@ pub(super) fn dirents(layout: &Layout, data: &[u8], end: usize) -> Option<String
             return Some(format!("a directory entry at byte {at} runs into the checksum tail"));
         }
         let inode = u64::from(le32(data, at));
-        let raw = le16(data, at + 4);
-        let rec_len = match raw {
-            0 | 65535 if layout.block_size == 65536 => 65536,
-            n => usize::from(n),
-        };
+        // 64 KiB blocks spell a 65536-byte record 0 or 65535
+        // (`ext4_rec_len_from_disk`); with a tail no record is that long,
+        // so those are as wrong as any other length that does not fit.
+        let rec_len = usize::from(le16(data, at + 4));
         let name_len = usize::from(data[at + 6]);
         if rec_len < 12 || !rec_len.is_multiple_of(4) || at + rec_len > end {
             return Some(format!("directory entry at byte {at}: record length {rec_len} does not fit the block"));
