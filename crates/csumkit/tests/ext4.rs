@@ -540,6 +540,12 @@ fn each_kind_of_structural_damage_is_named_and_not_repairable() {
             format!("inode {} beyond {}", layout.inodes_count + 1, layout.inodes_count),
             Box::new(|b| set32(b, a, layout.inodes_count as u32 + 1)),
         ),
+        // The last inode, never used (the rule before it: inode numbers in range).
+        (
+            "directory block",
+            format!("inode {} is not in use", layout.inodes_count),
+            Box::new(|b| set32(b, a, layout.inodes_count as u32)),
+        ),
         (
             "directory block",
             format!("entry at byte {}: record length 0 does not fit", end - 8),

@@ -224,6 +224,20 @@ impl<'a> Checker<'a> {
         Ok(None)
     }
 
+    /// Whether inode `inum` is marked in use in its group's inode bitmap
+    /// (an uninitialised group's inodes are all free; a bitmap that cannot
+    /// be read marks nothing).
+    fn inode_in_use(&self, inum: u64) -> bool {
+        let l = &self.layout;
+        let (g, bit) = ((inum - 1) / l.inodes_per_group, (inum - 1) % l.inodes_per_group);
+        let Ok(group) = l.group(self.image, g) else { return false };
+        if group.inode_uninit() {
+            return false;
+        }
+        let Ok(bitmap) = self.block(group.inode_bitmap, &|| format!("group {g} inode bitmap")) else { return false };
+        bitmap[(bit / 8) as usize] >> (bit % 8) & 1 == 1
+    }
+
     /// What the check found but could not verify.
     fn note_unchecked(&mut self, sb: &[u8]) {
         let features = self.layout.features;
@@ -616,7 +630,7 @@ impl<'a> Checker<'a> {
             let computed = crc32c::raw_update(seed, &data[..bs - 12]);
             let at = block * bs as u64 + bs as u64 - 4;
             self.report.checked.dir_blocks += 1;
-            let damage = structure::dirents(&self.layout, data, bs - 12);
+            let damage = structure::dirents(&self.layout, data, bs - 12, &|inum| self.inode_in_use(inum));
             if let Some(f) = self.finding(
                 "directory block",
                 location,

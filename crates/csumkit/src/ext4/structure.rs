@@ -65,8 +65,9 @@ pub(super) fn shared_blocks(claims: &mut [Claim]) -> HashMap<u64, String> {
 
 /// Directory entries of a leaf block with a checksum tail: each inside the
 /// block, record lengths 4-aligned and large enough for their names, inode
-/// numbers in range, the last ending exactly at the tail.
-pub(super) fn dirents(layout: &Layout, data: &[u8], end: usize) -> Option<String> {
+/// numbers in range and marked in use (`in_use`: its inode bitmap bit), the
+/// last ending exactly at the tail.
+pub(super) fn dirents(layout: &Layout, data: &[u8], end: usize, in_use: &dyn Fn(u64) -> bool) -> Option<String> {
     let mut at = 0usize;
     while at < end {
         if at + 8 > end {
@@ -86,6 +87,9 @@ pub(super) fn dirents(layout: &Layout, data: &[u8], end: usize) -> Option<String
         }
         if inode > layout.inodes_count {
             return Some(format!("directory entry at byte {at}: inode {inode} beyond {}", layout.inodes_count));
+        }
+        if inode != 0 && !in_use(inode) {
+            return Some(format!("directory entry at byte {at}: inode {inode} is not in use"));
         }
         at += rec_len;
     }
