@@ -8,7 +8,7 @@ mod common;
 
 use common::ext4::{
     checksum_only_damage_is_repairable, counts_match_the_image, debugfs, debugfs_read, e2fsck_reports, le16, le32,
-    mke2fs, tool, Scratch,
+    mke2fs, scratch_image, tool, Scratch,
 };
 
 use csumkit::crc32c;
@@ -191,11 +191,9 @@ fn splice_reproduces_e2fsprogs_extent_and_directory_checksums() {
 
 #[test]
 fn every_injected_corruption_is_reported_by_check_and_e2fsck() {
-    let scratch = Scratch::new("corrupt");
-    let image = scratch.0.join("base.img");
-    if !mke2fs(&image, 4096, "metadata_csum,64bit", &[], "48M") {
+    let Some((_scratch, image)) = scratch_image("corrupt", "base.img", 4096, "metadata_csum,64bit", &[], "48M") else {
         return;
-    }
+    };
     populate(&image);
     let clean = std::fs::read(&image).unwrap();
     let layout = Layout::parse(&clean).unwrap();
@@ -345,11 +343,11 @@ fn kernel_made_htrees_check_clean_and_repair_safely() {
 /// dx_probe refuses it.
 #[test]
 fn kernel_made_three_level_htree_with_large_dir() {
-    let scratch = Scratch::new("largedir");
-    let image = scratch.0.join("l.img");
-    if !mke2fs(&image, 1024, "metadata_csum,64bit,large_dir", &["-N", "70000"], "96M") {
+    let Some((_scratch, image)) =
+        scratch_image("largedir", "l.img", 1024, "metadata_csum,64bit,large_dir", &["-N", "70000"], "96M")
+    else {
         return;
-    }
+    };
     let mut dir_ino = 0;
     let mounted = with_kernel_mount(&image, |mnt| {
         let d = mnt.join("deep");
@@ -384,11 +382,9 @@ fn kernel_made_three_level_htree_with_large_dir() {
 /// (structural damage), and a truncated image is an error, never clean.
 #[test]
 fn wrong_content_is_damage_and_truncation_is_an_error() {
-    let scratch = Scratch::new("reseal");
-    let image = scratch.0.join("r.img");
-    if !mke2fs(&image, 4096, "metadata_csum,64bit", &[], "16M") {
+    let Some((scratch, image)) = scratch_image("reseal", "r.img", 4096, "metadata_csum,64bit", &[], "16M") else {
         return;
-    }
+    };
     let host = scratch.0.join("content.bin");
     std::fs::write(&host, vec![0xA7u8; 3 * 4096]).unwrap();
     debugfs(&image, &format!("write {} a\nwrite {} b\n", host.display(), host.display()));
@@ -433,11 +429,9 @@ fn wrong_content_is_damage_and_truncation_is_an_error() {
 
 #[test]
 fn damaged_images_are_errors_not_panics() {
-    let scratch = Scratch::new("damage");
-    let image = scratch.0.join("d.img");
-    if !mke2fs(&image, 1024, "metadata_csum,64bit", &[], "4M") {
+    let Some((_scratch, image)) = scratch_image("damage", "d.img", 1024, "metadata_csum,64bit", &[], "4M") else {
         return;
-    }
+    };
     populate(&image);
     let bytes = std::fs::read(&image).unwrap();
     assert!(check(&bytes).unwrap().findings.is_empty());
@@ -463,11 +457,9 @@ fn damaged_images_are_errors_not_panics() {
 /// block) is a missing tail: never clean, never counted as checked.
 #[test]
 fn a_directory_block_without_its_tail_is_reported() {
-    let scratch = Scratch::new("tail");
-    let image = scratch.0.join("t.img");
-    if !mke2fs(&image, 1024, "metadata_csum,64bit", &[], "4M") {
+    let Some((_scratch, image)) = scratch_image("tail", "t.img", 1024, "metadata_csum,64bit", &[], "4M") else {
         return;
-    }
+    };
     debugfs(&image, "mkdir d\nwrite /dev/null d/a\n");
     let clean = std::fs::read(&image).unwrap();
     let before = check(&clean).unwrap();
@@ -502,11 +494,9 @@ fn a_directory_block_without_its_tail_is_reported() {
 /// sees each one too.
 #[test]
 fn each_kind_of_structural_damage_is_named_and_not_repairable() {
-    let scratch = Scratch::new("structure");
-    let image = scratch.0.join("s.img");
-    if !mke2fs(&image, 1024, "metadata_csum,64bit", &[], "8M") {
+    let Some((_scratch, image)) = scratch_image("structure", "s.img", 1024, "metadata_csum,64bit", &[], "8M") else {
         return;
-    }
+    };
     populate(&image);
     let clean = std::fs::read(&image).unwrap();
     let layout = Layout::parse(&clean).unwrap();
@@ -633,11 +623,9 @@ fn each_kind_of_structural_damage_is_named_and_not_repairable() {
 /// finding; moved onto a block marked free, it is damage.
 #[test]
 fn a_block_at_a_groups_end_is_looked_up_in_its_own_group() {
-    let scratch = Scratch::new("group-end");
-    let image = scratch.0.join("g.img");
-    if !mke2fs(&image, 1024, "metadata_csum,64bit", &[], "20M") {
+    let Some((scratch, image)) = scratch_image("group-end", "g.img", 1024, "metadata_csum,64bit", &[], "20M") else {
         return;
-    }
+    };
     let host = scratch.0.join("one-block");
     std::fs::write(&host, vec![0x3Cu8; 1024]).unwrap();
     debugfs(&image, &format!("write {} f\n", host.display()));
@@ -760,11 +748,9 @@ fn a_journal_awaiting_replay_or_on_another_device_is_listed_unchecked() {
 /// length and levels, and its count over its limit.
 #[test]
 fn metadata_too_damaged_to_follow_is_an_error_naming_it() {
-    let scratch = Scratch::new("unfollowable");
-    let image = scratch.0.join("u.img");
-    if !mke2fs(&image, 1024, "metadata_csum,64bit", &[], "8M") {
+    let Some((_scratch, image)) = scratch_image("unfollowable", "u.img", 1024, "metadata_csum,64bit", &[], "8M") else {
         return;
-    }
+    };
     populate(&image);
     let clean = std::fs::read(&image).unwrap();
     let layout = Layout::parse(&clean).unwrap();
@@ -804,11 +790,9 @@ fn metadata_too_damaged_to_follow_is_an_error_naming_it() {
 /// check clean, and a flipped high half is found in the first only.
 #[test]
 fn the_inode_checksum_high_half_counts_from_extra_isize_4() {
-    let scratch = Scratch::new("extra-isize");
-    let image = scratch.0.join("x.img");
-    if !mke2fs(&image, 1024, "metadata_csum,64bit", &[], "8M") {
+    let Some((_scratch, image)) = scratch_image("extra-isize", "x.img", 1024, "metadata_csum,64bit", &[], "8M") else {
         return;
-    }
+    };
     debugfs(&image, "write /dev/null a\nwrite /dev/null b\nsif a extra_isize 4\nsif b extra_isize 2\n");
     let clean = std::fs::read(&image).unwrap();
     let report = check(&clean).unwrap();

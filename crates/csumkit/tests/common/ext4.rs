@@ -45,6 +45,21 @@ pub fn mke2fs(image: &Path, block_size: u32, features: &str, extra: &[&str], siz
     true
 }
 
+/// A scratch directory and an image mke2fs made in it (`None`, shown as
+/// skipped, without e2fsprogs). The directory goes when the first is dropped.
+pub fn scratch_image(
+    tag: &str,
+    name: &str,
+    block_size: u32,
+    features: &str,
+    extra: &[&str],
+    size: &str,
+) -> Option<(Scratch, PathBuf)> {
+    let scratch = Scratch::new(tag);
+    let image = scratch.0.join(name);
+    mke2fs(&image, block_size, features, extra, size).then_some((scratch, image))
+}
+
 pub fn debugfs(image: &Path, commands: &str) {
     let script = image.with_extension("cmds");
     std::fs::write(&script, commands).unwrap();
