@@ -660,21 +660,23 @@ fn a_block_at_a_groups_end_is_looked_up_in_its_own_group() {
 }
 
 /// A block-mapped (`^extent`) directory big enough for its double-indirect
-/// block (over 12 + 256 blocks at 1 KiB): every one of its blocks is
-/// checked, and a wrong checksum in the first block under each indirect
-/// level and in the last is found at the block debugfs maps it to.
+/// block and two indirect blocks below it (over 12 + 2 × 256 blocks at 1
+/// KiB): every one of its blocks is checked, and a wrong checksum in the
+/// first block under each indirect block and in the last is found at the
+/// block debugfs maps it to.
 #[test]
 fn block_mapped_directories_are_followed_through_double_indirect_blocks() {
     let scratch = Scratch::new("block-map");
     let tree = scratch.0.join("tree/big");
     std::fs::create_dir_all(&tree).unwrap();
-    // 200-byte names: four entries per 1 KiB block, 1 300 of them: 325 blocks.
-    for i in 0..1300 {
+    // 200-byte names: four entries per 1 KiB block, 2 200 of them: 550 blocks,
+    // two indirect blocks under the double-indirect one.
+    for i in 0..2200 {
         std::fs::write(tree.join(format!("{i:0>200}")), b"").unwrap();
     }
     let image = scratch.0.join("b.img");
     let source = scratch.0.join("tree");
-    let populate = ["-N", "2000", "-d", source.to_str().unwrap()];
+    let populate = ["-N", "3000", "-d", source.to_str().unwrap()];
     if !mke2fs(&image, 1024, "metadata_csum,^64bit,^extent", &populate, "8M") {
         return;
     }
@@ -687,9 +689,9 @@ fn block_mapped_directories_are_followed_through_double_indirect_blocks() {
         size.parse::<u64>().unwrap() / 1024
     };
     let big = size("/big");
-    assert!(big > 12 + 256, "{big} blocks: no double-indirect block");
+    assert!(big > 12 + 256 + 256, "{big} blocks: not two indirect blocks under the double-indirect one");
     assert_eq!(report.checked.dir_blocks, size("/") + size("/lost+found") + big, "{:?}", report.checked);
-    for logical in [0, 12, 12 + 256, big - 1] {
+    for logical in [0, 12, 12 + 256, 12 + 256 + 256, big - 1] {
         let block: u64 = debugfs_read(&image, &format!("bmap /big {logical}")).trim().parse().unwrap();
         let mut bad = clean.clone();
         bad[(block * 1024 + 30) as usize] ^= 0x01;
