@@ -630,7 +630,11 @@ impl<'a> Checker<'a> {
             let computed = crc32c::raw_update(seed, &data[..bs - 12]);
             let at = block * bs as u64 + bs as u64 - 4;
             self.report.checked.dir_blocks += 1;
-            let damage = structure::dirents(&self.layout, data, bs - 12, &|inum| self.inode_in_use(inum));
+            // Only a wrong checksum needs the entries judged (each entry's
+            // inode looked up in its bitmap).
+            let damage = (le32(tail, 8) != computed)
+                .then(|| structure::dirents(&self.layout, data, bs - 12, &|inum| self.inode_in_use(inum)))
+                .flatten();
             if let Some(f) = self.finding(
                 "directory block",
                 location,
