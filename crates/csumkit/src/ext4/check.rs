@@ -174,6 +174,11 @@ pub fn check(image: &[u8]) -> Result<Report, Error> {
     Ok(checker.report)
 }
 
+/// Bit `n` of an ext4 bitmap (little-endian bit order within each byte).
+fn is_set(bitmap: &[u8], n: u64) -> bool {
+    bitmap[(n / 8) as usize] >> (n % 8) & 1 == 1
+}
+
 fn lo16(v: u32) -> Vec<u8> {
     (v as u16).to_le_bytes().to_vec()
 }
@@ -214,7 +219,7 @@ impl<'a> Checker<'a> {
             let bitmap = self.block(group.block_bitmap, &|| format!("group {g} block bitmap"))?;
             let marked = |x: u64| {
                 let bit = ((x - l.first_data_block) % l.blocks_per_group) / ratio;
-                bitmap[(bit / 8) as usize] >> (bit % 8) & 1 == 1
+                is_set(bitmap, bit)
             };
             if let Some(x) = (b..stop).find(|&x| !marked(x)) {
                 return Ok(Some(x));
@@ -235,7 +240,7 @@ impl<'a> Checker<'a> {
             return false;
         }
         let Ok(bitmap) = self.block(group.inode_bitmap, &|| format!("group {g} inode bitmap")) else { return false };
-        bitmap[(bit / 8) as usize] >> (bit % 8) & 1 == 1
+        is_set(bitmap, bit)
     }
 
     /// What the check found but could not verify.
@@ -395,7 +400,7 @@ impl<'a> Checker<'a> {
         let g = group.number;
         let bitmap = self.block(group.inode_bitmap, &|| format!("group {g} inode bitmap"))?;
         let ipg = self.layout.inodes_per_group;
-        let used: Vec<u64> = (0..ipg).filter(|&i| bitmap[(i / 8) as usize] >> (i % 8) & 1 == 1).collect();
+        let used: Vec<u64> = (0..ipg).filter(|&i| is_set(bitmap, i)).collect();
         let size = self.layout.inode_size;
         for i in used {
             let inum = g * ipg + i + 1;
