@@ -122,6 +122,16 @@ impl Volume {
         let seed = crc32c::raw_update(l.csum_seed, &number_and_generation);
         let (stored, computed) = inode_checksum(raw, seed);
         self.verify(&|| format!("inode {ino}"), stored, computed)?;
+        self.inode_from(ino, raw.to_vec(), seed)
+    }
+
+    /// Inode `ino` from its raw bytes, whose checksum was verified or just
+    /// computed by the writer (as the kernel keeps an inode in memory once
+    /// `ext4_iget` verified it, rather than reading it back).
+    pub(crate) fn inode_from(&self, ino: u32, raw: Vec<u8>, seed: u32) -> Result<Inode, Error> {
+        let l = &self.layout;
+        let raw_bytes = raw;
+        let raw = &raw_bytes[..];
         let hi = |lo: usize, hi: usize| u32::from(le16(raw, lo)) | u32::from(le16(raw, hi)) << 16;
         let extra = if raw.len() > 128 { usize::from(le16(raw, 0x80)) } else { 0 };
         if raw.len() > 128 && 128 + extra > raw.len() {
@@ -167,7 +177,7 @@ impl Volume {
             blocks: u64::from(le32(raw, 0x1C)) | u64::from(le16(raw, 0x74)) << 32,
             rdev,
             i_block,
-            raw: raw.to_vec(),
+            raw: raw_bytes,
             csum_seed: seed,
         };
         if inode.mode == 0 && inode.links == 0 {
@@ -179,7 +189,7 @@ impl Volume {
 
 /// (stored, computed) inode checksum; 16 bits when the inode has no room
 /// for the high half.
-fn inode_checksum(raw: &[u8], seed: u32) -> (u32, u32) {
+pub(crate) fn inode_checksum(raw: &[u8], seed: u32) -> (u32, u32) {
     const LO: usize = 0x7C;
     const HI: usize = 0x82;
     /// Inodes up to this size are summed in one call over a copy with the

@@ -152,7 +152,7 @@ impl Volume {
         }
         let flags = self.layout.features.ro_compat & !RO_COMPAT_ORPHAN_PRESENT;
         self.patch("superblock", 1024, (0x3FC, 0x3FC, !0), &[(S_RO_COMPAT, &flags.to_le_bytes())])?;
-        self.layout.features.ro_compat = flags;
+        std::sync::Arc::make_mut(&mut self.layout).features.ro_compat = flags;
         Ok(freed)
     }
 }

@@ -112,7 +112,9 @@ impl Bytes {
 /// An ext4 image with `metadata_csum`, opened read-only.
 pub struct Volume {
     pub(crate) map: Bytes,
-    pub(crate) layout: Layout,
+    /// Shared, so the operations that hold it across `&mut self` calls
+    /// take a reference count, not a copy of every descriptor offset.
+    pub(crate) layout: std::sync::Arc<Layout>,
     pub(crate) options: Options,
     /// `s_hash_seed`, `s_def_hash_version` and whether hashes are unsigned.
     pub(crate) hash: crate::hash::HashSetup,
@@ -218,7 +220,7 @@ impl Volume {
         Ok(Volume {
             hash: crate::hash::HashSetup::from_superblock(sb),
             map,
-            layout,
+            layout: std::sync::Arc::new(layout),
             options,
             filters: Mutex::new(HashMap::new()),
             verified_leaves: Mutex::new(std::collections::HashSet::new()),

@@ -107,6 +107,25 @@ pub(crate) fn changes<'a>(old: &'a [u8], new: &'a [u8]) -> Vec<(usize, &'a [u8],
     runs.into_iter().map(|(s, e)| (s, &old[s..e], &new[s..e])).collect()
 }
 
+/// A group descriptor's checksum (low 16 bits kept): CRC32C from the
+/// filesystem's seed over the group number and the descriptor with
+/// `bg_checksum` zeroed — one call over a copy for the usual 32 and 64
+/// bytes.
+fn descriptor_checksum(seed: u32, number: [u8; 4], desc: &[u8]) -> u32 {
+    const CSUM: usize = 0x1E;
+    if desc.len() <= 64 {
+        let mut copy = [0u8; 4 + 64];
+        copy[..4].copy_from_slice(&number);
+        copy[4..4 + desc.len()].copy_from_slice(desc);
+        copy[4 + CSUM..4 + CSUM + 2].fill(0);
+        return crc32c::raw_update(seed, &copy[..4 + desc.len()]);
+    }
+    let crc = crc32c::raw_update(seed, &number);
+    let crc = crc32c::raw_update(crc, &desc[..CSUM]);
+    let crc = crc32c::raw_update(crc, &[0, 0]);
+    crc32c::raw_update(crc, &desc[CSUM + 2..])
+}
+
 /// `crc` of a `total`-byte buffer moved by `splice` over every change.
 pub(crate) fn splice_all(mut crc: u32, total: usize, old: &[u8], new: &[u8]) -> u32 {
     for (at, o, n) in changes(old, new) {
@@ -301,21 +320,23 @@ impl Volume {
         Ok(())
     }
 
-    /// Changes one group descriptor with `edit` and re-seals it. Only 16
-    /// bits of its CRC are stored, so there is no full CRC to splice from:
-    /// the 64 (or 32) bytes are checksummed anew, as the kernel does.
+    /// Changes one group descriptor with `edit`, in place, and re-seals it.
+    /// Only 16 bits of its CRC are stored, so there is no full CRC to
+    /// splice from: the 64 (or 32) bytes are checksummed anew, as the
+    /// kernel does.
     pub(crate) fn edit_descriptor(&mut self, group: &Group, edit: impl FnOnce(&mut [u8])) -> Result<(), Error> {
         let size = self.layout.desc_size as usize;
         let at = group.desc_offset;
-        let mut new = self.bytes(at, size, &|| format!("group {} descriptor", group.number))?.to_vec();
-        edit(&mut new);
+        self.bytes(at, size, &|| format!("group {} descriptor", group.number))?;
         Stats::bump(&self.stats.csum_full);
-        let crc = crc32c::raw_update(self.layout.csum_seed, &(group.number as u32).to_le_bytes());
-        let crc = crc32c::raw_update(crc, &new[..0x1E]);
-        let crc = crc32c::raw_update(crc, &[0, 0]);
-        let crc = crc32c::raw_update(crc, &new[0x20..]);
-        put16(&mut new, 0x1E, crc as u16);
-        self.store(at, &new)
+        let (seed, number) = (self.layout.csum_seed, (group.number as u32).to_le_bytes());
+        let at = at as usize;
+        let image = self.image_mut(at, size)?;
+        let d = &mut image[at..at + size];
+        edit(d);
+        let crc = descriptor_checksum(seed, number, d);
+        put16(d, 0x1E, crc as u16);
+        Ok(())
     }
 
     /// Adds `delta` to the superblock's free block and inode counts, moving
@@ -328,11 +349,8 @@ impl Volume {
         let inodes = (i64::from(le32(sb, 0x10)) + free_inodes) as u32;
         let (lo, hi, inodes) =
             ((blocks as u32).to_le_bytes(), ((blocks >> 32) as u32).to_le_bytes(), inodes.to_le_bytes());
-        let mut edits: Vec<(usize, &[u8])> = vec![(0x0C, &lo), (0x10, &inodes)];
-        if wide {
-            edits.push((0x158, &hi));
-        }
-        self.patch("superblock", 1024, (0x3FC, 0x3FC, !0), &edits)
+        let edits: [(usize, &[u8]); 3] = [(0x0C, &lo), (0x10, &inodes), (0x158, &hi)];
+        self.patch("superblock", 1024, (0x3FC, 0x3FC, !0), &edits[..if wide { 3 } else { 2 }])
     }
 
     /// Sets (`take`) or clears `len` bits from `first` in a bitmap block,
@@ -353,8 +371,8 @@ impl Volume {
         };
         let bs = self.layout.block_size;
         let wide = self.layout.desc_size >= 0x40;
-        let desc = self.bytes(group.desc_offset, self.layout.desc_size as usize, &|| "descriptor".into())?.to_vec();
-        let stored = u32::from(le16(&desc, lo)) | if wide { u32::from(le16(&desc, hi)) << 16 } else { 0 };
+        let desc = self.bytes(group.desc_offset, self.layout.desc_size as usize, &|| "descriptor".into())?;
+        let stored = u32::from(le16(desc, lo)) | if wide { u32::from(le16(desc, hi)) << 16 } else { 0 };
         // The move is linear in the flipped bits, so it can be computed
         // before they flip; a 16-bit stored checksum has no full CRC to move.
         let moved = if wide && self.options.checksums == Checksums::Incremental {
@@ -668,30 +686,39 @@ impl Volume {
     }
 
     /// Rewrites inode `ino`'s bytes with `edit`, moving its checksum by
-    /// splice over what changed.
+    /// splice over what changed. The result is built from the bytes
+    /// written, not read back: their checksum is the one just computed.
     pub(crate) fn edit_inode(&mut self, inode: &Inode, edit: impl FnOnce(&mut [u8])) -> Result<Inode, Error> {
-        let old = inode.raw.clone();
+        const LO: usize = 0x7C;
+        const HI: usize = 0x82;
+        let old = &inode.raw;
         let mut new = old.clone();
         edit(&mut new);
-        let zeroed = |raw: &[u8]| {
-            let mut m = raw.to_vec();
-            m[0x7C..0x7E].fill(0);
-            m[0x82..0x84].fill(0);
-            m
+        assert_eq!(new[0x64..0x68], old[0x64..0x68], "inode {}: i_generation seeds its checksum", inode.ino);
+        // The checksum fields are outside what the checksum covers: kept
+        // equal on both sides, the splice sees only the edit.
+        new[LO..LO + 2].copy_from_slice(&old[LO..LO + 2]);
+        let fits_hi = |raw: &[u8]| raw.len() > 128 && 128 + usize::from(le16(raw, 0x80)) >= HI + 2;
+        let wide = fits_hi(old) && fits_hi(&new);
+        if wide {
+            new[HI..HI + 2].copy_from_slice(&old[HI..HI + 2]);
+        }
+        let full = || crate::inode::inode_checksum(&new, inode.csum_seed).1;
+        let crc = if wide {
+            let stored = u32::from(le16(old, LO)) | u32::from(le16(old, HI)) << 16;
+            self.updated("inode", new.len(), || splice_all(stored, new.len(), old, &new), full)
+        } else {
+            // A 16-bit checksum cannot be moved: only its low half is known.
+            Stats::bump(&self.stats.csum_full);
+            full()
         };
-        let (old_m, new_m) = (zeroed(&old), zeroed(&new));
-        let stored = u32::from(le16(&old, 0x7C)) | u32::from(le16(&old, 0x82)) << 16;
-        let crc = self.updated(
-            "inode",
-            old_m.len(),
-            || splice_all(stored, old_m.len(), &old_m, &new_m),
-            || crc32c::raw_update(inode.csum_seed, &new_m),
-        );
-        put16(&mut new, 0x7C, crc as u16);
-        put16(&mut new, 0x82, (crc >> 16) as u16);
+        put16(&mut new, LO, crc as u16);
+        if fits_hi(&new) {
+            put16(&mut new, HI, (crc >> 16) as u16);
+        }
         let at = self.inode_offset(inode.ino)?;
         self.store(at, &new)?;
-        self.inode(inode.ino)
+        self.inode_from(inode.ino, new, inode.csum_seed)
     }
 
     pub(crate) fn inode_offset(&self, ino: u32) -> Result<u64, Error> {
@@ -735,7 +762,7 @@ impl Volume {
         put16(&mut raw, 0x82, (crc >> 16) as u16);
         let at = self.inode_offset(ino)?;
         self.store(at, &raw)?;
-        self.inode(ino)
+        self.inode_from(ino, raw, seed)
     }
 
     /// Makes `blocks` file blocks from `logical` exist (allocated, written
@@ -950,12 +977,12 @@ impl Volume {
     }
 
     pub(crate) fn check_new_name(&self, dir: &Inode, name: &[u8]) -> Result<(), Error> {
-        let shown = String::from_utf8_lossy(name).into_owned();
+        let shown = || String::from_utf8_lossy(name).into_owned();
         if name.is_empty() || name.contains(&b'/') || name.contains(&0) || name == b"." || name == b".." {
-            return Err(Error::Invalid(format!("{shown:?} is not a name")));
+            return Err(Error::Invalid(format!("{:?} is not a name", shown())));
         }
         match self.lookup(dir, name) {
-            Ok(_) => Err(Error::Exists(shown)),
+            Ok(_) => Err(Error::Exists(shown())),
             Err(Error::NotFound(_)) => Ok(()),
             Err(e) => Err(e),
         }
@@ -986,7 +1013,7 @@ impl Volume {
             return Err(e);
         }
         self.touch_dir(dir, 0)?;
-        self.inode(ino)
+        Ok(inode)
     }
 
     /// Creates directory `name` in `dir`, with its `.` and `..`.
@@ -1017,7 +1044,7 @@ impl Volume {
             return Err(e);
         }
         self.touch_dir(dir, 1)?;
-        self.inode(ino)
+        Ok(inode)
     }
 
     /// Makes every change durable: `fdatasync` of the image file, which
