@@ -4,7 +4,7 @@
 use crate::error::{corrupt, Error};
 use crate::le::{le16, le32};
 use crate::volume::Volume;
-use csumkit::crc32c;
+use csumkit::ext4::checksum;
 
 /// `i_flags` bits this code looks at.
 pub(crate) const FLAG_INDEX: u32 = 0x1000;
@@ -116,11 +116,8 @@ impl Volume {
         }
         let at = g.inode_table.saturating_mul(l.block_size).saturating_add(index * l.inode_size);
         let raw = self.bytes(at, l.inode_size as usize, &|| format!("inode {ino}"))?;
-        let mut number_and_generation = [0u8; 8];
-        number_and_generation[..4].copy_from_slice(&ino.to_le_bytes());
-        number_and_generation[4..].copy_from_slice(&raw[0x64..0x68]);
-        let seed = crc32c::raw_update(l.csum_seed, &number_and_generation);
-        let (stored, computed) = inode_checksum(raw, seed);
+        let seed = checksum::inode_seed(l.csum_seed, ino, raw);
+        let (stored, computed) = checksum::inode_checksum(raw, seed);
         self.verify(&|| format!("inode {ino}"), stored, computed)?;
         self.inode_from(ino, raw.to_vec(), seed)
     }
@@ -184,82 +181,5 @@ impl Volume {
             return Err(Error::NotFound(format!("inode {ino} (not in use)")));
         }
         Ok(inode)
-    }
-}
-
-/// (stored, computed) inode checksum; 16 bits when the inode has no room
-/// for the high half.
-pub(crate) fn inode_checksum(raw: &[u8], seed: u32) -> (u32, u32) {
-    const LO: usize = 0x7C;
-    const HI: usize = 0x82;
-    /// Inodes up to this size are summed in one call over a copy with the
-    /// checksum fields zeroed: one pass instead of six short ones (each
-    /// short call pays the engine's dispatch and tail handling).
-    const COPY_MAX: usize = 512;
-    let fits_hi = raw.len() > 128 && 128 + usize::from(le16(raw, 0x80)) >= HI + 2;
-    let mut crc = if raw.len() <= COPY_MAX {
-        let mut copy = [0u8; COPY_MAX];
-        let copy = &mut copy[..raw.len()];
-        copy.copy_from_slice(raw);
-        copy[LO..LO + 2].fill(0);
-        if fits_hi {
-            copy[HI..HI + 2].fill(0);
-        }
-        crc32c::raw_update(seed, copy)
-    } else {
-        let mut crc = crc32c::raw_update(seed, &raw[..LO]);
-        crc = crc32c::raw_update(crc, &[0, 0]);
-        crc = crc32c::raw_update(crc, &raw[LO + 2..HI]);
-        if fits_hi {
-            crc = crc32c::raw_update(crc, &[0, 0]);
-            crc32c::raw_update(crc, &raw[HI + 2..])
-        } else {
-            crc32c::raw_update(crc, &raw[HI..])
-        }
-    };
-    let mut stored = u32::from(le16(raw, LO));
-    if fits_hi {
-        stored |= u32::from(le16(raw, HI)) << 16;
-    } else {
-        crc &= 0xFFFF;
-    }
-    (stored, crc)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    /// The definition, piece by piece: the bytes with `i_checksum_lo` and,
-    /// where `i_extra_isize` reaches it, `i_checksum_hi` read as zero.
-    fn reference(raw: &[u8], seed: u32) -> (u32, u32) {
-        let fits_hi = raw.len() > 128 && 128 + usize::from(le16(raw, 0x80)) >= 0x84;
-        let mut bytes = raw.to_vec();
-        bytes[0x7C..0x7E].fill(0);
-        if fits_hi {
-            bytes[0x82..0x84].fill(0);
-        }
-        let crc = bytes.iter().fold(seed, |crc, &b| crc32c::raw_update(crc, &[b]));
-        let stored = u32::from(le16(raw, 0x7C)) | if fits_hi { u32::from(le16(raw, 0x82)) << 16 } else { 0 };
-        (stored, if fits_hi { crc } else { crc & 0xFFFF })
-    }
-
-    proptest! {
-        /// Every inode size (128 to 1024, the one-call copy and the piecewise
-        /// path past 512) and every `i_extra_isize` around the high half.
-        #[test]
-        fn the_inode_checksum_matches_its_definition(
-            size in prop::sample::select(vec![128usize, 160, 256, 512, 513, 1024]),
-            extra in prop::sample::select(vec![0u16, 2, 3, 4, 5, 28, 32, 400]),
-            seed in any::<u32>(),
-            fill in any::<u64>(),
-        ) {
-            let mut raw: Vec<u8> = (0..size as u64).map(|i| (fill.rotate_left(i as u32 % 64) ^ i) as u8).collect();
-            if size > 128 {
-                raw[0x80..0x82].copy_from_slice(&extra.to_le_bytes());
-            }
-            prop_assert_eq!(inode_checksum(&raw, seed), reference(&raw, seed));
-        }
     }
 }

@@ -107,25 +107,6 @@ pub(crate) fn changes<'a>(old: &'a [u8], new: &'a [u8]) -> Vec<(usize, &'a [u8],
     runs.into_iter().map(|(s, e)| (s, &old[s..e], &new[s..e])).collect()
 }
 
-/// A group descriptor's checksum (low 16 bits kept): CRC32C from the
-/// filesystem's seed over the group number and the descriptor with
-/// `bg_checksum` zeroed — one call over a copy for the usual 32 and 64
-/// bytes.
-fn descriptor_checksum(seed: u32, number: [u8; 4], desc: &[u8]) -> u32 {
-    const CSUM: usize = 0x1E;
-    if desc.len() <= 64 {
-        let mut copy = [0u8; 4 + 64];
-        copy[..4].copy_from_slice(&number);
-        copy[4..4 + desc.len()].copy_from_slice(desc);
-        copy[4 + CSUM..4 + CSUM + 2].fill(0);
-        return crc32c::raw_update(seed, &copy[..4 + desc.len()]);
-    }
-    let crc = crc32c::raw_update(seed, &number);
-    let crc = crc32c::raw_update(crc, &desc[..CSUM]);
-    let crc = crc32c::raw_update(crc, &[0, 0]);
-    crc32c::raw_update(crc, &desc[CSUM + 2..])
-}
-
 /// `crc` of a `total`-byte buffer moved by `splice` over every change.
 pub(crate) fn splice_all(mut crc: u32, total: usize, old: &[u8], new: &[u8]) -> u32 {
     for (at, o, n) in changes(old, new) {
@@ -329,12 +310,12 @@ impl Volume {
         let at = group.desc_offset;
         self.bytes(at, size, &|| format!("group {} descriptor", group.number))?;
         Stats::bump(&self.stats.csum_full);
-        let (seed, number) = (self.layout.csum_seed, (group.number as u32).to_le_bytes());
+        let (seed, number) = (self.layout.csum_seed, group.number as u32);
         let at = at as usize;
         let image = self.image_mut(at, size)?;
         let d = &mut image[at..at + size];
         edit(d);
-        let crc = descriptor_checksum(seed, number, d);
+        let crc = csumkit::ext4::checksum::descriptor_checksum(seed, number, d);
         put16(d, 0x1E, crc as u16);
         Ok(())
     }
@@ -689,8 +670,7 @@ impl Volume {
     /// splice over what changed. The result is built from the bytes
     /// written, not read back: their checksum is the one just computed.
     pub(crate) fn edit_inode(&mut self, inode: &Inode, edit: impl FnOnce(&mut [u8])) -> Result<Inode, Error> {
-        const LO: usize = 0x7C;
-        const HI: usize = 0x82;
+        use csumkit::ext4::checksum::{inode_checksum, inode_has_csum_hi, INODE_CSUM_HI as HI, INODE_CSUM_LO as LO};
         let old = &inode.raw;
         let mut new = old.clone();
         edit(&mut new);
@@ -698,12 +678,11 @@ impl Volume {
         // The checksum fields are outside what the checksum covers: kept
         // equal on both sides, the splice sees only the edit.
         new[LO..LO + 2].copy_from_slice(&old[LO..LO + 2]);
-        let fits_hi = |raw: &[u8]| raw.len() > 128 && 128 + usize::from(le16(raw, 0x80)) >= HI + 2;
-        let wide = fits_hi(old) && fits_hi(&new);
+        let wide = inode_has_csum_hi(old) && inode_has_csum_hi(&new);
         if wide {
             new[HI..HI + 2].copy_from_slice(&old[HI..HI + 2]);
         }
-        let full = || crate::inode::inode_checksum(&new, inode.csum_seed).1;
+        let full = || inode_checksum(&new, inode.csum_seed).1;
         let crc = if wide {
             let stored = u32::from(le16(old, LO)) | u32::from(le16(old, HI)) << 16;
             self.updated("inode", new.len(), || splice_all(stored, new.len(), old, &new), full)
@@ -713,7 +692,7 @@ impl Volume {
             full()
         };
         put16(&mut new, LO, crc as u16);
-        if fits_hi(&new) {
+        if inode_has_csum_hi(&new) {
             put16(&mut new, HI, (crc >> 16) as u16);
         }
         let at = self.inode_offset(inode.ino)?;
@@ -755,8 +734,7 @@ impl Volume {
         let generation = (t.nsec ^ ino.rotate_left(13)).wrapping_mul(0x9E37_79B9);
         put32(&mut raw, 0x64, generation);
         put16(&mut raw, 0x80, 32); // i_extra_isize
-        let seed = crc32c::raw_update(self.layout.csum_seed, &ino.to_le_bytes());
-        let seed = crc32c::raw_update(seed, &generation.to_le_bytes());
+        let seed = csumkit::ext4::checksum::inode_seed(self.layout.csum_seed, ino, &raw);
         let crc = crc32c::raw_update(seed, &raw);
         put16(&mut raw, 0x7C, crc as u16);
         put16(&mut raw, 0x82, (crc >> 16) as u16);

@@ -18,7 +18,6 @@
 //! over the little-endian group number and the descriptor with the checksum
 //! field read as zero.
 
-use crate::crc32c;
 
 /// Descriptor size on media.
 pub const DESC_SIZE: usize = 64;
@@ -122,12 +121,7 @@ impl Descriptor {
     /// `bg_checksum` as it should be for group `group` of a volume with
     /// checksum seed `csum_seed`.
     pub fn compute_checksum(&self, csum_seed: u32, group: u32) -> u16 {
-        // One CRC over a copy instead of four calls over the pieces.
-        let mut covered = [0u8; 4 + DESC_SIZE];
-        covered[..4].copy_from_slice(&group.to_le_bytes());
-        covered[4..].copy_from_slice(&self.bytes);
-        covered[4 + CHECKSUM..4 + CHECKSUM + 2].fill(0);
-        crc32c::raw_update(csum_seed, &covered) as u16
+        crate::ext4::checksum::descriptor_checksum(csum_seed, group, &self.bytes) as u16
     }
 
     /// Recomputes and stores `bg_checksum`.

@@ -22,6 +22,7 @@
 //! as [`Error::Corrupt`] (fuzzed by the `ext4_image` target).
 
 mod check;
+pub mod checksum;
 mod layout;
 mod special;
 mod structure;
