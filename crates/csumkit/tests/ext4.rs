@@ -575,6 +575,12 @@ fn each_kind_of_structural_damage_is_named_and_not_repairable() {
             format!("{} free blocks of {}", layout.blocks_count + 1, layout.blocks_count),
             Box::new(|b| set32(b, 1024 + 0x0C, layout.blocks_count as u32 + 1)),
         ),
+        // With `64bit` the count's high half (`s_free_blocks_count_hi`) counts.
+        (
+            "superblock",
+            format!("{} free blocks of {}", (1u64 << 32) + u64::from(le32(&clean, 1024 + 0x0C)), layout.blocks_count),
+            Box::new(|b| set32(b, 1024 + 0x158, 1)),
+        ),
         // The filesystem's last block (free): inside it, so the bitmap decides.
         (
             "extent block",
@@ -727,6 +733,13 @@ fn block_mapped_directories_are_followed_through_double_indirect_blocks() {
 #[test]
 fn a_journal_awaiting_replay_or_on_another_device_is_listed_unchecked() {
     let scratch = Scratch::new("unchecked");
+    // No journal at all (no `has_journal`, no journal inode): nothing to list.
+    let image = scratch.0.join("none.img");
+    if !mke2fs(&image, 1024, "metadata_csum,64bit,^has_journal", &[], "8M") {
+        return;
+    }
+    let report = check(&std::fs::read(&image).unwrap()).unwrap();
+    assert!(report.clean() && report.unchecked.is_empty(), "{report:?}");
     for (label, command, what) in [
         ("recover", "feature needs_recovery", "journal awaiting replay"),
         ("external", "ssv journal_inum 0", "external journal"),
@@ -811,5 +824,34 @@ fn the_inode_checksum_high_half_counts_from_extra_isize_4() {
         assert_eq!(findings.len(), 1, "{inum}: {findings:?}");
         assert_eq!(findings[0].inode, Some(inum));
         assert_eq!(findings[0].fix.len(), if counted { 2 } else { 1 }, "{inum}");
+    }
+}
+
+/// The smallest images mke2fs makes (128 KiB: 128 blocks of 1 KiB, one
+/// group) are checked like any other: clean as made; free counts equal to
+/// the totals are not damage (e2fsck's `check_super_block` refuses only
+/// counts above them), one past them is.
+#[test]
+fn the_smallest_image_and_the_free_count_boundary() {
+    let Some((_scratch, image)) = scratch_image("tiny", "t.img", 1024, "metadata_csum,64bit,^has_journal", &[], "128K")
+    else {
+        return;
+    };
+    let clean = std::fs::read(&image).unwrap();
+    assert_eq!(clean.len(), 128 << 10);
+    let report = check(&clean).unwrap();
+    assert!(report.clean() && report.unchecked.is_empty(), "{report:?}");
+    assert_eq!((report.checked.descriptors, report.checked.inodes), (1, 11), "{:?}", report.checked);
+    let layout = Layout::parse(&clean).unwrap();
+    let set32 = |b: &mut Vec<u8>, at: usize, v: u32| b[at..at + 4].copy_from_slice(&v.to_le_bytes());
+    for (field, total, damaged) in [(0x0C, layout.blocks_count, false), (0x10, layout.inodes_count, false)]
+        .into_iter()
+        .chain([(0x0C, layout.blocks_count + 1, true), (0x10, layout.inodes_count + 1, true)])
+    {
+        let mut bad = clean.clone();
+        set32(&mut bad, 1024 + field, total as u32);
+        let report = check(&bad).unwrap();
+        let found: Vec<_> = report.findings.iter().map(|f| (f.what, f.damage.is_some())).collect();
+        assert_eq!(found, [("superblock", damaged)], "field {field:#x} = {total}");
     }
 }
