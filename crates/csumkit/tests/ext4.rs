@@ -210,6 +210,9 @@ fn every_injected_corruption_is_reported_by_check_and_e2fsck() {
     let cases: &[(&str, usize, &str, bool)] = &[
         ("superblock s_volume_name", 1024 + 0x78, "superblock", true),
         ("descriptor bg_itable_unused", g0.desc_offset as usize + 0x1C, "group descriptor", true),
+        // A free count (its high half with 64bit) no longer agrees with the bitmap.
+        ("descriptor bg_free_blocks_count_hi", g0.desc_offset as usize + 0x2C, "group descriptor", false),
+        ("descriptor bg_free_inodes_count_lo", g0.desc_offset as usize + 0x0E, "group descriptor", false),
         // Padding bits past the last block: the free count no longer matches.
         ("block bitmap", g0.block_bitmap as usize * bs + 2000, "block bitmap", false),
         ("inode bitmap", g0.inode_bitmap as usize * bs + 100, "inode bitmap", false),

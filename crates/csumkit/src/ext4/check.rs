@@ -301,7 +301,9 @@ impl<'a> Checker<'a> {
     }
 
     /// A bitmap checksum split into lo (descriptor offset `lo`) and, with
-    /// wide descriptors, hi (`hi`) halves.
+    /// wide descriptors, hi (`hi`) halves. Returns the disagreement of the
+    /// bitmap with its descriptor's free count, if any: damage of whichever
+    /// of the two has a wrong checksum.
     fn bitmap(
         &mut self,
         group: &Group,
@@ -309,7 +311,7 @@ impl<'a> Checker<'a> {
         block: u64,
         bits: u64,
         (lo, hi): (usize, usize),
-    ) -> Result<(), Error> {
+    ) -> Result<Option<String>, Error> {
         let g = group.number;
         let data = self.block(block, &|| format!("group {g} {what} at block {block}"))?;
         let computed = crc32c::raw_update(self.layout.csum_seed, &data[..(bits / 8) as usize]);
@@ -326,12 +328,12 @@ impl<'a> Checker<'a> {
         let count_at = if lo == 0x18 { 0x0C } else { 0x0E };
         let counted = u64::from(le16(d, count_at)) | if wide { u64::from(le16(d, count_at + 0x20)) << 16 } else { 0 };
         let free = structure::free_bits(data, bits);
-        let damage =
-            (free != counted).then(|| format!("the bitmap has {free} free, its descriptor says {counted}: run e2fsck"));
+        let damage = (free != counted)
+            .then(|| format!("the {what} has {free} free, its descriptor says {counted}: run e2fsck"));
         if let Some(f) = self.finding(what, format!("group {g} (block {block})"), stored, computed, fix) {
-            f.damage = damage;
+            f.damage.clone_from(&damage);
         }
-        Ok(())
+        Ok(damage)
     }
 
     fn group(&mut self, group: &Group) -> Result<(), Error> {
@@ -345,20 +347,25 @@ impl<'a> Checker<'a> {
         self.report.checked.descriptors += 1;
         // Bitmaps first: their checksums live in the descriptor, so a repair
         // of them changes the descriptor checksum (found on the next pass).
+        let mut count_wrong = None;
         if !group.block_uninit() {
             let bits = self.layout.clusters_per_group;
-            self.bitmap(group, "block bitmap", group.block_bitmap, bits, (0x18, 0x38))?;
+            count_wrong = self.bitmap(group, "block bitmap", group.block_bitmap, bits, (0x18, 0x38))?;
             self.report.checked.block_bitmaps += 1;
         }
         if !group.inode_uninit() {
             let bits = self.layout.inodes_per_group;
-            self.bitmap(group, "inode bitmap", group.inode_bitmap, bits, (0x1A, 0x3A))?;
+            let wrong = self.bitmap(group, "inode bitmap", group.inode_bitmap, bits, (0x1A, 0x3A))?;
+            count_wrong = count_wrong.or(wrong);
             self.report.checked.inode_bitmaps += 1;
         }
+        // A free count that disagrees with its bitmap may be the
+        // descriptor's own damage: its checksum is not re-sealed over it.
         let damage = [("block bitmap", group.block_bitmap), ("inode bitmap", group.inode_bitmap)]
             .into_iter()
             .chain([("inode table", group.inode_table)])
-            .find_map(|(what, b)| structure::out_of_range(&self.layout, b, 1).map(|why| format!("{what}: {why}")));
+            .find_map(|(what, b)| structure::out_of_range(&self.layout, b, 1).map(|why| format!("{what}: {why}")))
+            .or(count_wrong);
         if let Some(f) = self.finding(
             "group descriptor",
             format!("group {g}"),
