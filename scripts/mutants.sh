@@ -28,6 +28,7 @@ files=(
   crates/csumkit/src/pi/storage.rs
   crates/csumkit/src/csum_tree.rs
   crates/csumkit/src/ext4/check.rs
+  crates/csumkit/src/ext4/checksum.rs
   crates/csumkit/src/ext4/structure.rs
   crates/csumkit/src/ext4/special.rs
 )

@@ -18,7 +18,6 @@
 //! over the little-endian group number and the descriptor with the checksum
 //! field read as zero.
 
-
 /// Descriptor size on media.
 pub const DESC_SIZE: usize = 64;
 

@@ -1,6 +1,7 @@
 //! The checks: every checksummed structure found from the superblock and
 //! descriptors, its checksum recomputed and compared.
 
+use super::checksum::{self, INODE_CSUM_HI, INODE_CSUM_LO};
 use super::layout::{superblock_checksum, Features, Group, Layout, SUPER_OFFSET};
 use super::special;
 use super::structure::{self, Claim};
@@ -17,8 +18,6 @@ const EXTENT_MAGIC: u16 = 0xF30A;
 /// Deeper extent trees than this are corrupt (ext4 allows 5 levels).
 const EXTENT_DEPTH_MAX: u16 = 5;
 /// `i_checksum_lo` and `i_checksum_hi`.
-const INODE_CSUM_LO: usize = 0x7C;
-const INODE_CSUM_HI: usize = 0x82;
 
 /// One wrong checksum.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -328,8 +327,8 @@ impl<'a> Checker<'a> {
         let count_at = if lo == 0x18 { 0x0C } else { 0x0E };
         let counted = u64::from(le16(d, count_at)) | if wide { u64::from(le16(d, count_at + 0x20)) << 16 } else { 0 };
         let free = structure::free_bits(data, bits);
-        let damage = (free != counted)
-            .then(|| format!("the {what} has {free} free, its descriptor says {counted}: run e2fsck"));
+        let damage =
+            (free != counted).then(|| format!("the {what} has {free} free, its descriptor says {counted}: run e2fsck"));
         if let Some(f) = self.finding(what, format!("group {g} (block {block})"), stored, computed, fix) {
             f.damage.clone_from(&damage);
         }
@@ -339,11 +338,8 @@ impl<'a> Checker<'a> {
     fn group(&mut self, group: &Group) -> Result<(), Error> {
         let (g, size) = (group.number, self.layout.desc_size as usize);
         let d = bytes(self.image, group.desc_offset, size, &|| format!("group {g} descriptor"))?;
-        let crc = crc32c::raw_update(self.layout.csum_seed, &(g as u32).to_le_bytes());
-        let crc = crc32c::raw_update(crc, &d[..0x1E]);
-        let crc = crc32c::raw_update(crc, &[0, 0]);
-        let computed = crc32c::raw_update(crc, &d[0x20..]) & 0xFFFF;
-        let stored = u32::from(le16(d, 0x1E));
+        let computed = checksum::descriptor_checksum(self.layout.csum_seed, g as u32, d);
+        let stored = u32::from(le16(d, checksum::DESC_CSUM));
         self.report.checked.descriptors += 1;
         // Bitmaps first: their checksums live in the descriptor, so a repair
         // of them changes the descriptor checksum (found on the next pass).
@@ -371,7 +367,7 @@ impl<'a> Checker<'a> {
             format!("group {g}"),
             stored,
             computed,
-            vec![(group.desc_offset + 0x1E, lo16(computed))],
+            vec![(group.desc_offset + checksum::DESC_CSUM as u64, lo16(computed))],
         ) {
             f.damage = damage;
         }
@@ -420,30 +416,11 @@ impl<'a> Checker<'a> {
     }
 
     fn inode(&mut self, inum: u64, at: u64, raw: &[u8]) -> Result<(), Error> {
-        let seed = crc32c::raw_update(self.layout.csum_seed, &(inum as u32).to_le_bytes());
-        let seed = crc32c::raw_update(seed, &raw[0x64..0x68]);
-        let size = raw.len();
-        let fits_hi = size > 128 && 128 + usize::from(le16(raw, 0x80)) >= INODE_CSUM_HI + 2;
-        let mut crc = crc32c::raw_update(seed, &raw[..INODE_CSUM_LO]);
-        crc = crc32c::raw_update(crc, &[0, 0]);
-        crc = crc32c::raw_update(crc, &raw[INODE_CSUM_LO + 2..128]);
-        if size > 128 {
-            crc = crc32c::raw_update(crc, &raw[128..INODE_CSUM_HI]);
-            let rest = if fits_hi {
-                crc = crc32c::raw_update(crc, &[0, 0]);
-                INODE_CSUM_HI + 2
-            } else {
-                INODE_CSUM_HI
-            };
-            crc = crc32c::raw_update(crc, &raw[rest..]);
-        }
-        let mut stored = u32::from(le16(raw, INODE_CSUM_LO));
+        let seed = checksum::inode_seed(self.layout.csum_seed, inum as u32, raw);
+        let (stored, crc) = checksum::inode_checksum(raw, seed);
         let mut fix = vec![(at + INODE_CSUM_LO as u64, lo16(crc))];
-        if fits_hi {
-            stored |= u32::from(le16(raw, INODE_CSUM_HI)) << 16;
+        if checksum::inode_has_csum_hi(raw) {
             fix.push((at + INODE_CSUM_HI as u64, lo16(crc >> 16)));
-        } else {
-            crc &= 0xFFFF;
         }
         self.report.checked.inodes += 1;
         // Reserved inodes below s_first_ino are in use with no type.
