@@ -17,7 +17,6 @@ const INODE_FLAG_EA_INODE: u32 = 0x20_0000;
 const EXTENT_MAGIC: u16 = 0xF30A;
 /// Deeper extent trees than this are corrupt (ext4 allows 5 levels).
 const EXTENT_DEPTH_MAX: u16 = 5;
-/// `i_checksum_lo` and `i_checksum_hi`.
 
 /// One wrong checksum.
 #[derive(Clone, Debug, PartialEq, Eq)]
