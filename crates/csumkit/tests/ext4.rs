@@ -666,6 +666,19 @@ fn a_block_at_a_groups_end_is_looked_up_in_its_own_group() {
             assert_eq!(f.damage.as_deref(), Some("block 8192 is free in the block bitmap"));
         }
     }
+    // Group 1's backup superblock (8193) and descriptor table (8194): in use
+    // in its bitmap, and the filesystem's own.
+    assert!(layout.base_meta_blocks(1) >= 2, "group 1 has a backup superblock");
+    for onto in [8193u32, 8194] {
+        let mut bad = clean.clone();
+        bad[start_at..start_at + 4].copy_from_slice(&onto.to_le_bytes());
+        let report = check(&bad).unwrap();
+        let f = report.findings.iter().find(|f| f.what == "inode" && f.inode == Some(12)).expect("inode 12");
+        let damage = f.damage.as_deref().unwrap_or_else(|| panic!("onto {onto}: repairable: {f:?}"));
+        assert!(damage.contains("also claimed by the filesystem's metadata"), "onto {onto}: {damage}");
+        std::fs::write(&image, &bad).unwrap();
+        assert!(e2fsck_reports(&image), "onto {onto}: e2fsck -fn missed it");
+    }
 }
 
 /// A block-mapped (`^extent`) directory big enough for its double-indirect
