@@ -139,10 +139,13 @@ pub fn counts_match_the_image(report: &Report, image: &[u8], label: &str) {
         (g.inode_table * layout.block_size + (inum - 1) % layout.inodes_per_group * layout.inode_size) as usize
     };
     let mut xattr_blocks = std::collections::HashSet::new();
+    let mut ea_inodes = 0;
     for (g, group) in groups.iter().enumerate().filter(|(_, g)| !g.inode_uninit()) {
         let bitmap = &image[(group.inode_bitmap * layout.block_size) as usize..];
         for i in (0..layout.inodes_per_group).filter(|&i| bitmap[(i / 8) as usize] >> (i % 8) & 1 == 1) {
             let at = inode_at(g as u64 * layout.inodes_per_group + i + 1);
+            // EXT4_EA_INODE_FL: a large xattr value's own inode.
+            ea_inodes += u64::from(le32(image, at + 0x20) & 0x20_0000 != 0);
             let hi = if wide { u64::from(le16(image, at + 0x76)) } else { 0 };
             let block = u64::from(le32(image, at + 0x68)) | hi << 32;
             if block != 0 {
@@ -151,6 +154,8 @@ pub fn counts_match_the_image(report: &Report, image: &[u8], label: &str) {
         }
     }
     assert_eq!(c.xattr_blocks, xattr_blocks.len() as u64, "{label}: {c:?}");
+    let listed = report.unchecked.iter().find(|u| u.what == "ea_inode values").map_or(0, |u| u.count);
+    assert_eq!(listed, ea_inodes, "{label}: {:?}", report.unchecked);
     let orphan_blocks = match le32(image, 1024 + 0x5C) & 0x1000 {
         0 => 0,
         _ => u64::from(le32(image, inode_at(u64::from(le32(image, 1024 + 0x280))) + 4)) / layout.block_size,
