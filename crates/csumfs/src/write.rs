@@ -697,7 +697,18 @@ impl Volume {
         }
         let at = self.inode_offset(inode.ino)?;
         self.store(at, &new)?;
-        self.inode_from(inode.ino, new, inode.csum_seed)
+        self.written_inode(inode.ino, new, inode.csum_seed)
+    }
+
+    /// The inode just written, from its bytes; in the test mode
+    /// (`check_updates`) also read back through the checksum check, which
+    /// must agree.
+    fn written_inode(&self, ino: u32, raw: Vec<u8>, seed: u32) -> Result<Inode, Error> {
+        let built = self.inode_from(ino, raw, seed)?;
+        if cfg!(debug_assertions) || self.options.check_updates {
+            assert_eq!(self.inode(ino)?, built, "inode {ino}: written bytes and a verified read differ");
+        }
+        Ok(built)
     }
 
     pub(crate) fn inode_offset(&self, ino: u32) -> Result<u64, Error> {
@@ -740,7 +751,7 @@ impl Volume {
         put16(&mut raw, 0x82, (crc >> 16) as u16);
         let at = self.inode_offset(ino)?;
         self.store(at, &raw)?;
-        self.inode_from(ino, raw, seed)
+        self.written_inode(ino, raw, seed)
     }
 
     /// Makes `blocks` file blocks from `logical` exist (allocated, written
