@@ -556,6 +556,8 @@ fn each_kind_of_structural_damage_is_named_and_not_repairable() {
         ),
         ("htree block", "htree count 0".into(), Box::new(|b| set16(b, htree_root + 0x22, 0))),
         ("inode", "lie outside the filesystem".into(), Box::new(move |b| set32(b, ino(14) + 0x68, beyond))),
+        // A leaf extent's `ee_start_hi`: 2^32 blocks further.
+        ("extent block", "lie outside the filesystem".into(), Box::new(move |b| set16(b, frag_leaf + 12 + 6, 1))),
         ("extent block", "lie outside the filesystem".into(), Box::new(move |b| set32(b, frag_leaf + 12 + 8, beyond))),
         (
             "extent block",
@@ -814,6 +816,18 @@ fn metadata_too_damaged_to_follow_is_an_error_naming_it() {
     bad[frag + 12 + 4..][..4].copy_from_slice(&past.to_le_bytes());
     let err = check(&bad).unwrap_err().to_string();
     assert!(err.contains(&format!("block {past} is beyond the filesystem's {past} blocks")), "{err}");
+    // The index entry's high half (`ei_leaf_hi`) counts: 2^32 past its block.
+    let leaf = u64::from(le32(&clean, frag + 12 + 4));
+    let mut bad = clean.clone();
+    bad[frag + 12 + 8..][..2].copy_from_slice(&1u16.to_le_bytes());
+    let err = check(&bad).unwrap_err().to_string();
+    assert!(err.contains(&format!("block {} is beyond", (1u64 << 32) + leaf)), "{err}");
+    // A child no shallower than its parent (the leaf under a depth-1 root
+    // claiming depth 1): refused at the child.
+    let mut bad = clean.clone();
+    bad[leaf as usize * bs + 6..][..2].copy_from_slice(&1u16.to_le_bytes());
+    let err = check(&bad).unwrap_err().to_string();
+    assert!(err.contains(&format!("inode 15 extent block {leaf}: bad extent header")) && err.contains("depth 1)"), "{err}");
 }
 
 /// `i_checksum_hi` counts once `i_extra_isize` reaches it (4: the kernel's
