@@ -140,12 +140,18 @@ pub fn counts_match_the_image(report: &Report, image: &[u8], label: &str) {
     };
     let mut xattr_blocks = std::collections::HashSet::new();
     let mut ea_inodes = 0;
+    let mut extent_blocks = 0;
     for (g, group) in groups.iter().enumerate().filter(|(_, g)| !g.inode_uninit()) {
         let bitmap = &image[(group.inode_bitmap * layout.block_size) as usize..];
         for i in (0..layout.inodes_per_group).filter(|&i| bitmap[(i / 8) as usize] >> (i % 8) & 1 == 1) {
             let at = inode_at(g as u64 * layout.inodes_per_group + i + 1);
             // EXT4_EA_INODE_FL: a large xattr value's own inode.
-            ea_inodes += u64::from(le32(image, at + 0x20) & 0x20_0000 != 0);
+            let flags = le32(image, at + 0x20);
+            ea_inodes += u64::from(flags & 0x20_0000 != 0);
+            // Extent-mapped (EXT4_EXTENTS_FL), not inline (EXT4_INLINE_DATA_FL).
+            if flags & 0x8_0000 != 0 && flags & 0x1000_0000 == 0 {
+                extent_blocks += extent_nodes_below(image, &layout, &image[at + 0x28..at + 0x28 + 60]);
+            }
             let hi = if wide { u64::from(le16(image, at + 0x76)) } else { 0 };
             let block = u64::from(le32(image, at + 0x68)) | hi << 32;
             if block != 0 {
@@ -154,6 +160,7 @@ pub fn counts_match_the_image(report: &Report, image: &[u8], label: &str) {
         }
     }
     assert_eq!(c.xattr_blocks, xattr_blocks.len() as u64, "{label}: {c:?}");
+    assert_eq!(c.extent_blocks, extent_blocks, "{label}: {c:?}");
     let listed = report.unchecked.iter().find(|u| u.what == "ea_inode values").map_or(0, |u| u.count);
     assert_eq!(listed, ea_inodes, "{label}: {:?}", report.unchecked);
     let orphan_blocks = match le32(image, 1024 + 0x5C) & 0x1000 {
@@ -161,6 +168,22 @@ pub fn counts_match_the_image(report: &Report, image: &[u8], label: &str) {
         _ => u64::from(le32(image, inode_at(u64::from(le32(image, 1024 + 0x280))) + 4)) / layout.block_size,
     };
     assert_eq!(c.orphan_blocks, orphan_blocks, "{label}: {c:?}");
+}
+
+/// Extent tree blocks under `node` (a root in `i_block` or a block), by
+/// their headers' depth and each index entry's `ei_leaf_lo`/`_hi`.
+fn extent_nodes_below(image: &[u8], layout: &Layout, node: &[u8]) -> u64 {
+    let (entries, depth) = (usize::from(le16(node, 2)), le16(node, 6));
+    if depth == 0 {
+        return 0;
+    }
+    (0..entries)
+        .map(|e| {
+            let entry = &node[12 + 12 * e..24 + 12 * e];
+            let child = (u64::from(le32(entry, 4)) | u64::from(le16(entry, 8)) << 32) * layout.block_size;
+            1 + extent_nodes_below(image, layout, &image[child as usize..][..layout.block_size as usize])
+        })
+        .sum()
 }
 
 pub fn le16(b: &[u8], at: usize) -> u16 {
