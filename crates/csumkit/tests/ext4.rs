@@ -378,6 +378,36 @@ fn kernel_made_three_level_htree_with_large_dir() {
     bad[1024 + 0x60..1024 + 0x64].copy_from_slice(&incompat.to_le_bytes());
     let err = check(&bad).unwrap_err().to_string();
     assert!(err.contains("2 indirect levels"), "{err}");
+    // An interior node (the root's first child): its count and limit are
+    // followed only while the count fits the limit and the limit the block.
+    let logical = le32(&clean, root * 1024 + 0x24);
+    let node = common::ext4::debugfs_read(&image, &format!("bmap <{dir_ino}> {logical}")).trim().parse::<usize>().unwrap();
+    let count = le16(&clean, node * 1024 + 10);
+    assert!(count > 1 && count < le16(&clean, node * 1024 + 8), "count {count}");
+    // (count, limit, the refusal): the walk of the index refuses a count
+    // over its limit, or a limit over the block, before reading an entry
+    // (200 entries of 8 bytes would run 600 bytes past it); 127 entries after
+    // the 8-byte fake dirent fill the 1 KiB block exactly and pass the walk,
+    // but leave no room for the dx tail: the node's own check refuses that.
+    let at_block = |c: u16, l: u16| format!("count {c} / limit {l} at block {logical}");
+    let cases = [
+        (count, count, None),
+        (count, count - 1, Some(at_block(count, count - 1))),
+        (200, 200, Some(at_block(200, 200))),
+        (count, 127, Some(format!("htree count {count} / limit 127 do not fit the block"))),
+    ];
+    for (c, limit, refusal) in cases {
+        let mut bad = clean.clone();
+        bad[node * 1024 + 8..][..2].copy_from_slice(&limit.to_le_bytes());
+        bad[node * 1024 + 10..][..2].copy_from_slice(&c.to_le_bytes());
+        match (check(&bad), refusal) {
+            (Ok(report), None) => {
+                assert!(report.findings.iter().any(|f| f.what == "htree block"), "limit {limit}: {:?}", report.findings);
+            }
+            (Err(e), Some(why)) => assert!(e.to_string().contains(&why), "{why}: {e}"),
+            (outcome, why) => panic!("count {c}, limit {limit}: {:?}, expected {why:?}", outcome.map(|r| r.findings)),
+        }
+    }
 }
 
 /// A checksum repair must never re-seal wrong content: an inode whose
