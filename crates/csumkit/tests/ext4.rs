@@ -518,6 +518,16 @@ fn a_directory_block_without_its_tail_is_reported() {
     assert_eq!(report.checked.dir_blocks, before.checked.dir_blocks - 1, "a block without a tail is not checked");
     std::fs::write(&image, &bad).unwrap();
     assert!(e2fsck_reports(&image), "e2fsck -fn must see the missing tail");
+    // A tail with any one of its four fields wrong is no tail (the kernel's
+    // get_dirent_tail): inode, record length, name length, file type 0xDE.
+    for (at, value) in [(0, 1u8), (4, 16), (6, 1), (7, 0)] {
+        let mut bad = clean.clone();
+        bad[dir + bs - 12 + at] = value;
+        let report = check(&bad).unwrap();
+        assert_eq!(report.missing_tails, vec![(12, block as u64)], "tail byte {at} = {value}");
+        std::fs::write(&image, &bad).unwrap();
+        assert!(e2fsck_reports(&image), "tail byte {at} = {value}: e2fsck -fn must see it");
+    }
 }
 
 /// Content the checksum covers that is itself wrong is damage, named for

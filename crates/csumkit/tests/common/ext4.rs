@@ -141,6 +141,7 @@ pub fn counts_match_the_image(report: &Report, image: &[u8], label: &str) {
     let mut xattr_blocks = std::collections::HashSet::new();
     let mut ea_inodes = 0;
     let mut extent_blocks = 0;
+    let (mut htree_blocks, mut htree_exact) = (0, true);
     for (g, group) in groups.iter().enumerate().filter(|(_, g)| !g.inode_uninit()) {
         let bitmap = &image[(group.inode_bitmap * layout.block_size) as usize..];
         for i in (0..layout.inodes_per_group).filter(|&i| bitmap[(i / 8) as usize] >> (i % 8) & 1 == 1) {
@@ -148,6 +149,21 @@ pub fn counts_match_the_image(report: &Report, image: &[u8], label: &str) {
             // EXT4_EA_INODE_FL: a large xattr value's own inode.
             let flags = le32(image, at + 0x20);
             ea_inodes += u64::from(flags & 0x20_0000 != 0);
+            // An indexed directory (EXT4_INDEX_FL) whose root is a depth-0
+            // extent root's first block: one index block when the htree root
+            // has no indirect levels; deeper trees make the count a floor.
+            let is_dir = le16(image, at) & 0xF000 == 0x4000;
+            if is_dir && flags & 0x1000 != 0 {
+                let root = &image[at + 0x28..at + 0x28 + 60];
+                let first = if flags & 0x8_0000 == 0 {
+                    Some(le32(root, 0))
+                } else {
+                    (le16(root, 6) == 0 && le32(root, 12) == 0).then(|| le32(root, 12 + 8))
+                };
+                let levels = first.map(|b| image[(u64::from(b) * layout.block_size) as usize + 0x1E]);
+                htree_exact &= levels == Some(0);
+                htree_blocks += 1;
+            }
             // Extent-mapped (EXT4_EXTENTS_FL), not inline (EXT4_INLINE_DATA_FL).
             if flags & 0x8_0000 != 0 && flags & 0x1000_0000 == 0 {
                 extent_blocks += extent_nodes_below(image, &layout, &image[at + 0x28..at + 0x28 + 60]);
@@ -161,6 +177,11 @@ pub fn counts_match_the_image(report: &Report, image: &[u8], label: &str) {
     }
     assert_eq!(c.xattr_blocks, xattr_blocks.len() as u64, "{label}: {c:?}");
     assert_eq!(c.extent_blocks, extent_blocks, "{label}: {c:?}");
+    if htree_exact {
+        assert_eq!(c.htree_blocks, htree_blocks, "{label}: {c:?}");
+    } else {
+        assert!(c.htree_blocks > htree_blocks && c.htree_blocks < layout.blocks_count, "{label}: {c:?}");
+    }
     let listed = report.unchecked.iter().find(|u| u.what == "ea_inode values").map_or(0, |u| u.count);
     assert_eq!(listed, ea_inodes, "{label}: {:?}", report.unchecked);
     let orphan_blocks = match le32(image, 1024 + 0x5C) & 0x1000 {
