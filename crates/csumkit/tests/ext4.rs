@@ -381,7 +381,8 @@ fn kernel_made_three_level_htree_with_large_dir() {
     // An interior node (the root's first child): its count and limit are
     // followed only while the count fits the limit and the limit the block.
     let logical = le32(&clean, root * 1024 + 0x24);
-    let node = common::ext4::debugfs_read(&image, &format!("bmap <{dir_ino}> {logical}")).trim().parse::<usize>().unwrap();
+    let node =
+        common::ext4::debugfs_read(&image, &format!("bmap <{dir_ino}> {logical}")).trim().parse::<usize>().unwrap();
     let count = le16(&clean, node * 1024 + 10);
     assert!(count > 1 && count < le16(&clean, node * 1024 + 8), "count {count}");
     // (count, limit, the refusal): the walk of the index refuses a count
@@ -402,7 +403,11 @@ fn kernel_made_three_level_htree_with_large_dir() {
         bad[node * 1024 + 10..][..2].copy_from_slice(&c.to_le_bytes());
         match (check(&bad), refusal) {
             (Ok(report), None) => {
-                assert!(report.findings.iter().any(|f| f.what == "htree block"), "limit {limit}: {:?}", report.findings);
+                assert!(
+                    report.findings.iter().any(|f| f.what == "htree block"),
+                    "limit {limit}: {:?}",
+                    report.findings
+                );
             }
             (Err(e), Some(why)) => assert!(e.to_string().contains(&why), "{why}: {e}"),
             (outcome, why) => panic!("count {c}, limit {limit}: {:?}, expected {why:?}", outcome.map(|r| r.findings)),
@@ -867,7 +872,10 @@ fn metadata_too_damaged_to_follow_is_an_error_naming_it() {
     let mut bad = clean.clone();
     bad[leaf as usize * bs + 6..][..2].copy_from_slice(&1u16.to_le_bytes());
     let err = check(&bad).unwrap_err().to_string();
-    assert!(err.contains(&format!("inode 15 extent block {leaf}: bad extent header")) && err.contains("depth 1)"), "{err}");
+    assert!(
+        err.contains(&format!("inode 15 extent block {leaf}: bad extent header")) && err.contains("depth 1)"),
+        "{err}"
+    );
 }
 
 /// `i_checksum_hi` counts once `i_extra_isize` reaches it (4: the kernel's
