@@ -125,10 +125,9 @@ impl Volume {
     /// Inode `ino` from its raw bytes, whose checksum was verified or just
     /// computed by the writer (as the kernel keeps an inode in memory once
     /// `ext4_iget` verified it, rather than reading it back).
-    pub(crate) fn inode_from(&self, ino: u32, raw: Vec<u8>, seed: u32) -> Result<Inode, Error> {
+    pub(crate) fn inode_from(&self, ino: u32, bytes: Vec<u8>, seed: u32) -> Result<Inode, Error> {
         let l = &self.layout;
-        let raw_bytes = raw;
-        let raw = &raw_bytes[..];
+        let raw = &bytes[..];
         let hi = |lo: usize, hi: usize| u32::from(le16(raw, lo)) | u32::from(le16(raw, hi)) << 16;
         let extra = if raw.len() > 128 { usize::from(le16(raw, 0x80)) } else { 0 };
         if raw.len() > 128 && 128 + extra > raw.len() {
@@ -174,7 +173,7 @@ impl Volume {
             blocks: u64::from(le32(raw, 0x1C)) | u64::from(le16(raw, 0x74)) << 32,
             rdev,
             i_block,
-            raw: raw_bytes,
+            raw: bytes,
             csum_seed: seed,
         };
         if inode.mode == 0 && inode.links == 0 {

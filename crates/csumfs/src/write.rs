@@ -316,7 +316,7 @@ impl Volume {
         let d = &mut image[at..at + size];
         edit(d);
         let crc = csumkit::ext4::checksum::descriptor_checksum(seed, number, d);
-        put16(d, 0x1E, crc as u16);
+        put16(d, csumkit::ext4::checksum::DESC_CSUM, crc as u16);
         Ok(())
     }
 
@@ -747,8 +747,8 @@ impl Volume {
         put16(&mut raw, 0x80, 32); // i_extra_isize
         let seed = csumkit::ext4::checksum::inode_seed(self.layout.csum_seed, ino, &raw);
         let crc = crc32c::raw_update(seed, &raw);
-        put16(&mut raw, 0x7C, crc as u16);
-        put16(&mut raw, 0x82, (crc >> 16) as u16);
+        put16(&mut raw, csumkit::ext4::checksum::INODE_CSUM_LO, crc as u16);
+        put16(&mut raw, csumkit::ext4::checksum::INODE_CSUM_HI, (crc >> 16) as u16);
         let at = self.inode_offset(ino)?;
         self.store(at, &raw)?;
         self.written_inode(ino, raw, seed)

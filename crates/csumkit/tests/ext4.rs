@@ -728,6 +728,42 @@ fn a_block_at_a_groups_end_is_looked_up_in_its_own_group() {
     }
 }
 
+/// An initialised extent holds up to 32 768 blocks (`EXT_INIT_MAX_LEN`);
+/// only a length past that marks it uninitialised. A file's one extent
+/// stretched to exactly 32 768 blocks over free ones is damage found at its
+/// first block, not an empty extent.
+#[test]
+fn an_extent_of_exactly_32768_blocks_is_initialised_and_claimed() {
+    let Some((scratch, image)) = scratch_image(
+        "max-extent",
+        "m.img",
+        1024,
+        "metadata_csum,64bit,^has_journal,sparse_super2",
+        &["-E", "num_backup_sb=0"],
+        "64M",
+    ) else {
+        return;
+    };
+    let host = scratch.0.join("one-block");
+    std::fs::write(&host, vec![0x5Au8; 1024]).unwrap();
+    debugfs(&image, &format!("write {} f\n", host.display()));
+    let clean = std::fs::read(&image).unwrap();
+    let layout = Layout::parse(&clean).unwrap();
+    assert!(layout.blocks_count > 16400 + 32768, "{} blocks", layout.blocks_count);
+    let g0 = layout.group(&clean, 0).unwrap();
+    let inode = g0.inode_table as usize * layout.block_size as usize + 11 * layout.inode_size as usize;
+    let entry = inode + 0x28 + 12;
+    assert_eq!(le16(&clean, entry + 4), 1, "one block in the file's extent");
+    let mut bad = clean.clone();
+    bad[entry + 4..entry + 6].copy_from_slice(&32768u16.to_le_bytes());
+    bad[entry + 8..entry + 12].copy_from_slice(&16400u32.to_le_bytes());
+    let report = check(&bad).unwrap();
+    let f = report.findings.iter().find(|f| f.what == "inode" && f.inode == Some(12)).expect("inode 12");
+    assert_eq!(f.damage.as_deref(), Some("block 16400 is free in the block bitmap"), "{f:?}");
+    std::fs::write(&image, &bad).unwrap();
+    assert!(e2fsck_reports(&image), "e2fsck -fn missed it");
+}
+
 /// A block-mapped (`^extent`) directory big enough for its double-indirect
 /// block and two indirect blocks below it (over 12 + 2 × 256 blocks at 1
 /// KiB): every one of its blocks is checked, and a wrong checksum in the
