@@ -2,7 +2,7 @@
 //! extents read as zeros), inline data, symlink targets.
 
 use crate::error::{corrupt, Error};
-use crate::inode::{Inode, FLAG_EXTENTS, FLAG_INLINE_DATA};
+use crate::inode::{Inode, FLAG_INLINE_DATA};
 use crate::volume::Volume;
 
 /// A piece of file data at least this long is read in with one request
@@ -98,8 +98,7 @@ impl Volume {
         if !inode.is_symlink() {
             return Err(Error::Invalid(format!("inode {} is not a symbolic link", inode.ino)));
         }
-        let fast = inode.size < 60 && inode.flags & (FLAG_EXTENTS | FLAG_INLINE_DATA) == 0;
-        if fast {
+        if inode.is_fast_symlink() {
             return Ok(inode.i_block[..inode.size as usize].to_vec());
         }
         self.read_all(inode)

@@ -76,6 +76,15 @@ impl Volume {
             return Err(Error::NotDir(format!("inode {}", dir.ino)));
         }
         if dir.flags & FLAG_INDEX != 0 && dir.flags & FLAG_INLINE_DATA == 0 {
+            if name == b"." || name == b".." {
+                // Outside the index, at the start of the root block (as
+                // the kernel's `__ext4_find_entry` looks for them): `..`'s
+                // record spans the root's index data.
+                let root = self.runs(dir)?.first().filter(|r| r.logical == 0).map(|r| r.physical);
+                let root = root.ok_or_else(|| corrupt(format!("directory {}", dir.ino), "no block 0"))?;
+                let block = self.block(root, &|| format!("directory {} htree root", dir.ino))?;
+                return find_entry(block, dir.ino, name)?.ok_or_else(|| Error::NotFound(shown()));
+            }
             if let Some(found) = self.htree_lookup(dir, name)? {
                 return Ok(found);
             }

@@ -65,7 +65,7 @@ impl Volume {
     /// A new inode holding `value` for an entry of `owner`, its count 0:
     /// the entry naming it counts itself when stored.
     pub(crate) fn create_value_inode(&mut self, owner: &Inode, value: &[u8]) -> Result<u32, Error> {
-        let group = (u64::from(owner.ino) - 1) / self.layout.inodes_per_group;
+        let group = self.layout.inode_group(u64::from(owner.ino)).0;
         let ino = self.allocate_inode(group, false)?;
         let new = NewInode { mode: 0o100_600, uid: owner.uid, gid: owner.gid };
         self.write_new_inode(ino, &new, 1, FLAG_EXTENTS | FLAG_EA_INODE)?;

@@ -41,6 +41,12 @@ pub struct MountOptions {
     pub ttl: Duration,
     /// The source shown in `/proc/mounts`.
     pub fsname: String,
+    /// The kernel's writeback cache (`FUSE_WRITEBACK_CACHE`): writes land
+    /// in the page cache and reach csumfs in page-sized or larger pieces
+    /// at writeback, `fsync` or close; the kernel keeps size and mtime
+    /// meanwhile and sends them with `setattr`. Small buffered writes then
+    /// cost a copy, not a round trip each.
+    pub writeback_cache: bool,
 }
 
 impl Default for MountOptions {
@@ -51,6 +57,7 @@ impl Default for MountOptions {
             threads: 2,
             ttl: Duration::from_secs(1),
             fsname: "csumfs".into(),
+            writeback_cache: false,
         }
     }
 }
@@ -61,6 +68,7 @@ pub struct Fs {
     block_size: u32,
     read_only: bool,
     ttl: Duration,
+    writeback_cache: bool,
     /// Directory listings taken at `opendir`, by handle: `readdir` pages
     /// through one snapshot however the directory changes meanwhile.
     listings: Mutex<HashMap<u64, Vec<DirEntry>>>,
@@ -97,6 +105,7 @@ pub fn mount(
         block_size,
         read_only: options.read_only,
         ttl: options.ttl,
+        writeback_cache: options.writeback_cache && !options.read_only,
         listings: Mutex::new(HashMap::new()),
         next_handle: AtomicU64::new(1),
     };
@@ -275,6 +284,9 @@ impl Filesystem for Fs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         // Larger writes per request: fewer round trips for sequential I/O.
         let _ = config.set_max_write(1 << 20);
+        if self.writeback_cache && config.add_capabilities(fuser::InitFlags::FUSE_WRITEBACK_CACHE).is_err() {
+            eprintln!("csumfs: this kernel offers no FUSE writeback cache: writes go through");
+        }
         Ok(())
     }
 

@@ -87,6 +87,13 @@ impl Inode {
         self.file_type() == 0o120_000
     }
 
+    /// A symbolic link whose target lives in `i_block` (under 60 bytes),
+    /// whatever else it has — an xattr block makes `i_blocks` non-zero —
+    /// as the kernel's `ext4_inode_is_fast_symlink` decides.
+    pub fn is_fast_symlink(&self) -> bool {
+        self.is_symlink() && self.size < 60 && self.flags & FLAG_INLINE_DATA == 0
+    }
+
     /// `i_extra_isize` (0 for 128-byte inodes).
     pub(crate) fn extra_isize(&self) -> usize {
         if self.raw.len() > 128 {
@@ -109,7 +116,7 @@ impl Volume {
         if ino == 0 || u64::from(ino) > l.inodes_count {
             return Err(Error::NotFound(format!("inode {ino}")));
         }
-        let (group, index) = ((u64::from(ino) - 1) / l.inodes_per_group, (u64::from(ino) - 1) % l.inodes_per_group);
+        let (group, index) = l.inode_group(u64::from(ino));
         let g = l.group(&self.map, group)?;
         if g.inode_uninit() {
             return Err(Error::NotFound(format!("inode {ino} (uninitialised group {group})")));

@@ -30,6 +30,9 @@ impl Volume {
             return Ok(self.read_tree(inode)?.extents);
         }
         let mut runs = Vec::new();
+        if inode.is_fast_symlink() {
+            return Ok(runs); // i_block holds the target, not block numbers
+        }
         self.block_map(inode, &mut runs)?;
         runs.sort_by_key(|r| r.logical);
         for run in &runs {
@@ -113,8 +116,8 @@ impl Volume {
             return Ok(self.read_tree(inode)?.nodes.into_iter().flatten().collect());
         }
         let mut out = Vec::new();
-        if inode.is_symlink() && inode.size < 60 {
-            return Ok(out); // a fast symlink: i_block holds the target
+        if inode.is_fast_symlink() {
+            return Ok(out); // i_block holds the target
         }
         let per = self.layout.block_size / 4;
         let mut stack: Vec<(u64, u32)> = (1..=3u32)

@@ -4,7 +4,7 @@
 //! the leaf's checksum); a directory moved to another parent gets its `..`
 //! patched the same way, and the two parents' link counts follow.
 
-use crate::error::Error;
+use crate::error::{corrupt, Error};
 use crate::inode::{Inode, FLAG_EXTENTS, FLAG_INDEX, ROOT};
 use crate::volume::Volume;
 use crate::write::{encode_time, file_type, le16, le32, now, put16, put32, Fill, NewInode};
@@ -153,7 +153,7 @@ impl Volume {
             return Err(Error::NotDir(format!("inode {dir}")));
         }
         self.check_new_name(&parent, name)?;
-        let group = (u64::from(dir) - 1) / self.layout.inodes_per_group;
+        let group = self.layout.inode_group(u64::from(dir)).0;
         let ino = self.allocate_inode(group, false)?;
         let new = NewInode { mode: 0o120_777, uid, gid };
         let fast = target.len() < 60;
@@ -215,14 +215,23 @@ impl Volume {
                 let (logical, physical) = (run.logical + k, run.physical + k);
                 let block = self.block(physical, &|| format!("directory {} block {physical}", dir.ino))?;
                 let indexed = dir.flags & FLAG_INDEX != 0;
-                let limit = if indexed && logical == 0 { 24 } else { bs - 12 };
-                if indexed && logical != 0 && le32(block, 0) == 0 && usize::from(le16(block, 4)) == bs {
+                // Where entries may start, and where they must end: a
+                // leaf's before its checksum tail; the htree root's `.`
+                // and `..` in its first 24 bytes, `..` spanning the index.
+                let (limit, end) = if indexed && logical == 0 { (24, bs) } else { (bs - 12, bs - 12) };
+                if indexed && logical != 0 && crate::dir::is_index_block(block, logical, bs as u64) {
                     continue; // an interior index node
                 }
                 let mut at = 0;
                 while at + 8 <= limit {
                     let (eino, rec_len, len) =
                         (le32(block, at), usize::from(le16(block, at + 4)), usize::from(block[at + 6]));
+                    if rec_len < 12 || at + rec_len > end || 8 + len > rec_len {
+                        return Err(corrupt(
+                            format!("directory {} block {physical}", dir.ino),
+                            format!("entry at {at}: record length {rec_len}, name length {len}"),
+                        ));
+                    }
                     if eino != 0 && &block[at + 8..at + 8 + len] == name {
                         let mut field = [0u8; 8];
                         field.copy_from_slice(&block[at..at + 8]);
@@ -235,9 +244,6 @@ impl Volume {
                         }
                         let seal = (bs - 12, bs - 4, dir.csum_seed);
                         return self.patch("directory block", physical * bs as u64, seal, &[(at, &field)]);
-                    }
-                    if rec_len < 8 {
-                        break;
                     }
                     at += rec_len;
                 }

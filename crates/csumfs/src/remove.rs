@@ -75,7 +75,7 @@ impl Volume {
     /// Frees an inode with no links left: data, mapping blocks, xattr
     /// block, then the inode itself (links 0, `i_dtime` set, bit cleared).
     pub(crate) fn release(&mut self, inode: Inode) -> Result<(), Error> {
-        if inode.flags & FLAG_INLINE_DATA == 0 && !(inode.is_symlink() && inode.size < 60 && inode.blocks == 0) {
+        if inode.flags & FLAG_INLINE_DATA == 0 && !inode.is_fast_symlink() {
             for run in self.runs(&inode)? {
                 self.free_blocks(run.physical, run.len)?;
             }
@@ -105,8 +105,7 @@ impl Volume {
             }
         })?;
         let l = self.layout.clone();
-        let (g, index) =
-            ((u64::from(inode.ino) - 1) / l.inodes_per_group, (u64::from(inode.ino) - 1) % l.inodes_per_group);
+        let (g, index) = l.inode_group(u64::from(inode.ino));
         let group = l.group(&self.map, g)?;
         self.flip_bits(&group, true, index, 1, false)?;
         if inode.is_dir() {
@@ -152,10 +151,10 @@ impl Volume {
                 let (mut at, mut prev) = (0usize, None);
                 while at + 8 <= bs - 12 {
                     let (ino, rec_len, len) = (le32(old, at), usize::from(le16(old, at + 4)), usize::from(old[at + 6]));
-                    if rec_len < 8 || at + rec_len > bs - 12 {
+                    if rec_len < 12 || at + rec_len > bs - 12 || 8 + len > rec_len {
                         return Err(corrupt(
                             format!("directory {} block {physical}", dir.ino),
-                            format!("entry at {at}"),
+                            format!("entry at {at}: record length {rec_len}, name length {len}"),
                         ));
                     }
                     if ino != 0 && &old[at + 8..at + 8 + len] == name {

@@ -713,7 +713,7 @@ impl Volume {
 
     pub(crate) fn inode_offset(&self, ino: u32) -> Result<u64, Error> {
         let l = &self.layout;
-        let (g, index) = ((u64::from(ino) - 1) / l.inodes_per_group, (u64::from(ino) - 1) % l.inodes_per_group);
+        let (g, index) = l.inode_group(u64::from(ino));
         let group = l.group(&self.map, g)?;
         Ok(group.inode_table * l.block_size + index * l.inode_size)
     }
@@ -764,7 +764,7 @@ impl Volume {
         let mut next = logical;
         while next < logical + blocks {
             let l = &self.layout;
-            let group_start = l.first_data_block + u64::from(inode.ino - 1) / l.inodes_per_group * l.blocks_per_group;
+            let group_start = l.first_data_block + l.inode_group(u64::from(inode.ino)).0 * l.blocks_per_group;
             // Where the extent before `next` would continue (the kernel's
             // `ext4_ext_find_goal`).
             let before = self.runs(&inode)?.into_iter().take_while(|r| r.logical < next).last();
@@ -989,7 +989,7 @@ impl Volume {
             return Err(Error::NotDir(format!("inode {dir}")));
         }
         self.check_new_name(&parent, name)?;
-        let group = (u64::from(dir) - 1) / self.layout.inodes_per_group;
+        let group = self.layout.inode_group(u64::from(dir)).0;
         let ino = self.allocate_inode(group, false)?;
         // Only files, directories and symlinks are extent-mapped (as
         // ext4_new_inode sets the flag); e2fsck calls a FIFO, socket or
@@ -1017,7 +1017,7 @@ impl Volume {
         self.check_new_name(&parent, name)?;
         // Orlov-like spread: a new top-level directory goes to the group
         // after its parent's, deeper ones stay near their parent.
-        let parent_group = (u64::from(dir) - 1) / self.layout.inodes_per_group;
+        let parent_group = self.layout.inode_group(u64::from(dir)).0;
         let goal = if dir == crate::inode::ROOT { (parent_group + 1) % self.layout.groups } else { parent_group };
         let ino = self.allocate_inode(goal, true)?;
         let mode = (new.mode & 0o7777) | 0o040_000;

@@ -9,7 +9,7 @@
 mod common;
 
 use common::{assert_clean, have_e2fsprogs, mke2fs_with, with_kernel_mount, Scratch};
-use csumfs::{NewInode, Options, Volume, ROOT};
+use csumfs::{NewInode, Options, RenameMode, Volume, ROOT};
 
 const FLAG_INDEX: u32 = 0x1000;
 
@@ -25,6 +25,63 @@ fn shape(v: &Volume, image: &std::path::Path, bs: usize, dir: u32) -> (u8, u16) 
     let bytes = std::fs::read(image).unwrap();
     let root = &bytes[runs[0].physical as usize * bs..][..bs];
     (root[0x1E], u16::from_le_bytes([root[0x22], root[0x23]]))
+}
+
+/// A live name of a block past the root: (logical block, offset, name,
+/// whether the block's first entry is live).
+type LeafName = (u64, usize, Vec<u8>, bool);
+
+/// The live names of directory `dir`'s blocks past the root, read from the
+/// synced image; interior index nodes (one empty entry over the whole
+/// block) have none.
+fn names_in_leaves(v: &Volume, image: &std::path::Path, dir: u32) -> Vec<LeafName> {
+    let bs = v.layout().block_size as usize;
+    let bytes = std::fs::read(image).unwrap();
+    let mut names = Vec::new();
+    for run in v.runs(&v.inode(dir).unwrap()).unwrap() {
+        for k in u64::from(run.logical == 0)..run.len {
+            let block = &bytes[(run.physical + k) as usize * bs..][..bs];
+            let live = |at: usize| u32::from_le_bytes(block[at..at + 4].try_into().unwrap()) != 0;
+            let mut at = 0;
+            while at + 8 <= bs - 12 {
+                if live(at) {
+                    let name = block[at + 8..at + 8 + usize::from(block[at + 6])].to_vec();
+                    names.push((run.logical + k, at, name, live(0)));
+                }
+                at += usize::from(u16::from_le_bytes([block[at + 4], block[at + 5]])).max(12);
+            }
+        }
+    }
+    names
+}
+
+/// Swaps names of leaves past the root with a file in the root directory,
+/// and back: the first name of some leaves (at offset 0, where the root's
+/// own entries would be), some past the root's 24 bytes and, with
+/// `removed_firsts`, names in leaves whose first entry was removed. Each
+/// swap patches that leaf, found at the right block of the directory's runs.
+fn exchange_names_of_leaves(v: &mut Volume, image: &std::path::Path, dir: u32, removed_firsts: bool) {
+    let names = names_in_leaves(v, image, dir);
+    let big = v.inode(dir).unwrap();
+    let pick = |keep: &dyn Fn(&LeafName) -> bool| -> Vec<Vec<u8>> {
+        let all: Vec<_> = names.iter().filter(|n| keep(n)).map(|n| n.2.clone()).collect();
+        assert!(!all.is_empty(), "no name of that kind among {}", names.len());
+        all.iter().step_by(all.len().div_ceil(8)).cloned().collect()
+    };
+    let mut picked = pick(&|n| n.1 == 0);
+    picked.extend(pick(&|n| n.1 > 24 && n.3));
+    if removed_firsts {
+        picked.extend(pick(&|n| !n.3));
+    }
+    let other = v.create(ROOT, b"swap", NewInode { mode: 0o100_600, uid: 0, gid: 0 }).unwrap().ino;
+    for first in &picked {
+        let was = v.lookup(&big, first).unwrap().ino;
+        v.rename(dir, first, ROOT, b"swap", RenameMode::Exchange).unwrap();
+        assert_eq!(v.lookup(&big, first).unwrap().ino, other);
+        v.rename(dir, first, ROOT, b"swap", RenameMode::Exchange).unwrap();
+        assert_eq!(v.lookup(&big, first).unwrap().ino, was);
+    }
+    v.unlink(ROOT, b"swap").unwrap();
 }
 
 #[test]
@@ -73,6 +130,10 @@ fn growing_directories_become_htrees_that_e2fsck_and_the_kernel_read() {
             v.unlink(dir, name(i).as_bytes()).unwrap();
         }
         v.sync().unwrap();
+        if bs == 1024 {
+            exchange_names_of_leaves(&mut v, &image, dir, true);
+            assert_clean(&image, "1024: names of leaves exchanged");
+        }
         drop(v);
         assert_clean(&image, &format!("{bs}: every third name removed"));
         if bs == 65536 {
@@ -87,5 +148,79 @@ fn growing_directories_become_htrees_that_e2fsck_and_the_kernel_read() {
                 assert_eq!(present, i % 3 != 0, "{bs}: the kernel's lookup of {}", name(i));
             }
         });
+    }
+}
+
+/// An htree directory in two runs — its root alone, a file's block, then
+/// its leaves — where the second run's second block is logical block 2:
+/// names in it are found and patched there, not taken for the root's.
+#[test]
+fn an_htree_in_two_runs_patches_its_leaves() {
+    if !have_e2fsprogs() {
+        return;
+    }
+    let scratch = Scratch::new("htree-runs");
+    let image = scratch.0.join("runs.img");
+    // A fixed hash seed and UUID: the same names land in the same leaves
+    // on every run.
+    let seeds = ["-E", "hash_seed=6d1f1c1e-2a3b-4c5d-8e9f-0a1b2c3d4e5f", "-U", "0b5e3a2c-1d4f-4a6b-9c8d-7e6f5a4b3c2d"];
+    mke2fs_with(&image, "1024", "8M", &seeds);
+    let options = Options { write: true, check_updates: true, ..Options::default() };
+    let mut v = Volume::open(&image, options).unwrap();
+    let file = NewInode { mode: 0o100_644, uid: 0, gid: 0 };
+    let dir = v.mkdir(ROOT, b"frag", NewInode { mode: 0o755, uid: 0, gid: 0 }).unwrap().ino;
+    let blocker = v.create(ROOT, b"blocker", file).unwrap().ino;
+    v.write(blocker, 0, &[7u8; 1024]).unwrap();
+    let mut i = 0;
+    while v.runs(&v.inode(dir).unwrap()).unwrap().iter().map(|r| r.len).sum::<u64>() < 4 {
+        v.create(dir, name(i, 40).as_bytes(), file).unwrap();
+        i += 1;
+    }
+    let big = v.inode(dir).unwrap();
+    assert_ne!(big.flags & FLAG_INDEX, 0, "an htree after {i} names");
+    let runs = v.runs(&big).unwrap();
+    assert!(runs.len() >= 2 && runs[0].len == 1 && runs[1].logical == 1 && runs[1].len >= 2, "{runs:?}");
+    v.sync().unwrap();
+    exchange_names_of_leaves(&mut v, &image, dir, false);
+    // Moved to another parent: its `..`, inside the root index block, is
+    // patched and the root's dx tail re-sealed.
+    let parent = v.mkdir(ROOT, b"parent", NewInode { mode: 0o755, uid: 0, gid: 0 }).unwrap().ino;
+    v.rename(ROOT, b"frag", parent, b"frag", RenameMode::Exchange).unwrap_err();
+    v.rename(ROOT, b"frag", parent, b"frag", RenameMode::Replace).unwrap();
+    assert_eq!(v.lookup(&v.inode(dir).unwrap(), b"..").unwrap().ino, parent);
+    assert_eq!(v.lookup(&v.inode(dir).unwrap(), b".").unwrap().ino, dir);
+    // A directory moved into it: the walk up from it to the root (is the
+    // moved one an ancestor?) reads `..` of an htree directory.
+    v.mkdir(ROOT, b"sub", NewInode { mode: 0o755, uid: 0, gid: 0 }).unwrap();
+    v.rename(ROOT, b"sub", dir, b"sub", RenameMode::Replace).unwrap();
+    assert_eq!(v.rename(ROOT, b"parent", dir, b"loop", RenameMode::Replace).unwrap_err().errno(), 22, "EINVAL");
+    v.sync().unwrap();
+    assert_clean(&image, "an htree directory moved to another parent");
+    // A leaf before the one holding a name, its first record length made
+    // too short or too long (and the leaf re-sealed): swapping or
+    // unlinking that name is an error, not a loop, a block skipped or a
+    // read past the block.
+    let names = names_in_leaves(&v, &image, dir);
+    let (first_leaf, _, _, _) = names[0];
+    let (_, _, target, _) = names.iter().find(|n| n.0 > first_leaf).expect("a name in a later leaf").clone();
+    let bs = 1024usize;
+    let big = v.inode(dir).unwrap();
+    let runs = v.runs(&big).unwrap();
+    let run = runs.iter().find(|r| (r.logical..r.logical + r.len).contains(&first_leaf)).unwrap();
+    let at = (run.physical + first_leaf - run.logical) as usize * bs;
+    drop(v);
+    let clean = std::fs::read(&image).unwrap();
+    for rec_len in [0u16, 8, bs as u16 - 8] {
+        let mut bytes = clean.clone();
+        bytes[at + 4..at + 6].copy_from_slice(&rec_len.to_le_bytes());
+        let crc = csumkit::crc32c::raw_update(big.csum_seed, &bytes[at..at + bs - 12]);
+        bytes[at + bs - 4..at + bs].copy_from_slice(&crc.to_le_bytes());
+        std::fs::write(&image, &bytes).unwrap();
+        let mut v = Volume::open(&image, Options { write: true, ..Options::default() }).unwrap();
+        v.create(ROOT, b"swap", file).unwrap();
+        let err = v.rename(dir, &target, ROOT, b"swap", RenameMode::Exchange).unwrap_err();
+        assert!(matches!(err, csumfs::Error::Corrupt { .. }), "rec_len {rec_len}: exchange: {err}");
+        let err = v.unlink(dir, &target).unwrap_err();
+        assert!(matches!(err, csumfs::Error::Corrupt { .. }), "rec_len {rec_len}: unlink: {err}");
     }
 }

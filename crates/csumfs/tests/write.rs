@@ -6,7 +6,7 @@
 mod common;
 
 use common::{e2fsck_clean, tool, Scratch};
-use csumfs::{Checksums, Error, NewInode, Options, RenameMode, Volume, ROOT};
+use csumfs::{Checksums, Error, NewInode, Options, RenameMode, SetAttr, Timespec, Volume, XattrMode, ROOT};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
@@ -358,21 +358,91 @@ fn renames_links_and_symlinks_are_what_the_kernel_reads() {
     };
     let one = put(&mut v, a, "one", b"first file");
     put(&mut v, a, "two", b"second file");
-    put(&mut v, b, "victim", b"replaced");
+    let victim = put(&mut v, b, "victim", b"replaced");
     put(&mut v, b, "x", b"ex");
     put(&mut v, sub, "deep", b"deep file");
     v.rename(a, b"two", a, b"two-renamed", RenameMode::Replace).unwrap();
     v.rename(a, b"one", b, b"victim", RenameMode::Replace).unwrap(); // across, replacing
+                                                                     // A freed inode as the kernel leaves it: an extent-mapped file with an
+                                                                     // empty extent root (magic, no entries, room for 4, depth 0).
+    let freed = v.inode(victim).unwrap();
+    assert_eq!((freed.links, freed.size, freed.blocks), (0, 0, 0));
+    let mut empty_root = [0u8; 60];
+    empty_root[..6].copy_from_slice(&[0x0A, 0xF3, 0, 0, 4, 0]);
+    assert_eq!(freed.i_block, empty_root, "freed extent-mapped file");
     assert_eq!(v.rename(a, b"two-renamed", b, b"x", RenameMode::NoReplace).unwrap_err().errno(), 17);
     v.rename(a, b"two-renamed", b, b"x", RenameMode::Exchange).unwrap(); // swap across
     v.rename(a, b"sub", b, b"sub-moved", RenameMode::Replace).unwrap(); // a directory to another parent
     assert_eq!(v.rename(ROOT, b"b", b, b"inside", RenameMode::Replace).unwrap_err().errno(), 22, "EINVAL");
     assert_eq!(v.rename(ROOT, b"a", ROOT, b"b", RenameMode::Replace).unwrap_err().errno(), 39, "ENOTEMPTY");
+    for (from, to) in [(".", "z"), ("..", "z"), ("victim", "."), ("victim", "..")] {
+        for mode in [RenameMode::Replace, RenameMode::NoReplace, RenameMode::Exchange] {
+            let err = v.rename(b, from.as_bytes(), a, to.as_bytes(), mode).unwrap_err();
+            assert_eq!(err.errno(), 22, "{from} -> {to} ({mode:?}): EINVAL");
+        }
+    }
+    // Exchanges across parents: two directories (each gets the other's
+    // parent as `..`, the link counts stay), then a directory and a file
+    // (the directory's old parent loses a link, its new one gains it).
+    let d1 = v.mkdir(a, b"d1", dir).unwrap().ino;
+    let d2 = v.mkdir(b, b"d2", dir).unwrap().ino;
+    put(&mut v, d1, "in1", b"in one");
+    put(&mut v, d2, "in2", b"in two");
+    v.rename(a, b"d1", b, b"d2", RenameMode::Exchange).unwrap();
+    v.mkdir(a, b"d3", dir).unwrap();
+    put(&mut v, b, "f3", b"third");
+    v.rename(a, b"d3", b, b"f3", RenameMode::Exchange).unwrap();
+    // A directory replaces an empty one.
+    let e1 = v.mkdir(ROOT, b"e1", dir).unwrap().ino;
+    v.mkdir(ROOT, b"e2", dir).unwrap();
+    v.rename(ROOT, b"e1", ROOT, b"e2", RenameMode::Replace).unwrap();
+    // A file moved across parents changes both parents (mtime and ctime).
+    let long_ago = Timespec { sec: 1_000_000, nsec: 0 };
+    let old_times = SetAttr { mtime: Some(long_ago), ctime: Some(long_ago), ..SetAttr::default() };
+    let mover = put(&mut v, b, "mover", b"moved");
+    for changed in [a, b, mover] {
+        v.set_attr(changed, old_times).unwrap();
+    }
+    v.rename(b, b"mover", a, b"moved", RenameMode::Replace).unwrap();
+    for parent in [a, b] {
+        let p = v.inode(parent).unwrap();
+        assert!(p.mtime.sec > long_ago.sec && p.ctime.sec > long_ago.sec, "parent {parent}: {p:?}");
+    }
+    // The moved inode's ctime too (as the kernel's ext4_rename), not its mtime.
+    let moved = v.inode(mover).unwrap();
+    assert!(moved.ctime.sec > long_ago.sec && moved.mtime == long_ago, "{moved:?}");
     v.link(one, ROOT, b"hard").unwrap();
     assert_eq!(v.link(a, ROOT, b"dirlink").unwrap_err().errno(), 1, "EPERM");
     v.symlink(ROOT, b"fast", b"b/victim", 0, 0).unwrap();
     let long = "a-long-target/".repeat(20);
     v.symlink(ROOT, b"slow", long.as_bytes(), 0, 0).unwrap();
+    // Up to 59 bytes a target lives in the inode (60 would leave no NUL).
+    for len in [59, 60] {
+        let link = v.symlink(a, format!("t{len}").as_bytes(), &vec![b't'; len], 0, 0).unwrap();
+        assert_eq!(v.read_link(&link).unwrap(), vec![b't'; len]);
+        assert_eq!(link.blocks == 0, len < 60, "{len}-byte target: {link:?}");
+        // Near its parent: in the parent's group (a top-level directory
+        // went to the group after the root's).
+        let ipg = v.layout().inodes_per_group;
+        assert_eq!((u64::from(link.ino) - 1) / ipg, (u64::from(a) - 1) / ipg, "{len}-byte target's inode group");
+    }
+    // A fast symlink with an xattr block (i_blocks not 0): unlinked, its
+    // target is no block map, the xattr block is freed.
+    let tagged = v.symlink(ROOT, b"tagged", b"b/victim", 0, 0).unwrap().ino;
+    v.setxattr(tagged, "user.big", &[0x42; 600], XattrMode::Either).unwrap();
+    assert_ne!(v.inode(tagged).unwrap().file_acl, 0, "the value went to a block");
+    v.unlink(ROOT, b"tagged").unwrap();
+    let freed = v.inode(tagged).unwrap();
+    assert_eq!((freed.links, freed.file_acl, freed.blocks), (0, 0, 0));
+    assert_eq!(&freed.i_block[..9], b"b/victim\0", "a freed fast symlink keeps its target");
+    // rmdir of `.` or `..` is refused whatever the directory holds.
+    let empty = v.mkdir(ROOT, b"empty", dir).unwrap().ino;
+    for name in [".", ".."] {
+        assert_eq!(v.rmdir(empty, name.as_bytes()).unwrap_err().errno(), 22, "rmdir {name}: EINVAL");
+    }
+    // A target fills its block less one byte (1 KiB blocks), no more.
+    v.symlink(ROOT, b"longest", &[b'y'; 1023], 0, 0).unwrap();
+    assert_eq!(v.symlink(ROOT, b"too-long", &[b'y'; 1024], 0, 0).unwrap_err().errno(), 36, "ENAMETOOLONG");
     v.sync().unwrap();
     drop(v);
     e2fsck_clean(&image).unwrap_or_else(|report| panic!("e2fsck -fn:\n{report}"));
@@ -382,6 +452,10 @@ fn renames_links_and_symlinks_are_what_the_kernel_reads() {
         ("/b/x", b"second file"),
         ("/a/two-renamed", b"ex"),
         ("/b/sub-moved/deep", b"deep file"),
+        ("/a/d1/in2", b"in two"),
+        ("/b/d2/in1", b"in one"),
+        ("/a/d3", b"third"),
+        ("/a/moved", b"moved"),
     ];
     let v = Volume::open(&image, Options::default()).unwrap();
     for (path, want) in contents {
@@ -389,8 +463,14 @@ fn renames_links_and_symlinks_are_what_the_kernel_reads() {
     }
     assert_eq!(v.resolve("/hard").unwrap().links, 2);
     assert_eq!(v.read_link(&v.resolve("/slow").unwrap()).unwrap(), long.as_bytes());
-    assert_eq!(v.lookup(&v.resolve("/b/sub-moved").unwrap(), b"..").unwrap().ino, b);
-    assert_eq!((v.resolve("/a").unwrap().links, v.resolve("/b").unwrap().links), (2, 3), "parents' link counts");
+    for (path, parent) in [("/b/sub-moved", b), ("/a/d1", a), ("/b/d2", b), ("/b/f3", b)] {
+        assert_eq!(v.lookup(&v.resolve(path).unwrap(), b"..").unwrap().ino, parent, "{path}/..");
+    }
+    assert_eq!((v.resolve("/a/d1").unwrap().ino, v.resolve("/b/d2").unwrap().ino), (d2, d1));
+    assert_eq!(v.resolve("/e2").unwrap().ino, e1);
+    assert!(v.resolve("/e1").is_err());
+    assert_eq!(v.read_link(&v.resolve("/longest").unwrap()).unwrap(), [b'y'; 1023]);
+    assert_eq!((v.resolve("/a").unwrap().links, v.resolve("/b").unwrap().links), (3, 5), "parents' link counts");
     let mnt = image.with_extension("mnt");
     std::fs::create_dir_all(&mnt).unwrap();
     let mounted = Command::new("mount").args(["-t", "ext4", "-o", "loop,ro"]).arg(&image).arg(&mnt).output();

@@ -33,7 +33,8 @@ pub struct MountArgs {
     #[arg(short, long)]
     foreground: bool,
     /// Mount options, comma-separated: ro, rw, allow_other,
-    /// default_permissions (always on), threads=N (2), ttl=SECONDS (1),
+    /// default_permissions (always on), writeback_cache (buffered writes
+    /// gathered in the kernel's page cache: off), threads=N (2), ttl=SECONDS (1),
     /// csum=incremental|full (how metadata checksums are kept),
     /// datasum=on|off (data checksums in IMAGE.csums, verified on read: on),
     /// log=PATH|off (metadata made durable through a ByteLog: IMAGE.bytelog;
@@ -76,6 +77,7 @@ fn parse_options(list: &[String]) -> Result<Parsed, String> {
             ("rw", None) => parsed.mount.read_only = false,
             ("allow_other", None) => parsed.mount.allow_other = true,
             ("default_permissions", None) => {}
+            ("writeback_cache", None) => parsed.mount.writeback_cache = true,
             ("threads", Some(n)) => {
                 parsed.mount.threads = n
                     .parse()
@@ -101,7 +103,7 @@ fn parse_options(list: &[String]) -> Result<Parsed, String> {
             _ => {
                 return Err(format!(
                     "unknown mount option {option:?} (known: ro, rw, allow_other, default_permissions, \
-                     threads=N, ttl=SECONDS, csum=incremental|full, datasum=on|off, log=PATH|off, pi[=LBA[/GUARD]])"
+                     writeback_cache, threads=N, ttl=SECONDS, csum=incremental|full, datasum=on|off, log=PATH|off, pi[=LBA[/GUARD]])"
                 ))
             }
         }

@@ -728,6 +728,26 @@ fn a_block_at_a_groups_end_is_looked_up_in_its_own_group() {
     }
 }
 
+/// Inode numbers start at 1: a group's last inode is `inodes_per_group ×
+/// (g + 1)`, the next one the first of group g + 1 — the checker's inode
+/// bitmap lookups and csumfs's allocation goals and inode table offsets
+/// all go through `Layout::inode_group`.
+#[test]
+fn inode_numbers_map_to_their_group_and_index() {
+    let Some((_scratch, image)) = scratch_image("inode-group", "i.img", 1024, "metadata_csum", &[], "32M") else {
+        return;
+    };
+    let layout = Layout::parse(&std::fs::read(&image).unwrap()).unwrap();
+    let ipg = layout.inodes_per_group;
+    assert!(layout.groups >= 3, "{} groups", layout.groups);
+    assert_eq!(layout.inode_group(1), (0, 0));
+    assert_eq!(layout.inode_group(ipg), (0, ipg - 1));
+    assert_eq!(layout.inode_group(ipg + 1), (1, 0));
+    assert_eq!(layout.inode_group(2 * ipg), (1, ipg - 1));
+    assert_eq!(layout.inode_group(2 * ipg + 2), (2, 1));
+    assert_eq!(layout.inode_group(layout.inodes_count), (layout.groups - 1, ipg - 1));
+}
+
 /// An initialised extent holds up to 32 768 blocks (`EXT_INIT_MAX_LEN`);
 /// only a length past that marks it uninitialised. A file's one extent
 /// stretched to exactly 32 768 blocks over free ones is damage found at its

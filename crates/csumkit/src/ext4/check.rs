@@ -232,7 +232,7 @@ impl<'a> Checker<'a> {
     /// be read marks nothing).
     fn inode_in_use(&self, inum: u64) -> bool {
         let l = &self.layout;
-        let (g, bit) = ((inum - 1) / l.inodes_per_group, (inum - 1) % l.inodes_per_group);
+        let (g, bit) = l.inode_group(inum);
         let Ok(group) = l.group(self.image, g) else { return false };
         if group.inode_uninit() {
             return false;

@@ -325,6 +325,14 @@ impl Layout {
             .collect()
     }
 
+    /// (group, index in the group's inode table and bitmap) of inode
+    /// `ino` — numbers start at 1, so the last inode of a group is
+    /// `inodes_per_group × (g + 1)`.
+    pub fn inode_group(&self, ino: u64) -> (u64, u64) {
+        assert!(ino >= 1, "inode numbers start at 1");
+        ((ino - 1) / self.inodes_per_group, (ino - 1) % self.inodes_per_group)
+    }
+
     /// Whether group `g` holds a superblock backup (the kernel's `ext4_bg_has_super`).
     pub fn has_super(&self, g: u64) -> bool {
         self.backups.has_super(g)
