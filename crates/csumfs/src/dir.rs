@@ -8,6 +8,13 @@ use crate::le::{le16, le32};
 use crate::volume::Volume;
 use csumkit::crc32c;
 
+/// A directory block: where an entry was found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Place {
+    pub physical: u64,
+    pub logical: u64,
+}
+
 /// One directory entry.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DirEntry {
@@ -48,9 +55,8 @@ impl Volume {
                 if dir.flags & FLAG_INDEX != 0 && is_index_block(block, logical, bs) {
                     // The root's "." and ".." precede its index; nodes hold none.
                     if logical == 0 {
-                        for at in [0, 12] {
-                            let (ino, name_len) = (le32(block, at), usize::from(block[at + 6]).min(4));
-                            out.push(DirEntry { name: block[at + 8..at + 8 + name_len].to_vec(), ino, file_type: 2 });
+                        for record in records(block, 24, || format!("directory {} htree root", dir.ino)) {
+                            out.push(entry_of(record?));
                         }
                     }
                     continue;
@@ -62,8 +68,7 @@ impl Volume {
         Ok(out)
     }
 
-    /// The entry `name` of `dir`: through the htree index when it has one
-    /// (one leaf block read), else by scanning.
+    /// The entry `name` of `dir` (see [`find_in_blocks`](Self::find_in_blocks)).
     ///
     /// # Errors
     /// [`Error::NotFound`]; [`Error::NameTooLong`]; as [`read_dir`](Self::read_dir).
@@ -75,7 +80,19 @@ impl Volume {
         if !dir.is_dir() {
             return Err(Error::NotDir(format!("inode {}", dir.ino)));
         }
-        if dir.flags & FLAG_INDEX != 0 && dir.flags & FLAG_INLINE_DATA == 0 {
+        if dir.flags & FLAG_INLINE_DATA != 0 {
+            return self.read_dir(dir)?.into_iter().find(|e| e.name == name).ok_or_else(|| Error::NotFound(shown()));
+        }
+        let found = self.find_in_blocks(dir, name)?;
+        found.map(|(_, entry)| entry).ok_or_else(|| Error::NotFound(shown()))
+    }
+
+    /// `name`'s entry in a directory of blocks, and the block holding it
+    /// (physical, logical): through the htree index when there is one (one
+    /// leaf read), else by scanning each leaf in place, up to the name.
+    pub(crate) fn find_in_blocks(&self, dir: &Inode, name: &[u8]) -> Result<Option<(Place, DirEntry)>, Error> {
+        let bs = self.layout.block_size as usize;
+        if dir.flags & FLAG_INDEX != 0 {
             if name == b"." || name == b".." {
                 // Outside the index, at the start of the root block (as
                 // the kernel's `__ext4_find_entry` looks for them): `..`'s
@@ -83,28 +100,23 @@ impl Volume {
                 let root = self.runs(dir)?.first().filter(|r| r.logical == 0).map(|r| r.physical);
                 let root = root.ok_or_else(|| corrupt(format!("directory {}", dir.ino), "no block 0"))?;
                 let block = self.block(root, &|| format!("directory {} htree root", dir.ino))?;
-                return find_entry(block, dir.ino, name)?.ok_or_else(|| Error::NotFound(shown()));
+                let found = find_record(block, 24, name, || format!("directory {} htree root", dir.ino))?;
+                return Ok(found.map(|r| (Place { physical: root, logical: 0 }, entry_of(r))));
             }
-            if let Some(found) = self.htree_lookup(dir, name)? {
-                return Ok(found);
-            }
-            return Err(Error::NotFound(shown()));
+            return self.htree_find(dir, name);
         }
-        if dir.flags & FLAG_INLINE_DATA != 0 {
-            return self.read_dir(dir)?.into_iter().find(|e| e.name == name).ok_or_else(|| Error::NotFound(shown()));
-        }
-        // A linear directory: each leaf scanned in place, up to the name.
-        let bs = self.layout.block_size as usize;
         for run in self.runs(dir)? {
-            for physical in run.physical..run.physical + run.len {
-                let block = self.block(physical, &|| format!("directory {} block {physical}", dir.ino))?;
+            for k in 0..run.len {
+                let (logical, physical) = (run.logical + k, run.physical + k);
+                let what = || format!("directory {} block {physical}", dir.ino);
+                let block = self.block(physical, &what)?;
                 self.verify_leaf(dir, physical, block)?;
-                if let Some(found) = find_entry(&block[..bs - 12], dir.ino, name)? {
-                    return Ok(found);
+                if let Some(found) = find_record(&block[..bs - 12], bs - 12, name, what)? {
+                    return Ok(Some((Place { physical, logical }, entry_of(found))));
                 }
             }
         }
-        Err(Error::NotFound(shown()))
+        Ok(None)
     }
 
     /// The inode at `path` (absolute; symlinks are not followed).
@@ -150,7 +162,7 @@ impl Volume {
 
     /// Walks the index from the root to the leaf that holds `name`'s hash
     /// (and on through leaves that continue a hash collision).
-    fn htree_lookup(&self, dir: &Inode, name: &[u8]) -> Result<Option<DirEntry>, Error> {
+    fn htree_find(&self, dir: &Inode, name: &[u8]) -> Result<Option<(Place, DirEntry)>, Error> {
         let bs = self.layout.block_size;
         let runs = self.runs(dir)?;
         let physical = |logical: u64| {
@@ -206,8 +218,9 @@ impl Volume {
             let p = physical(leaf)?;
             let block = self.block(p, &what)?;
             self.verify_leaf(dir, p, block)?;
-            if let Some(found) = find_entry(&block[..bs as usize - 12], dir.ino, name)? {
-                return Ok(Some(found));
+            let area = &block[..bs as usize - 12];
+            if let Some(found) = find_record(area, area.len(), name, || format!("directory {} block {p}", dir.ino))? {
+                return Ok(Some((Place { physical: p, logical: leaf }, entry_of(found))));
             }
             // A collision run continues into the next leaf when the next
             // index entry has the same hash with its low bit set.
@@ -245,49 +258,187 @@ pub(crate) fn is_index_block(block: &[u8], logical: u64, bs: u64) -> bool {
 /// Leaves remembered as verified; past this many the memory starts again.
 const VERIFIED_LEAVES_MAX: usize = 1 << 20;
 
-/// Live entries (inode not 0) of a run of dirents.
-fn parse_entries(area: &[u8], dir: u32, out: &mut Vec<DirEntry>) -> Result<(), Error> {
-    each_entry(area, dir, |ino, name, file_type| {
-        out.push(DirEntry { name: name.to_vec(), ino, file_type });
-        false
-    })
-    .map(|_| ())
+/// One record of a run of dirents, live (`ino` not 0) or unused.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Record<'a> {
+    /// Offset in the run.
+    pub at: usize,
+    pub rec_len: usize,
+    pub ino: u32,
+    pub name: &'a [u8],
+    pub file_type: u8,
 }
 
-/// The live entry `name` of a run of dirents, found in place.
-fn find_entry(area: &[u8], dir: u32, name: &[u8]) -> Result<Option<DirEntry>, Error> {
-    let mut found = None;
-    each_entry(area, dir, |ino, entry, file_type| {
-        let hit = entry == name;
-        if hit {
-            found = Some(DirEntry { name: name.to_vec(), ino, file_type });
+impl Record<'_> {
+    /// The bytes its entry takes; the rest of the record is slack. None
+    /// for an unused record.
+    pub fn used(&self) -> usize {
+        if self.ino == 0 {
+            0
+        } else {
+            record_len(self.name.len())
         }
-        hit
-    })?;
-    Ok(found)
+    }
 }
 
-/// Calls `visit(ino, name, file_type)` for each live entry of a run of
-/// dirents, every record checked, until it returns true; whether it did.
-fn each_entry(area: &[u8], dir: u32, mut visit: impl FnMut(u32, &[u8], u8) -> bool) -> Result<bool, Error> {
-    let mut at = 0usize;
-    while at + 8 <= area.len() {
-        let ino = le32(area, at);
+/// Bytes a record needs for a name of `len` bytes (the kernel's
+/// `ext4_dir_rec_len`).
+pub(crate) fn record_len(len: usize) -> usize {
+    (8 + len).next_multiple_of(4)
+}
+
+/// The records of a run of dirents that start before `starts_before`
+/// (a leaf: its whole area; an htree root: its first 24 bytes, `.` and
+/// `..`), each checked as the kernel's `ext4_check_dir_entry` checks one:
+/// at least 12 bytes, a multiple of 4, inside the run, its name inside
+/// it. The first bad record is the last item, as [`Error::Corrupt`] at
+/// `location()`.
+pub(crate) fn records<'a, F: Fn() -> String>(area: &'a [u8], starts_before: usize, location: F) -> Records<'a, F> {
+    Records { area, starts_before, location, at: 0, failed: false }
+}
+
+/// Iterator of [`records`].
+pub(crate) struct Records<'a, F> {
+    area: &'a [u8],
+    starts_before: usize,
+    location: F,
+    at: usize,
+    failed: bool,
+}
+
+impl<'a, F: Fn() -> String> Iterator for Records<'a, F> {
+    type Item = Result<Record<'a>, Error>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let (area, at) = (self.area, self.at);
+        if self.failed || at >= self.starts_before.min(area.len()) {
+            return None;
+        }
+        let bad = |detail: String| {
+            let location = (self.location)();
+            Some(Err(corrupt(location, detail)))
+        };
+        if at + 8 > area.len() {
+            self.failed = true;
+            return bad(format!("entry at {at}: {} bytes left, under a record header", area.len() - at));
+        }
         let raw = le16(area, at + 4);
+        // A 64 KiB record does not fit 16 bits (`ext4_rec_len_from_disk`).
         let rec_len = if raw == 0 || raw == 65535 && area.len() >= 65524 { 65536 } else { usize::from(raw) };
         let name_len = usize::from(area[at + 6]);
-        if rec_len < 8 || at + rec_len > area.len() || 8 + name_len > rec_len {
-            return Err(corrupt(format!("directory {dir}"), format!("entry at {at}: record length {rec_len}")));
+        if rec_len < 12 || !rec_len.is_multiple_of(4) || at + rec_len > area.len() || 8 + name_len > rec_len {
+            self.failed = true;
+            return bad(format!("entry at {at}: record length {rec_len}, name length {name_len}"));
         }
-        if ino != 0 {
-            let name = area
-                .get(at + 8..at + 8 + name_len)
-                .ok_or_else(|| corrupt(format!("directory {dir}"), format!("entry at {at}: name overruns")))?;
-            if visit(ino, name, area[at + 7]) {
-                return Ok(true);
-            }
-        }
-        at += rec_len;
+        self.at += rec_len;
+        Some(Ok(Record {
+            at,
+            rec_len,
+            ino: le32(area, at),
+            name: &area[at + 8..at + 8 + name_len],
+            file_type: area[at + 7],
+        }))
     }
-    Ok(false)
+}
+
+/// Live entries (inode not 0) of a run of dirents.
+fn parse_entries(area: &[u8], dir: u32, out: &mut Vec<DirEntry>) -> Result<(), Error> {
+    for record in records(area, area.len(), || format!("directory {dir}")) {
+        let record = record?;
+        if record.ino != 0 {
+            out.push(DirEntry { name: record.name.to_vec(), ino: record.ino, file_type: record.file_type });
+        }
+    }
+    Ok(())
+}
+
+/// The live record `name` of a run of dirents, found in place.
+pub(crate) fn find_record<'a>(
+    area: &'a [u8],
+    starts_before: usize,
+    name: &[u8],
+    location: impl Fn() -> String,
+) -> Result<Option<Record<'a>>, Error> {
+    for record in records(area, starts_before, location) {
+        let record = record?;
+        if record.ino != 0 && record.name == name {
+            return Ok(Some(record));
+        }
+    }
+    Ok(None)
+}
+
+fn entry_of(record: Record<'_>) -> DirEntry {
+    DirEntry { name: record.name.to_vec(), ino: record.ino, file_type: record.file_type }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run of dirents: (ino, rec_len, name).
+    fn run(records: &[(u32, u16, &[u8])], len: usize) -> Vec<u8> {
+        let mut area = vec![0u8; len];
+        let mut at = 0;
+        for &(ino, rec_len, name) in records {
+            area[at..at + 4].copy_from_slice(&ino.to_le_bytes());
+            area[at + 4..at + 6].copy_from_slice(&rec_len.to_le_bytes());
+            area[at + 6] = name.len() as u8;
+            area[at + 7] = 1;
+            area[at + 8..at + 8 + name.len()].copy_from_slice(name);
+            at += usize::from(rec_len).max(8);
+        }
+        area
+    }
+
+    /// A record as (offset, length, inode, name).
+    type Walked = (usize, usize, u32, Vec<u8>);
+
+    fn walk(area: &[u8], starts_before: usize) -> Result<Vec<Walked>, Error> {
+        records(area, starts_before, || "test".into())
+            .map(|r| r.map(|r| (r.at, r.rec_len, r.ino, r.name.to_vec())))
+            .collect()
+    }
+
+    #[test]
+    fn records_are_checked_as_the_kernel_checks_them() {
+        let good = run(&[(11, 12, b"a"), (0, 16, b""), (12, 20, b"bcdefghijkl")], 48);
+        let want = vec![(0, 12, 11, b"a".to_vec()), (12, 16, 0, vec![]), (28, 20, 12, b"bcdefghijkl".to_vec())];
+        assert_eq!(walk(&good, 48).unwrap(), want);
+        assert_eq!(walk(&good, 13).unwrap(), want[..2], "only records starting before 13");
+        assert_eq!(walk(&good, 12).unwrap(), want[..1]);
+        assert_eq!(walk(&[], 0).unwrap(), vec![]);
+        for (bad, why) in [
+            (run(&[(11, 8, b""), (11, 40, b"")], 48), "under 12 bytes"),
+            (run(&[(11, 0, b"")], 48), "zero (64 KiB only in a 64 KiB block)"),
+            (run(&[(11, 13, b"abcde"), (11, 35, b"")], 48), "not a multiple of 4 (its entry needs 16)"),
+            (run(&[(11, 52, b"")], 48), "past the run"),
+            (
+                {
+                    let mut area = run(&[(11, 12, b""), (11, 36, b"")], 48);
+                    area[6] = 5;
+                    area
+                },
+                "a name past its record",
+            ),
+            (run(&[(11, 44, b"")], 48), "4 bytes left over"),
+        ] {
+            let err = walk(&bad, bad.len()).unwrap_err();
+            assert!(matches!(err, Error::Corrupt { .. }), "{why}: {err}");
+        }
+        // The first bad record ends the walk: the good ones before it come first.
+        let area = run(&[(11, 12, b"a"), (12, 8, b"")], 48);
+        let items: Vec<_> = records(&area, 48, || "test".into()).collect();
+        assert_eq!(items.len(), 2);
+        assert!(items[0].is_ok() && items[1].is_err());
+        // A 64 KiB block's one record spanning it: stored as 0 or 65535.
+        for raw in [0u16, 65535] {
+            let area = run(&[(11, raw, b"x")], 65536);
+            assert_eq!(walk(&area, 65536).unwrap(), vec![(0, 65536, 11, b"x".to_vec())]);
+        }
+        assert_eq!(record_len(1), 12);
+        assert_eq!(record_len(4), 12);
+        assert_eq!(record_len(5), 16);
+        assert_eq!(record_len(255), 264);
+    }
 }

@@ -10,6 +10,7 @@
 //! to a leaf moves the leaf's checksum by splice; splits rewrite the blocks
 //! they change, which are checksummed anew (their covered length changed).
 
+use crate::dir::record_len;
 use crate::error::{corrupt, Error};
 use crate::inode::{Inode, FLAG_INDEX, FLAG_INLINE_DATA};
 use crate::volume::Volume;
@@ -26,11 +27,6 @@ type IndexStep = (u64, usize, usize);
 const COMPAT_DIR_INDEX: u32 = 0x20;
 /// Where an interior index node's count/limit sit: after its fake dirent.
 const NODE_COUNT_AT: usize = 8;
-
-/// Bytes a record needs for a name of `len` bytes.
-fn record(len: usize) -> usize {
-    (8 + len).next_multiple_of(4)
-}
 
 /// Entries change only in directories with blocks: every caller converts an
 /// inline directory first (`extent_mapped_dir`), so one reaching a block
@@ -75,33 +71,28 @@ impl Volume {
     /// slack of a record (or an empty one), the checksum moved by splice.
     fn insert_into_leaf(&mut self, dir: &Inode, physical: u64, name: &[u8], ino: u32, ft: u8) -> Result<bool, Error> {
         let bs = self.layout.block_size as usize;
-        let need = record(name.len());
+        let need = record_len(name.len());
         let block = self.block(physical, &|| format!("directory {} block {physical}", dir.ino))?;
-        let mut at = 0;
-        while at < bs - 12 {
-            let (eino, rec_len, name_len) =
-                (le32(block, at), usize::from(le16(block, at + 4)), usize::from(block[at + 6]));
-            if rec_len < 8 || at + rec_len > bs - 12 {
-                return Err(corrupt(format!("directory {} block {physical}", dir.ino), format!("entry at {at}")));
-            }
-            let used = if eino == 0 { 0 } else { record(name_len) };
-            if rec_len - used >= need {
+        let what = || format!("directory {} block {physical}", dir.ino);
+        for record in crate::dir::records(&block[..bs - 12], bs - 12, what) {
+            let record = record?;
+            let (at, used) = (record.at, record.used());
+            if record.rec_len - used >= need {
                 // Two small edits: the shortened record's length, the new entry.
                 let shortened = (used as u16).to_le_bytes();
                 let mut entry = vec![0u8; 8 + name.len()];
                 put32(&mut entry, 0, ino);
-                put16(&mut entry, 4, (rec_len - used) as u16);
+                put16(&mut entry, 4, (record.rec_len - used) as u16);
                 entry[6] = name.len() as u8;
                 entry[7] = ft;
                 entry[8..].copy_from_slice(name);
                 let mut edits: Vec<(usize, &[u8])> = vec![(at + used, &entry)];
-                if eino != 0 {
+                if record.ino != 0 {
                     edits.push((at + 4, &shortened));
                 }
                 self.patch("directory block", physical * bs as u64, (bs - 12, bs - 4, dir.csum_seed), &edits)?;
                 return Ok(true);
             }
-            at += rec_len;
         }
         Ok(false)
     }
@@ -165,14 +156,14 @@ impl Volume {
                 "full with fewer than two entries",
             ));
         }
-        let total: usize = entries.iter().map(|(_, e)| record(e.2.len())).sum();
+        let total: usize = entries.iter().map(|(_, e)| record_len(e.2.len())).sum();
         let (mut kept, mut split) = (0usize, entries.len());
         for (i, (_, e)) in entries.iter().enumerate() {
-            if kept + record(e.2.len()) > total / 2 {
+            if kept + record_len(e.2.len()) > total / 2 {
                 split = i.clamp(1, entries.len() - 1);
                 break;
             }
-            kept += record(e.2.len());
+            kept += record_len(e.2.len());
         }
         let hash2 = entries[split].0;
         let continued = u32::from(split > 0 && entries[split - 1].0 == hash2);
@@ -381,20 +372,17 @@ fn node_root_version(volume: &Volume, dir: &Inode) -> Result<u8, Error> {
 
 /// The live entries of a leaf block.
 fn leaf_entries(block: &[u8], dir: u32) -> Result<Vec<Entry>, Error> {
-    let end = block.len() - 12;
-    let (mut at, mut out) = (0, Vec::new());
-    while at + 8 <= end {
-        let (ino, rec_len, len) = (le32(block, at), usize::from(le16(block, at + 4)), usize::from(block[at + 6]));
-        if rec_len < 8 || at + rec_len > end || 8 + len > rec_len {
-            return Err(corrupt(format!("directory {dir}"), format!("entry at {at}")));
+    let area = &block[..block.len() - 12];
+    let mut out = Vec::new();
+    for record in crate::dir::records(area, area.len(), || format!("directory {dir}")) {
+        let record = record?;
+        if record.ino != 0 {
+            out.push((record.ino, record.file_type, record.name.to_vec()));
         }
-        if ino != 0 {
-            out.push((ino, block[at + 7], block[at + 8..at + 8 + len].to_vec()));
-        }
-        at += rec_len;
     }
     Ok(out)
 }
+
 /// A new directory leaf block holding `entries` (the last spanning the
 /// rest), with its checksum tail (checksummed in full: it is new).
 pub(crate) fn new_dir_block(bs: usize, seed: u32, entries: &[(u32, u8, &[u8])]) -> Vec<u8> {

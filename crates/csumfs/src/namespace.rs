@@ -4,10 +4,10 @@
 //! the leaf's checksum); a directory moved to another parent gets its `..`
 //! patched the same way, and the two parents' link counts follow.
 
-use crate::error::{corrupt, Error};
+use crate::error::Error;
 use crate::inode::{Inode, FLAG_EXTENTS, FLAG_INDEX, ROOT};
 use crate::volume::Volume;
-use crate::write::{encode_time, file_type, le16, le32, now, put16, put32, Fill, NewInode};
+use crate::write::{encode_time, file_type, le16, now, put16, put32, Fill, NewInode};
 
 /// How `rename` treats an existing target.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -210,46 +210,28 @@ impl Volume {
     fn set_entry(&mut self, dir: &Inode, name: &[u8], ino: u32, ft: u8) -> Result<(), Error> {
         crate::dir_write::not_inline(dir)?;
         let bs = self.layout.block_size as usize;
-        for run in self.runs(dir)? {
-            for k in 0..run.len {
-                let (logical, physical) = (run.logical + k, run.physical + k);
-                let block = self.block(physical, &|| format!("directory {} block {physical}", dir.ino))?;
-                let indexed = dir.flags & FLAG_INDEX != 0;
-                // Where entries may start, and where they must end: a
-                // leaf's before its checksum tail; the htree root's `.`
-                // and `..` in its first 24 bytes, `..` spanning the index.
-                let (limit, end) = if indexed && logical == 0 { (24, bs) } else { (bs - 12, bs - 12) };
-                if indexed && logical != 0 && crate::dir::is_index_block(block, logical, bs as u64) {
-                    continue; // an interior index node
-                }
-                let mut at = 0;
-                while at + 8 <= limit {
-                    let (eino, rec_len, len) =
-                        (le32(block, at), usize::from(le16(block, at + 4)), usize::from(block[at + 6]));
-                    if rec_len < 12 || at + rec_len > end || 8 + len > rec_len {
-                        return Err(corrupt(
-                            format!("directory {} block {physical}", dir.ino),
-                            format!("entry at {at}: record length {rec_len}, name length {len}"),
-                        ));
-                    }
-                    if eino != 0 && &block[at + 8..at + 8 + len] == name {
-                        let mut field = [0u8; 8];
-                        field.copy_from_slice(&block[at..at + 8]);
-                        put32(&mut field, 0, ino);
-                        field[7] = ft;
-                        // The root's ".." lies inside the index block: its
-                        // checksum is the dx tail's, over the root's count.
-                        if indexed && logical == 0 {
-                            return self.patch_dx_root(dir, physical, at, &field);
-                        }
-                        let seal = (bs - 12, bs - 4, dir.csum_seed);
-                        return self.patch("directory block", physical * bs as u64, seal, &[(at, &field)]);
-                    }
-                    at += rec_len;
-                }
-            }
+        let not_found = || Error::NotFound(String::from_utf8_lossy(name).into_owned());
+        let (place, _) = self.find_in_blocks(dir, name)?.ok_or_else(not_found)?;
+        let physical = place.physical;
+        let block = self.block(physical, &|| format!("directory {} block {physical}", dir.ino))?;
+        // The htree root's `.` and `..` lie in its first 24 bytes (`..`
+        // spanning the index); a leaf's entries before its checksum tail.
+        let root = dir.flags & FLAG_INDEX != 0 && place.logical == 0;
+        let (area, starts_before) = if root { (block, 24) } else { (&block[..bs - 12], bs - 12) };
+        let found =
+            crate::dir::find_record(area, starts_before, name, || format!("directory {} block {physical}", dir.ino))?;
+        let at = found.ok_or_else(not_found)?.at;
+        let mut field = [0u8; 8];
+        field.copy_from_slice(&block[at..at + 8]);
+        put32(&mut field, 0, ino);
+        field[7] = ft;
+        if root {
+            // The root's ".." lies inside the index block: its checksum is
+            // the dx tail's, over the root's count.
+            return self.patch_dx_root(dir, physical, at, &field);
         }
-        Err(Error::NotFound(String::from_utf8_lossy(name).into_owned()))
+        let seal = (bs - 12, bs - 4, dir.csum_seed);
+        self.patch("directory block", physical * bs as u64, seal, &[(at, &field)])
     }
 
     /// Patches bytes of an htree root (its `.`/`..` entries) and re-seals

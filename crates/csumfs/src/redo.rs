@@ -919,6 +919,66 @@ mod tests {
         assert_eq!(encode(&[], &image, &[]), vec![Vec::<u8>::new()]);
     }
 
+    /// The entries of each record: (offset, length) of an image entry, or
+    /// (offset with its kind bit, bytes) of the others.
+    fn layout(records: &[Vec<u8>]) -> Vec<Vec<(u64, usize)>> {
+        records
+            .iter()
+            .map(|r| {
+                decode(r)
+                    .unwrap()
+                    .into_iter()
+                    .map(|e| match e {
+                        Entry::Image(at, bytes) => (at as u64, bytes.len()),
+                        Entry::Fill(at, n, _) => (ENTRY_FILL | at as u64, n as usize),
+                        Entry::Sums(first, crcs) => (ENTRY_SUMS | first, crcs.len()),
+                        Entry::Forget(first, n) => (ENTRY_FORGET | first, n as usize),
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn records_are_packed_to_the_byte() {
+        let max = PAYLOAD_BYTES_MAX;
+        let image: Vec<u8> = (0..40_000u32).map(|i| (i % 251) as u8 | 1).collect();
+        // One long range: each record one entry filling it whole.
+        let one = max - ENTRY_HEADER;
+        assert_eq!(
+            layout(&encode(&[(0, 10_000)], &image, &[])),
+            vec![vec![(0, one)], vec![(one as u64, one)], vec![(2 * one as u64, 10_000 - 2 * one)]]
+        );
+        // After a 100-byte entry the next one takes exactly what is left.
+        let rest = max - (ENTRY_HEADER + 100) - ENTRY_HEADER;
+        assert_eq!(layout(&encode(&[(0, 100), (200, 10_000)], &image, &[]))[0], vec![(0, 100), (200, rest)]);
+        // Left with exactly a header and one byte: a one-byte entry ends the
+        // record; with a header and no byte, it starts the next one.
+        let first = max - 2 * ENTRY_HEADER - 1;
+        let records = encode(&[(0, first), (20_000, 20_001)], &image, &[]);
+        assert_eq!(layout(&records), vec![vec![(0, first), (20_000, 1)]]);
+        assert_eq!(records[0].len(), max);
+        let records = encode(&[(0, first + 1), (20_000, 20_002)], &image, &[]);
+        assert_eq!(layout(&records), vec![vec![(0, first + 1)], vec![(20_000, 2)]]);
+        // Left with a header and 8 bytes: a zero fill's count fits; a
+        // 0xFF fill (count and value) does not.
+        let mut filled = image.clone();
+        filled[30_000..30_100].fill(0);
+        filled[31_000..31_100].fill(0xFF);
+        let first = max - 2 * ENTRY_HEADER - 8;
+        let records = encode(&[(0, first), (30_000, 30_100)], &filled, &[]);
+        assert_eq!(layout(&records), vec![vec![(0, first), (ENTRY_FILL | 30_000, 100)]]);
+        let records = encode(&[(0, first), (31_000, 31_100)], &filled, &[]);
+        assert_eq!(layout(&records), vec![vec![(0, first)], vec![(ENTRY_FILL | 31_000, 100)]]);
+        // Checksums: as many whole CRCs as fit.
+        let sums: Vec<(u64, Option<u32>)> = (0..2000).map(|b| (b, Some(b as u32))).collect();
+        let per = (max - ENTRY_HEADER) / 4;
+        assert_eq!(
+            layout(&encode(&[], &image, &sums)),
+            vec![vec![(ENTRY_SUMS, 4 * per)], vec![(ENTRY_SUMS | per as u64, 4 * (2000 - per))]]
+        );
+    }
+
     #[test]
     fn fill_runs_split_exactly() {
         for (bytes, want) in [

@@ -5,8 +5,8 @@
 //! An inode's last link frees its data runs, its mapping blocks and its
 //! xattr block (or drops one reference to a shared one), and its bit.
 
-use crate::dir::is_index_block;
-use crate::error::{corrupt, Error};
+use crate::dir::records;
+use crate::error::Error;
 use crate::inode::{Inode, FLAG_INDEX, FLAG_INLINE_DATA};
 use crate::volume::Volume;
 use crate::write::{encode_time, le16, le32, now, put16, put32};
@@ -140,40 +140,31 @@ impl Volume {
     pub(crate) fn remove_entry(&mut self, dir: &Inode, name: &[u8]) -> Result<(), Error> {
         crate::dir_write::not_inline(dir)?;
         let bs = self.layout.block_size as usize;
-        for run in self.runs(dir)? {
-            for k in 0..run.len {
-                let (logical, physical) = (run.logical + k, run.physical + k);
-                let old = self.block(physical, &|| format!("directory {} block {physical}", dir.ino))?;
-                let index_block = dir.flags & FLAG_INDEX != 0 && is_index_block(old, logical, bs as u64);
-                if index_block {
-                    continue;
-                }
-                let (mut at, mut prev) = (0usize, None);
-                while at + 8 <= bs - 12 {
-                    let (ino, rec_len, len) = (le32(old, at), usize::from(le16(old, at + 4)), usize::from(old[at + 6]));
-                    if rec_len < 12 || at + rec_len > bs - 12 || 8 + len > rec_len {
-                        return Err(corrupt(
-                            format!("directory {} block {physical}", dir.ino),
-                            format!("entry at {at}: record length {rec_len}, name length {len}"),
-                        ));
-                    }
-                    if ino != 0 && &old[at + 8..at + 8 + len] == name {
-                        // One small edit: the record before absorbs this one,
-                        // or (first in its block) the inode number is cleared.
-                        let (edit_at, bytes) = match prev {
-                            Some(p) => {
-                                (p + 4, ((usize::from(le16(old, p + 4)) + rec_len) as u16).to_le_bytes().to_vec())
-                            }
-                            None => (at, vec![0; 4]),
-                        };
-                        let seal = (bs - 12, bs - 4, dir.csum_seed);
-                        return self.patch("directory block", physical * bs as u64, seal, &[(edit_at, &bytes)]);
-                    }
-                    prev = Some(at);
-                    at += rec_len;
-                }
-            }
+        let not_found = || Error::NotFound(String::from_utf8_lossy(name).into_owned());
+        let (place, _) = self.find_in_blocks(dir, name)?.ok_or_else(not_found)?;
+        let physical = place.physical;
+        if dir.flags & FLAG_INDEX != 0 && place.logical == 0 {
+            return Err(Error::Invalid(format!(
+                "{}: the htree root's own entries stay",
+                String::from_utf8_lossy(name)
+            )));
         }
-        Err(Error::NotFound(String::from_utf8_lossy(name).into_owned()))
+        let old = self.block(physical, &|| format!("directory {} block {physical}", dir.ino))?;
+        let mut prev = None;
+        for record in records(&old[..bs - 12], bs - 12, || format!("directory {} block {physical}", dir.ino)) {
+            let record = record?;
+            if record.ino != 0 && record.name == name {
+                // One small edit: the record before absorbs this one, or
+                // (first in its block) the inode number is cleared.
+                let (edit_at, bytes) = match prev {
+                    Some((p, p_len)) => (p + 4, ((p_len + record.rec_len) as u16).to_le_bytes().to_vec()),
+                    None => (record.at, vec![0; 4]),
+                };
+                let seal = (bs - 12, bs - 4, dir.csum_seed);
+                return self.patch("directory block", physical * bs as u64, seal, &[(edit_at, &bytes)]);
+            }
+            prev = Some((record.at, record.rec_len));
+        }
+        Err(not_found())
     }
 }

@@ -196,21 +196,21 @@ fn an_htree_in_two_runs_patches_its_leaves() {
     assert_eq!(v.rename(ROOT, b"parent", dir, b"loop", RenameMode::Replace).unwrap_err().errno(), 22, "EINVAL");
     v.sync().unwrap();
     assert_clean(&image, "an htree directory moved to another parent");
-    // A leaf before the one holding a name, its first record length made
-    // too short or too long (and the leaf re-sealed): swapping or
-    // unlinking that name is an error, not a loop, a block skipped or a
-    // read past the block.
+    // The leaf holding a name (past the first), its first record length
+    // made too short, not a multiple of 4 or too long (and the leaf
+    // re-sealed): swapping or unlinking that name is an error, not a loop,
+    // a record skipped or a read past the block.
     let names = names_in_leaves(&v, &image, dir);
     let (first_leaf, _, _, _) = names[0];
-    let (_, _, target, _) = names.iter().find(|n| n.0 > first_leaf).expect("a name in a later leaf").clone();
+    let (leaf, _, target, _) = names.iter().find(|n| n.0 > first_leaf).expect("a name in a later leaf").clone();
     let bs = 1024usize;
     let big = v.inode(dir).unwrap();
     let runs = v.runs(&big).unwrap();
-    let run = runs.iter().find(|r| (r.logical..r.logical + r.len).contains(&first_leaf)).unwrap();
-    let at = (run.physical + first_leaf - run.logical) as usize * bs;
+    let run = runs.iter().find(|r| (r.logical..r.logical + r.len).contains(&leaf)).unwrap();
+    let at = (run.physical + leaf - run.logical) as usize * bs;
     drop(v);
     let clean = std::fs::read(&image).unwrap();
-    for rec_len in [0u16, 8, bs as u16 - 8] {
+    for rec_len in [0u16, 8, 14, bs as u16 - 8] {
         let mut bytes = clean.clone();
         bytes[at + 4..at + 6].copy_from_slice(&rec_len.to_le_bytes());
         let crc = csumkit::crc32c::raw_update(big.csum_seed, &bytes[at..at + bs - 12]);

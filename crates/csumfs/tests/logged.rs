@@ -92,3 +92,55 @@ fn a_large_writes_checksums_go_to_the_sidecar_and_a_small_ones_to_the_log() {
         }
     }
 }
+
+/// Operations change only the private copy: nothing is committed before
+/// `sync` (or 1 MiB pending, or 5 s), nothing checkpointed before the log
+/// is half full, 64 Ki pages differ or 30 s pass; a write of less than a
+/// page goes to the log, not the image file, until the checkpoint.
+#[test]
+fn operations_commit_at_sync_and_small_writes_wait_in_the_log() {
+    if !have_e2fsprogs() {
+        return;
+    }
+    use std::sync::atomic::Ordering::Relaxed;
+    let scratch = Scratch::new("logged-cadence");
+    let (image, log) = (scratch.0.join("img"), scratch.0.join("img.bytelog"));
+    mke2fs_with(&image, "4096", "64M", &[]);
+    let (mut volume, _) = Volume::open_logged(&image, &log, 4 << 20, Options::default(), None).unwrap();
+    let counts = |v: &Volume| (v.stats().log_commits.load(Relaxed), v.stats().log_checkpoints.load(Relaxed));
+    let before = counts(&volume);
+    let mut files = Vec::new();
+    for i in 0..40u8 {
+        // Each an operation as a mount runs it: its end may commit or checkpoint.
+        let name = format!("f{i}");
+        volume.begin();
+        let ino = volume.create(ROOT, name.as_bytes(), NewInode { mode: 0o100_644, uid: 0, gid: 0 }).unwrap().ino;
+        volume.end(true).unwrap();
+        volume.begin();
+        volume.write(ino, 0, &[0x11; 4096]).unwrap();
+        volume.end(true).unwrap();
+        files.push(ino);
+    }
+    assert_eq!(counts(&volume), before, "40 creates and writes, no sync: nothing committed or checkpointed");
+    volume.sync().unwrap();
+    assert_eq!(counts(&volume), (before.0 + 1, before.1), "one sync: one commit, no checkpoint");
+    for (i, &ino) in files.iter().enumerate() {
+        volume.begin();
+        volume.write(ino, 0, &[i as u8 | 0x80; 100]).unwrap();
+        volume.end(true).unwrap();
+    }
+    volume.sync().unwrap();
+    assert_eq!(counts(&volume), (before.0 + 2, before.1), "40 small writes and a sync: one commit");
+    let block_of = |v: &Volume, ino| v.runs(&v.inode(ino).unwrap()).unwrap()[0].physical as usize * 4096;
+    let on_disk = std::fs::read(&image).unwrap();
+    for (i, &ino) in files.iter().enumerate() {
+        let at = block_of(&volume, ino);
+        assert_eq!(on_disk[at..at + 100], [0x11; 100], "file {i}: its 100 bytes went to the log, not the image");
+    }
+    volume.checkpoint().unwrap();
+    let on_disk = std::fs::read(&image).unwrap();
+    for (i, &ino) in files.iter().enumerate() {
+        let at = block_of(&volume, ino);
+        assert_eq!(on_disk[at..at + 100], [i as u8 | 0x80; 100], "file {i} after the checkpoint");
+    }
+}
