@@ -332,6 +332,26 @@ fn decode(payload: &[u8]) -> Result<Vec<Entry<'_>>, String> {
     Ok(out)
 }
 
+/// What replay writes at an offset of the image.
+enum Change {
+    Bytes(Vec<u8>),
+    /// Every byte this value.
+    Fill(u8),
+}
+
+/// `count` as a length when `[at, at + count)` lies inside an image of
+/// `len` bytes; else the record at `location()` is damaged.
+fn inside(at: usize, count: u64, len: usize, location: &dyn Fn() -> String) -> Result<usize, csumkit::Error> {
+    let end = usize::try_from(count).ok().and_then(|count| at.checked_add(count)).filter(|&end| end <= len);
+    match end {
+        Some(end) => Ok(end - at),
+        None => Err(csumkit::Error::Corrupt {
+            location: location(),
+            detail: format!("{count} bytes at {at} lie past the image"),
+        }),
+    }
+}
+
 /// The superblock (1024 bytes) with `incompat` and its checksum set.
 fn superblock_with(sb: &[u8], pending: bool) -> Vec<u8> {
     let mut sb = sb[..1024].to_vec();
@@ -619,9 +639,12 @@ impl Volume {
             ));
         } else {
             let image = self.map.writable().ok_or_else(|| Error::Invalid("a logged volume is writable".into()))?;
-            let mut batch: Vec<(usize, Vec<u8>)> = Vec::new();
+            // A commit's changes, held until its last record is whole:
+            // (image offset, length, what goes there).
+            let mut batch: Vec<(usize, usize, Change)> = Vec::new();
             let mut batch_sums: Vec<(u64, Option<u32>)> = Vec::new();
             let sums = &mut self.replayed_sums;
+            let blocks = self.layout.blocks_count;
             ByteLog::replay_with(medium, |record: RecordRef<'_>| {
                 let location = || format!("ByteLog record {}", record.seq);
                 if record.tag != TAG_PART && record.tag != TAG_LAST {
@@ -631,37 +654,52 @@ impl Volume {
                     .map_err(|detail| csumkit::Error::Corrupt { location: location(), detail })?;
                 for entry in entries {
                     match entry {
-                        Entry::Image(at, bytes) => batch.push((at, bytes.to_vec())),
-                        Entry::Fill(at, count, value) => {
-                            let count = usize::try_from(count).ok().filter(|&n| n <= image.len()).ok_or_else(|| {
-                                csumkit::Error::Corrupt {
-                                    location: location(),
-                                    detail: "a fill run past the image".into(),
-                                }
-                            })?;
-                            batch.push((at, vec![value; count]));
+                        Entry::Image(at, bytes) => {
+                            inside(at, bytes.len() as u64, image.len(), &location)?;
+                            batch.push((at, bytes.len(), Change::Bytes(bytes.to_vec())));
                         }
-                        Entry::Sums(first, crcs) => batch_sums.extend(
-                            crcs.chunks_exact(4).enumerate().map(|(k, c)| (first + k as u64, Some(le32(c, 0)))),
-                        ),
+                        Entry::Fill(at, count, value) => {
+                            // Filled in place at the end: no count from the
+                            // log sizes an allocation.
+                            let count = inside(at, count, image.len(), &location)?;
+                            batch.push((at, count, Change::Fill(value)));
+                        }
+                        // Data checksums name blocks of the volume: a run
+                        // past its end is damage (and, for a forget, no
+                        // count from the log sizes an allocation).
+                        Entry::Sums(first, crcs) => {
+                            let count = (crcs.len() / 4) as u64;
+                            if first.checked_add(count).is_none_or(|end| end > blocks) {
+                                return Err(csumkit::Error::Corrupt {
+                                    location: location(),
+                                    detail: format!("checksums of blocks {first}+{count}, past the volume"),
+                                });
+                            }
+                            batch_sums.extend(
+                                crcs.chunks_exact(4).enumerate().map(|(k, c)| (first + k as u64, Some(le32(c, 0)))),
+                            );
+                        }
                         Entry::Forget(first, count) => {
-                            batch_sums.extend((first..first.saturating_add(count.min(1 << 32))).map(|b| (b, None)));
+                            if first.checked_add(count).is_none_or(|end| end > blocks) {
+                                return Err(csumkit::Error::Corrupt {
+                                    location: location(),
+                                    detail: format!("forgotten blocks {first}+{count}, past the volume"),
+                                });
+                            }
+                            batch_sums.extend((first..first + count).map(|b| (b, None)));
                         }
                     }
                 }
                 if record.tag == TAG_LAST {
                     sums.append(&mut batch_sums);
-                    for (at, bytes) in batch.drain(..) {
-                        let target = at.checked_add(bytes.len()).and_then(|end| image.get_mut(at..end));
-                        let Some(target) = target else {
-                            return Err(csumkit::Error::Corrupt {
-                                location: location(),
-                                detail: format!("bytes at {at} lie past the image"),
-                            });
-                        };
-                        target.copy_from_slice(&bytes);
-                        applied.push((at, at + bytes.len()));
-                        replayed.bytes += bytes.len() as u64;
+                    for (at, len, change) in batch.drain(..) {
+                        let target = &mut image[at..at + len];
+                        match change {
+                            Change::Bytes(bytes) => target.copy_from_slice(&bytes),
+                            Change::Fill(value) => target.fill(value),
+                        }
+                        applied.push((at, at + len));
+                        replayed.bytes += len as u64;
                     }
                     replayed.commits += 1;
                 }

@@ -144,3 +144,132 @@ fn operations_commit_at_sync_and_small_writes_wait_in_the_log() {
         assert_eq!(on_disk[at..at + 100], [i as u8 | 0x80; 100], "file {i} after the checkpoint");
     }
 }
+
+/// The image at `path` with its superblock saying a log holds changes.
+fn pending_image(path: &std::path::Path) -> Vec<u8> {
+    let mut image = std::fs::read(path).unwrap();
+    let incompat = u32::from_le_bytes(image[1024 + 0x60..1024 + 0x64].try_into().unwrap()) | csumfs::LOG_PENDING;
+    image[1024 + 0x60..1024 + 0x64].copy_from_slice(&incompat.to_le_bytes());
+    let crc = csumkit::crc32c::raw_update(!0, &image[1024..1024 + 0x3FC]);
+    image[1024 + 0x3FC..2048].copy_from_slice(&crc.to_le_bytes());
+    image
+}
+
+/// A ByteLog holding `records` (tag, payload), each whole.
+fn log_of(records: &[(u16, Vec<u8>)]) -> Vec<u8> {
+    let mut log = csumkit::bytelog::ByteLog::format(csumkit::bytelog::SimMedium::new(1 << 20), 1).unwrap();
+    for (tag, payload) in records {
+        log.append(*tag, 0, payload).unwrap();
+    }
+    log.into_medium().durable().to_vec()
+}
+
+/// A csumfs log entry: offset (with its kind bit), length, bytes.
+fn entry(offset: u64, bytes: &[u8]) -> Vec<u8> {
+    [&offset.to_le_bytes()[..], &(bytes.len() as u32).to_le_bytes(), bytes].concat()
+}
+
+const SUMS: u64 = 1 << 63;
+const FORGET: u64 = 1 << 62;
+const FILL: u64 = 1 << 61;
+
+/// A log whose records are whole (their CRCs good) but whose entries name
+/// bytes past the image or data blocks past the volume is damage: replay
+/// refuses it as `Corrupt` before writing anything, and no count it holds
+/// sizes an allocation (a forget of 2^40 blocks, a fill of 2^64 bytes).
+#[test]
+fn a_log_naming_bytes_or_blocks_past_the_volume_is_refused() {
+    if !have_e2fsprogs() {
+        return;
+    }
+    let scratch = Scratch::new("logged-bounds");
+    let path = scratch.0.join("img");
+    mke2fs_with(&path, "4096", "16M", &[]);
+    let image = pending_image(&path);
+    let (len, blocks) = (image.len() as u64, image.len() as u64 / 4096);
+    let log_of = |payload: &[u8]| log_of(&[(csumfs::TAG_LAST, payload.to_vec())]);
+    // Whole: a fill of block 10 with 0xAB, bytes at the image's last byte.
+    let good =
+        [entry(FILL | (10 * 4096), &[&4096u64.to_le_bytes()[..], &[0xAB]].concat()), entry(len - 1, &[7])].concat();
+    let (after, replayed) = Volume::replayed_image(image.clone(), log_of(&good)).unwrap();
+    assert_eq!((replayed.commits, replayed.bytes), (1, 4097));
+    assert_eq!(after[10 * 4096..11 * 4096], [0xAB; 4096]);
+    assert_eq!(after[len as usize - 1], 7);
+    for (payload, what) in [
+        (entry(len - 10, &[1; 20]), "bytes across the image's end"),
+        (entry(FILL | (len - 10), &20u64.to_le_bytes()), "a fill across the image's end"),
+        (entry(FILL, &u64::MAX.to_le_bytes()), "a fill of 2^64 bytes"),
+        (entry(SUMS | (blocks - 1), &[0; 8]), "checksums of the last block and one past it"),
+        (entry(FORGET, &(1u64 << 40).to_le_bytes()), "a forget of 2^40 blocks"),
+        (entry(FORGET | ((1 << 62) - 1), &2u64.to_le_bytes()), "a forget whose end overflows"),
+    ] {
+        match Volume::replayed_image(image.clone(), log_of(&payload)) {
+            Err(err @ csumfs::Error::Format(csumkit::Error::Corrupt { .. })) => {
+                assert!(err.to_string().contains("past"), "{what}: {err}");
+            }
+            other => panic!("{what}: {:?}", other.map(|(_, r)| r)),
+        }
+    }
+}
+
+/// The twin of the `csumfs_log_replay` fuzz target that CI runs: whole
+/// records of random entries of every kind (inside the image and the
+/// volume, across their ends, far past them), in commits cut anywhere,
+/// under random tags. Replay is a typed error or an image (the same past
+/// its superblock when no commit was complete), never a panic.
+#[test]
+fn replay_of_random_entries_is_an_image_or_a_typed_error() {
+    if !have_e2fsprogs() {
+        return;
+    }
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+    let scratch = Scratch::new("logged-random");
+    let path = scratch.0.join("img");
+    mke2fs_with(&path, "1024", "4M", &[]);
+    let image = pending_image(&path);
+    let len = image.len() as u64;
+    let blocks = len / 1024;
+    let offset = prop_oneof![
+        12 => 0..len - 64 * 2048,
+        1 => len - 64..len + 64,
+        1 => Just(u64::MAX >> 3),
+        1 => any::<u64>().prop_map(|o| o >> 3),
+    ];
+    let one = (0u8..4, offset, 0u64..2048, any::<u8>()).prop_map(move |(kind, at, n, value)| match kind {
+        // At most 6 × 612 bytes: a record's payload holds 4 064.
+        0 => entry(at, &vec![value; n as usize % 600]),
+        1 => entry(FILL | at, &[&(n * 64).to_le_bytes()[..], &[value]].concat()),
+        2 => entry(SUMS | (at % (blocks + blocks / 8)), &vec![value; 4 * (n as usize % 64)]),
+        _ => entry(FORGET | (at % (blocks + blocks / 8)), &n.to_le_bytes()),
+    });
+    let tag = prop_oneof![4 => Just(csumfs::TAG_LAST), 3 => Just(csumfs::TAG_PART), 1 => 0u16..4];
+    let record = (prop::collection::vec(one, 0..6), tag);
+    // A fixed seed: the counts below are the same on every run.
+    let rng = TestRng::deterministic_rng(RngAlgorithm::ChaCha);
+    let mut runner = TestRunner::new_with_rng(Config { cases: 300, ..Config::default() }, rng);
+    let (applied, refused) = (std::sync::atomic::AtomicUsize::new(0), std::sync::atomic::AtomicUsize::new(0));
+    runner
+        .run(&prop::collection::vec(record, 1..6), |records| {
+            let records: Vec<(u16, Vec<u8>)> = records.iter().map(|(entries, tag)| (*tag, entries.concat())).collect();
+            match Volume::replayed_image(image.clone(), log_of(&records)) {
+                Ok((after, replayed)) => {
+                    prop_assert!(replayed.bytes <= len * replayed.commits);
+                    if replayed.commits > 0 {
+                        applied.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    } else {
+                        prop_assert!(after[2048..] == image[2048..], "no commit, yet the image changed");
+                    }
+                }
+                Err(csumfs::Error::Format(csumkit::Error::Corrupt { .. })) => {
+                    refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                Err(other) => prop_assert!(false, "not a typed corruption: {other}"),
+            }
+            Ok(())
+        })
+        .unwrap();
+    let (applied, refused) = (applied.into_inner(), refused.into_inner());
+    eprintln!("random logs: {applied} replayed a commit, {refused} refused");
+    assert!(applied > 10 && refused > 10, "the cases reach both outcomes: {applied} replayed, {refused} refused");
+}
