@@ -59,7 +59,9 @@ pub use inode::{Inode, Timespec, ROOT};
 pub use map::Run;
 pub use namespace::RenameMode;
 pub use pi::PiOpened;
-pub use redo::{log_pending, Backing, LogMedium, Replayed, LOG_PENDING, TAG_LAST, TAG_PART};
+pub use redo::{
+    log_pending, Backing, LogMedium, Replayed, LOG_ON_DAX, LOG_ON_FILE, LOG_ON_TMPFS, LOG_PENDING, TAG_LAST, TAG_PART,
+};
 pub use stats::Stats;
 pub use volume::{Checksums, Options, StatFs, Volume};
 pub use write::NewInode;

@@ -134,6 +134,9 @@ pub(crate) struct Redo {
     marked: bool,
     last_commit: Instant,
     last_checkpoint: Instant,
+    /// Which medium [`log_medium`] chose ([`LOG_ON_DAX`]…); `None` for one
+    /// a caller of [`Volume::enable_log`] gave.
+    log_on: Option<&'static str>,
 }
 
 /// What opening the log found.
@@ -377,10 +380,20 @@ pub(crate) fn clear_pending_bit(image: &mut [u8]) {
     }
 }
 
-/// The log's medium: on DAX (a `MAP_SYNC` map works) or tmpfs (the
-/// stand-in for persistent memory), a shared map flushed by cache line;
-/// elsewhere a file written with `pwrite` and `fdatasync`.
-fn log_medium(path: &Path, len: u64) -> Result<LogMedium, Error> {
+/// Where a log opened by [`Volume::open_logged`] lives: a DAX map, flushed
+/// by cache line and durable when fenced; a map on tmpfs, flushed the same
+/// way but lost at power-off (the stand-in for persistent memory); or an
+/// ordinary file, written with `pwrite` and made durable by `fdatasync`.
+pub const LOG_ON_DAX: &str = "DAX, flushed by cache line";
+/// See [`LOG_ON_DAX`].
+pub const LOG_ON_TMPFS: &str = "tmpfs, flushed by cache line (a stand-in for persistent memory: lost at power-off)";
+/// See [`LOG_ON_DAX`].
+pub const LOG_ON_FILE: &str = "a file, pwrite + fdatasync";
+
+/// The log's medium and which of the three it is: on DAX (a `MAP_SYNC`
+/// map works) or tmpfs, a shared map flushed by cache line; elsewhere a
+/// file written with `pwrite` and `fdatasync`.
+fn log_medium(path: &Path, len: u64) -> Result<(LogMedium, &'static str), Error> {
     use csumkit::bytelog::{FileMedium, MmapMedium, Persist};
     let on_tmpfs = {
         let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
@@ -393,15 +406,15 @@ fn log_medium(path: &Path, len: u64) -> Result<LogMedium, Error> {
         })
     };
     if on_tmpfs {
-        return Ok(Box::new(MmapMedium::open(path, len, Persist::CacheLines)?));
+        return Ok((Box::new(MmapMedium::open(path, len, Persist::CacheLines)?), LOG_ON_TMPFS));
     }
     // Written with zeros first, so the DAX probe below never maps holes.
     let file = FileMedium::open(path, len)?;
     let mapped = MmapMedium::open_auto(path, len)?;
     if mapped.persist() == Persist::CacheLines {
-        return Ok(Box::new(mapped));
+        return Ok((Box::new(mapped), LOG_ON_DAX));
     }
-    Ok(Box::new(file))
+    Ok((Box::new(file), LOG_ON_FILE))
 }
 
 impl Redo {
@@ -590,7 +603,7 @@ impl Volume {
         let mut map = unsafe { memmap2::MmapOptions::new().no_reserve_swap().map_copy(&file) }.map_err(io_at)?;
         let was_pending = log_pending(&map);
         clear_pending_bit(&mut map);
-        let medium = log_medium(log, log_bytes)?;
+        let (medium, log_on) = log_medium(log, log_bytes)?;
         let mut volume = Volume::new(Bytes::Private(map), crate::Options { write: true, ..options })?;
         let (backing, opened): (Box<dyn Backing>, _) = match pi {
             None => (Box::new(file), None),
@@ -602,6 +615,7 @@ impl Volume {
             }
         };
         let replayed = volume.enable_log(backing, medium, was_pending, sidecar)?;
+        volume.redo.as_mut().expect("enabled above").log_on = Some(log_on);
         Ok((volume, replayed, opened))
     }
 
@@ -719,6 +733,7 @@ impl Volume {
             marked: expect_log,
             last_commit: Instant::now(),
             last_checkpoint: Instant::now(),
+            log_on: None,
         };
         // The replayed pages differ from the file until the checkpoint below.
         redo.touched = redo.committed.iter().flat_map(|&(start, end)| start / PAGE..end.div_ceil(PAGE)).collect();
@@ -892,6 +907,13 @@ impl Volume {
     pub fn logged(&self) -> bool {
         self.redo.is_some()
     }
+
+    /// Where the ByteLog lives ([`LOG_ON_DAX`], [`LOG_ON_TMPFS`] or
+    /// [`LOG_ON_FILE`]) when [`open_logged`](Self::open_logged) chose its
+    /// medium; `None` without a log or with a medium given by the caller.
+    pub fn log_on(&self) -> Option<&'static str> {
+        self.redo.as_ref().and_then(|r| r.log_on)
+    }
 }
 
 use std::path::Path;
@@ -1015,6 +1037,53 @@ mod tests {
             layout(&encode(&[], &image, &sums)),
             vec![vec![(ENTRY_SUMS, 4 * per)], vec![(ENTRY_SUMS | per as u64, 4 * (2000 - per))]]
         );
+    }
+
+    /// A `Redo` over a simulated log and a backing that keeps nothing.
+    fn bare_redo() -> Redo {
+        struct Nowhere;
+        impl Backing for Nowhere {
+            fn write_at(&mut self, _: u64, _: &[u8]) -> std::io::Result<()> {
+                Ok(())
+            }
+            fn sync(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let medium = AnyMedium(Box::new(csumkit::bytelog::SimMedium::new(64 << 10)));
+        Redo {
+            log: ByteLog::format(medium, 1).unwrap(),
+            backing: Box::new(Nowhere),
+            pending: Vec::new(),
+            pending_bytes: 0,
+            pending_data: 0,
+            committed: Vec::new(),
+            touched: BTreeSet::new(),
+            freed: RangeSet::default(),
+            data_unsynced: false,
+            marked: false,
+            last_commit: Instant::now(),
+            last_checkpoint: Instant::now(),
+            log_on: None,
+        }
+    }
+
+    #[test]
+    fn notes_cover_exactly_the_pages_changed() {
+        let mut redo = bare_redo();
+        redo.note(4095, 1);
+        redo.note(4096, 4096);
+        redo.note(3 * 4096 - 2, 2);
+        redo.note(9 * 4096, 0);
+        assert_eq!(redo.touched.iter().copied().collect::<Vec<_>>(), vec![0, 1, 2]);
+        assert_eq!(redo.pending, vec![(4095, 4096), (4096, 8192), (12_286, 12_288)]);
+        assert_eq!(redo.pending_bytes, 4099);
+        assert!(redo.page_newer_than_file(0) && redo.page_newer_than_file(8192) && !redo.page_newer_than_file(12_288));
+        redo.freed(5 * 4096 - 1, 1);
+        redo.freed(6 * 4096, 4096);
+        redo.freed(9 * 4096, 0);
+        let freed: Vec<usize> = (0..12).filter(|&p| redo.freed.contains(p)).collect();
+        assert_eq!(freed, vec![4, 6]);
     }
 
     #[test]

@@ -61,12 +61,13 @@ pub struct Stats {
 
 impl Stats {
     /// One line per seed, for `csumkit mount --stats`; `pi`: the PI
-    /// device's counters when the volume is on one.
-    pub fn report(&self, pi: Option<csumkit::pi::DeviceStats>) -> String {
+    /// device's counters when the volume is on one; `log_on`: where the
+    /// ByteLog lives ([`crate::Volume::log_on`]), `None` without one.
+    pub fn report(&self, pi: Option<csumkit::pi::DeviceStats>, log_on: Option<&str>) -> String {
         let g = Stats::get;
         format!(
             "seed 000 incremental checksums: {} metadata checksum updates moved by flip_range/splice, {} recomputed in full\n\
-             seed 001 ByteLog: {} metadata commits in {} records, {} bytes persisted ({} per commit), \
+             seed 001 ByteLog on {}: {} metadata commits in {} records, {} bytes persisted ({} per commit), \
              {} checkpoints, {} commits written through\n\
              seed 002 data checksums: {} blocks checksummed on write ({} while their write was under way), \
              {} verified on read, {} mismatches (EIO), {} carried by ByteLog commits, {} tree commits writing {} bytes, \
@@ -76,6 +77,7 @@ impl Stats {
              seed 004 PI offload: {}\n",
             g(&self.csum_incremental),
             g(&self.csum_full),
+            log_on.unwrap_or("nothing (off: metadata written in place)"),
             g(&self.log_commits),
             g(&self.log_records),
             g(&self.log_commit_bytes),
