@@ -307,3 +307,34 @@ fn the_log_medium_follows_its_directory() {
     let volume = Volume::open(&image, Options { write: true, ..Options::default() }).unwrap();
     assert_eq!(volume.log_on(), None);
 }
+
+/// Data for blocks freed since the last commit goes through the log, not
+/// to the image file: until the free is durable a crash brings the old
+/// file back, and its bytes must still be there.
+#[test]
+fn data_on_blocks_freed_since_the_last_commit_waits_in_the_log() {
+    if !have_e2fsprogs() {
+        return;
+    }
+    let scratch = Scratch::new("logged-freed");
+    let (image, log) = (scratch.0.join("img"), scratch.0.join("img.bytelog"));
+    mke2fs_with(&image, "4096", "16M", &[]);
+    let (mut volume, _) = Volume::open_logged(&image, &log, 4 << 20, Options::default(), None).unwrap();
+    let file = NewInode { mode: 0o100_644, uid: 0, gid: 0 };
+    let old = volume.create(ROOT, b"old", file).unwrap().ino;
+    volume.write(old, 0, &[0x11; 8192]).unwrap();
+    volume.checkpoint().unwrap();
+    let blocks = |v: &Volume, ino| v.runs(&v.inode(ino).unwrap()).unwrap()[0];
+    let freed = blocks(&volume, old);
+    volume.unlink(ROOT, b"old").unwrap();
+    let new = volume.create(ROOT, b"new", file).unwrap().ino;
+    volume.write(new, 0, &[0x22; 8192]).unwrap();
+    let reused = blocks(&volume, new);
+    assert_eq!(reused.physical, freed.physical, "the new file took the freed blocks");
+    let at = freed.physical as usize * 4096;
+    assert_eq!(std::fs::read(&image).unwrap()[at..at + 8192], [0x11; 8192], "before the free commits");
+    volume.sync().unwrap();
+    assert_eq!(std::fs::read(&image).unwrap()[at..at + 8192], [0x11; 8192], "committed: in the log only");
+    volume.checkpoint().unwrap();
+    assert_eq!(std::fs::read(&image).unwrap()[at..at + 8192], [0x22; 8192], "after the checkpoint");
+}
