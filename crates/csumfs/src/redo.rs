@@ -1074,14 +1074,14 @@ mod tests {
         redo.note(4095, 1);
         redo.note(4096, 4096);
         redo.note(3 * 4096 - 2, 2);
-        redo.note(9 * 4096, 0);
+        redo.note(9 * 4096 + 5, 0);
         assert_eq!(redo.touched.iter().copied().collect::<Vec<_>>(), vec![0, 1, 2]);
         assert_eq!(redo.pending, vec![(4095, 4096), (4096, 8192), (12_286, 12_288)]);
         assert_eq!(redo.pending_bytes, 4099);
         assert!(redo.page_newer_than_file(0) && redo.page_newer_than_file(8192) && !redo.page_newer_than_file(12_288));
         redo.freed(5 * 4096 - 1, 1);
         redo.freed(6 * 4096, 4096);
-        redo.freed(9 * 4096, 0);
+        redo.freed(9 * 4096 + 5, 0);
         let freed: Vec<usize> = (0..12).filter(|&p| redo.freed.contains(p)).collect();
         assert_eq!(freed, vec![4, 6]);
     }

@@ -300,12 +300,14 @@ fn the_log_medium_follows_its_directory() {
         let (mut volume, _) = Volume::open_logged(&image, &log, 1 << 20, Options::default(), None).unwrap();
         let want = if kind == "tmpfs" { csumfs::LOG_ON_TMPFS } else { csumfs::LOG_ON_FILE };
         assert_eq!(volume.log_on(), Some(want), "a log in {} ({kind})", dir.display());
+        assert!(volume.logged());
         volume.checkpoint().unwrap();
         drop(volume);
         std::fs::remove_file(&log).unwrap();
     }
     let volume = Volume::open(&image, Options { write: true, ..Options::default() }).unwrap();
     assert_eq!(volume.log_on(), None);
+    assert!(!volume.logged());
 }
 
 /// Data for blocks freed since the last commit goes through the log, not
@@ -337,4 +339,42 @@ fn data_on_blocks_freed_since_the_last_commit_waits_in_the_log() {
     assert_eq!(std::fs::read(&image).unwrap()[at..at + 8192], [0x11; 8192], "committed: in the log only");
     volume.checkpoint().unwrap();
     assert_eq!(std::fs::read(&image).unwrap()[at..at + 8192], [0x22; 8192], "after the checkpoint");
+}
+
+/// Without any `sync`, an operation's end commits once 1 MiB of metadata
+/// is pending, and checkpoints once the log is half full.
+#[test]
+fn a_megabyte_pending_commits_and_a_half_full_log_checkpoints() {
+    if !have_e2fsprogs() {
+        return;
+    }
+    use std::sync::atomic::Ordering::Relaxed;
+    let scratch = Scratch::new("logged-thresholds");
+    let (image, log) = (scratch.0.join("img"), scratch.0.join("img.bytelog"));
+    mke2fs_with(&image, "1024", "256M", &["-N", "20000"]);
+    // A log of 4 MiB: half of it is a few commits of a megabyte.
+    let (mut volume, _) = Volume::open_logged(&image, &log, 4 << 20, Options::default(), None).unwrap();
+    let counts = |v: &Volume| (v.stats().log_commits.load(Relaxed), v.stats().log_checkpoints.load(Relaxed));
+    let before = counts(&volume);
+    let (mut first_commit, mut first_checkpoint) = (None, None);
+    for i in 0..12_000u32 {
+        volume.begin();
+        let name = format!("file-{i:06}");
+        let ino = volume.create(ROOT, name.as_bytes(), NewInode { mode: 0o100_644, uid: 0, gid: 0 }).unwrap().ino;
+        volume.write(ino, 0, &[1; 200]).unwrap();
+        volume.end(true).unwrap();
+        let (commits, checkpoints) = counts(&volume);
+        if commits > before.0 && first_commit.is_none() {
+            first_commit = Some(i);
+        }
+        if checkpoints > before.1 && first_checkpoint.is_none() {
+            first_checkpoint = Some(i);
+            break;
+        }
+    }
+    eprintln!("first commit after file {first_commit:?}, first checkpoint after file {first_checkpoint:?}");
+    let first_commit = first_commit.expect("1 MiB pending commits before any sync");
+    assert!(first_commit > 100, "a commit after only {first_commit} creates: not 1 MiB pending");
+    let first_checkpoint = first_checkpoint.expect("a half-full log checkpoints");
+    assert!(first_checkpoint > first_commit, "checkpointed before the log held anything");
 }
