@@ -87,6 +87,18 @@ impl Backing for std::fs::File {
     }
 }
 
+/// A backing that keeps nothing: replay into bytes in memory.
+struct Nowhere;
+
+impl Backing for Nowhere {
+    fn write_at(&mut self, _: u64, _: &[u8]) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn sync(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// A ByteLog medium of any kind (a mapped file, or a simulated one in tests).
 pub type LogMedium = Box<dyn Medium + Send + Sync>;
 
@@ -880,15 +892,6 @@ impl Volume {
     /// # Errors
     /// As [`enable_log`](Self::enable_log).
     pub fn replayed_image(image: Vec<u8>, log: Vec<u8>) -> Result<(Vec<u8>, Replayed), Error> {
-        struct Nowhere;
-        impl Backing for Nowhere {
-            fn write_at(&mut self, _: u64, _: &[u8]) -> std::io::Result<()> {
-                Ok(())
-            }
-            fn sync(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
         let mut image = image;
         let expect_log = log_pending(&image);
         clear_pending_bit(&mut image);
@@ -1041,15 +1044,6 @@ mod tests {
 
     /// A `Redo` over a simulated log and a backing that keeps nothing.
     fn bare_redo() -> Redo {
-        struct Nowhere;
-        impl Backing for Nowhere {
-            fn write_at(&mut self, _: u64, _: &[u8]) -> std::io::Result<()> {
-                Ok(())
-            }
-            fn sync(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
         let medium = AnyMedium(Box::new(csumkit::bytelog::SimMedium::new(64 << 10)));
         Redo {
             log: ByteLog::format(medium, 1).unwrap(),
