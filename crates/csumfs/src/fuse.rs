@@ -620,7 +620,10 @@ impl Filesystem for Fs {
         // The per-seed counters, on the root only, under a name no ext4
         // image can hold (`csumkit mount --stats DIR` reads it).
         let found = if ino == INodeNo::ROOT && name == STATS_XATTR {
-            Ok(volume.stats().report(volume.pi_device_stats(), volume.log_on()).into_bytes())
+            Ok(volume
+                .stats()
+                .report(volume.pi_device_stats(), volume.log_on(), volume.private_copy_bytes())
+                .into_bytes())
         } else {
             volume.inode(from_fuse(ino)).and_then(|inode| volume.getxattr(&inode, name))
         };

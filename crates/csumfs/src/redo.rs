@@ -355,16 +355,50 @@ enum Change {
 }
 
 /// `count` as a length when `[at, at + count)` lies inside an image of
-/// `len` bytes; else the record at `location()` is damaged.
-fn inside(at: usize, count: u64, len: usize, location: &dyn Fn() -> String) -> Result<usize, csumkit::Error> {
+/// `len` bytes; else why the entry is damaged.
+fn inside(at: usize, count: u64, len: usize) -> Result<usize, String> {
     let end = usize::try_from(count).ok().and_then(|count| at.checked_add(count)).filter(|&end| end <= len);
-    match end {
-        Some(end) => Ok(end - at),
-        None => Err(csumkit::Error::Corrupt {
-            location: location(),
-            detail: format!("{count} bytes at {at} lie past the image"),
-        }),
+    end.map(|end| end - at).ok_or_else(|| format!("{count} bytes at {at} lie past the image"))
+}
+
+/// Adds what `entry` changes to a commit's held changes: image bytes to
+/// `batch`, data checksums (a forget as `None`) to `sums`, block by block.
+/// An entry reaching past the image (`len` bytes) or the volume (`blocks`)
+/// is damage, refused before anything is held: no count from the log sizes
+/// an allocation (a fill is applied in place, a forget's blocks are
+/// bounded by the volume).
+fn held(
+    entry: Entry<'_>,
+    len: usize,
+    blocks: u64,
+    batch: &mut Vec<(usize, usize, Change)>,
+    sums: &mut Vec<(u64, Option<u32>)>,
+) -> Result<(), String> {
+    let past_volume = |first: u64, count: u64| first.checked_add(count).is_none_or(|end| end > blocks);
+    match entry {
+        Entry::Image(at, bytes) => {
+            let count = inside(at, bytes.len() as u64, len)?;
+            batch.push((at, count, Change::Bytes(bytes.to_vec())));
+        }
+        Entry::Fill(at, count, value) => {
+            let count = inside(at, count, len)?;
+            batch.push((at, count, Change::Fill(value)));
+        }
+        Entry::Sums(first, crcs) => {
+            let count = (crcs.len() / 4) as u64;
+            if past_volume(first, count) {
+                return Err(format!("checksums of blocks {first}+{count}, past the volume"));
+            }
+            sums.extend(crcs.chunks_exact(4).enumerate().map(|(k, c)| (first + k as u64, Some(le32(c, 0)))));
+        }
+        Entry::Forget(first, count) => {
+            if past_volume(first, count) {
+                return Err(format!("forgotten blocks {first}+{count}, past the volume"));
+            }
+            sums.extend((first..first + count).map(|b| (b, None)));
+        }
     }
+    Ok(())
 }
 
 /// The superblock (1024 bytes) with `incompat` and its checksum set.
@@ -679,42 +713,8 @@ impl Volume {
                 let entries = decode(record.payload)
                     .map_err(|detail| csumkit::Error::Corrupt { location: location(), detail })?;
                 for entry in entries {
-                    match entry {
-                        Entry::Image(at, bytes) => {
-                            inside(at, bytes.len() as u64, image.len(), &location)?;
-                            batch.push((at, bytes.len(), Change::Bytes(bytes.to_vec())));
-                        }
-                        Entry::Fill(at, count, value) => {
-                            // Filled in place at the end: no count from the
-                            // log sizes an allocation.
-                            let count = inside(at, count, image.len(), &location)?;
-                            batch.push((at, count, Change::Fill(value)));
-                        }
-                        // Data checksums name blocks of the volume: a run
-                        // past its end is damage (and, for a forget, no
-                        // count from the log sizes an allocation).
-                        Entry::Sums(first, crcs) => {
-                            let count = (crcs.len() / 4) as u64;
-                            if first.checked_add(count).is_none_or(|end| end > blocks) {
-                                return Err(csumkit::Error::Corrupt {
-                                    location: location(),
-                                    detail: format!("checksums of blocks {first}+{count}, past the volume"),
-                                });
-                            }
-                            batch_sums.extend(
-                                crcs.chunks_exact(4).enumerate().map(|(k, c)| (first + k as u64, Some(le32(c, 0)))),
-                            );
-                        }
-                        Entry::Forget(first, count) => {
-                            if first.checked_add(count).is_none_or(|end| end > blocks) {
-                                return Err(csumkit::Error::Corrupt {
-                                    location: location(),
-                                    detail: format!("forgotten blocks {first}+{count}, past the volume"),
-                                });
-                            }
-                            batch_sums.extend((first..first + count).map(|b| (b, None)));
-                        }
-                    }
+                    held(entry, image.len(), blocks, &mut batch, &mut batch_sums)
+                        .map_err(|detail| csumkit::Error::Corrupt { location: location(), detail })?;
                 }
                 if record.tag == TAG_LAST {
                     sums.append(&mut batch_sums);
@@ -732,7 +732,7 @@ impl Volume {
                 Ok(())
             })?
         };
-        let mut redo = Redo {
+        let redo = Redo {
             log,
             backing,
             pending: Vec::new(),
@@ -747,8 +747,6 @@ impl Volume {
             last_checkpoint: Instant::now(),
             log_on: None,
         };
-        // The replayed pages differ from the file until the checkpoint below.
-        redo.touched = redo.committed.iter().flat_map(|&(start, end)| start / PAGE..end.div_ceil(PAGE)).collect();
         self.redo = Some(redo);
         if self.undo.is_none() {
             // Errors roll back in memory: the private copy dies with the process.
@@ -759,10 +757,17 @@ impl Volume {
         }
         // Without a sidecar the checksums the log carried are not kept.
         self.replayed_sums.clear();
-        if replayed.commits > 0 || expect_log {
+        if expect_log {
+            // (Only then was anything replayed.) The replayed changes go to
+            // the file and the log is emptied now, and with it the records
+            // of a commit cut before its last: left in the log, the next
+            // commit's records would complete it at the next replay.
             self.checkpoint_now(false, false)?;
-        }
-        if replayed.commits > 0 {
+            // The file now holds every page as the map has it (the
+            // superblock's pending bit aside, which is set on disk while a
+            // log is open and read from the map only at open): no copy is
+            // needed, of the replayed pages nor of the superblock.
+            self.hand_back(&[(0, self.map.len())]);
             // What was cached before the replay may be stale.
             self.filters.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clear();
         }
@@ -869,20 +874,25 @@ impl Volume {
         }
         redo.checkpoint(&self.map, &mut self.datasums, final_, through, &self.stats)?;
         let pages = std::mem::take(&mut redo.touched);
-        if let Bytes::Private(map) = &self.map {
-            // The file now holds what these copied pages hold: drop the
-            // copies (the map reads the file's pages again), run by run.
-            let ranges: Vec<(usize, usize)> = pages.iter().map(|&p| (p * PAGE, (p + 1) * PAGE)).collect();
-            for (start, end) in merged(&ranges) {
-                let len = end.min(map.len()).saturating_sub(start);
-                if len > 0 {
-                    // SAFETY: a page-aligned range inside this process's
-                    // private map; MADV_DONTNEED only discards its copy.
-                    unsafe { libc::madvise(map.as_ptr().add(start) as *mut libc::c_void, len, libc::MADV_DONTNEED) };
-                }
+        // The file now holds what these copied pages hold.
+        let ranges: Vec<(usize, usize)> = pages.iter().map(|&p| (p * PAGE, (p + 1) * PAGE)).collect();
+        self.hand_back(&merged(&ranges));
+        Ok(())
+    }
+
+    /// Drops this process's copies of the private map's pages in `ranges`
+    /// (page-aligned, sorted): the map reads the file's pages again. Only
+    /// for pages the file holds as they are.
+    fn hand_back(&self, ranges: &[(usize, usize)]) {
+        let Bytes::Private(map) = &self.map else { return };
+        for &(start, end) in ranges {
+            let len = end.min(map.len()).saturating_sub(start);
+            if len > 0 {
+                // SAFETY: a page-aligned range inside this process's
+                // private map; MADV_DONTNEED only discards its copy.
+                unsafe { libc::madvise(map.as_ptr().add(start) as *mut libc::c_void, len, libc::MADV_DONTNEED) };
             }
         }
-        Ok(())
     }
 
     /// What `image` holds once the ByteLog `log` (a copy of its file) is
@@ -911,6 +921,29 @@ impl Volume {
         self.redo.is_some()
     }
 
+    /// Bytes of the image this process holds its own copy of: the pages of
+    /// its private map written since they were last checkpointed, as the
+    /// kernel counts them (the map's `Anonymous` lines in
+    /// `/proc/self/smaps`). `None` without a private map (no log, an image
+    /// in memory) or without `/proc`.
+    pub fn private_copy_bytes(&self) -> Option<u64> {
+        let Bytes::Private(map) = &self.map else { return None };
+        let (start, end) = (map.as_ptr() as usize, map.as_ptr() as usize + map.len());
+        let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
+        let (mut inside, mut kib) = (false, 0u64);
+        for line in smaps.lines() {
+            let mut words = line.split_whitespace();
+            let first = words.next().unwrap_or("");
+            if let Some((from, to)) = first.split_once('-').filter(|_| !first.ends_with(':')) {
+                let range = usize::from_str_radix(from, 16).ok().zip(usize::from_str_radix(to, 16).ok());
+                inside = range.is_some_and(|(from, to)| start <= from && to <= end.next_multiple_of(PAGE));
+            } else if inside && first == "Anonymous:" {
+                kib += words.next().and_then(|n| n.parse::<u64>().ok()).unwrap_or(0);
+            }
+        }
+        Some(kib * 1024)
+    }
+
     /// Where the ByteLog lives ([`LOG_ON_DAX`], [`LOG_ON_TMPFS`] or
     /// [`LOG_ON_FILE`]) when [`open_logged`](Self::open_logged) chose its
     /// medium; `None` without a log or with a medium given by the caller.
@@ -929,6 +962,40 @@ mod tests {
     fn ranges_merge_when_they_touch() {
         assert_eq!(merged(&[(10, 20), (0, 5), (5, 8), (15, 30), (40, 41)]), vec![(0, 8), (10, 30), (40, 41)]);
         assert_eq!(merged(&[]), vec![]);
+    }
+
+    /// Each replayed entry holds exactly its bytes and blocks: checksums
+    /// block after block, a forget of each block of its run, a run ending
+    /// at the volume's last block taken, one block further refused.
+    #[test]
+    fn replayed_entries_are_held_block_by_block() {
+        let (len, blocks) = (40_960, 10);
+        let (mut batch, mut sums) = (Vec::new(), Vec::new());
+        let crcs: Vec<u8> = [11u32, 22, 33].iter().flat_map(|c| c.to_le_bytes()).collect();
+        for entry in [
+            Entry::Sums(7, &crcs),
+            Entry::Forget(4, 3),
+            Entry::Forget(9, 1),
+            Entry::Image(len - 2, &[5, 6]),
+            Entry::Fill(100, 4, 0xAB),
+        ] {
+            held(entry, len, blocks, &mut batch, &mut sums).unwrap();
+        }
+        assert_eq!(sums, [(7, Some(11)), (8, Some(22)), (9, Some(33)), (4, None), (5, None), (6, None), (9, None)],);
+        assert_eq!(batch.len(), 2);
+        assert!(matches!(&batch[0], (at, 2, Change::Bytes(b)) if *at == len - 2 && b[..] == [5, 6]));
+        assert!(matches!(batch[1], (100, 4, Change::Fill(0xAB))));
+        for (entry, what) in [
+            (Entry::Sums(8, &crcs), "checksums one block past the end"),
+            (Entry::Forget(9, 2), "a forget one block past the end"),
+            (Entry::Forget(u64::MAX, 1), "a forget whose end overflows"),
+            (Entry::Image(len - 1, &[5, 6]), "bytes one past the image"),
+            (Entry::Fill(len, 1, 0), "a fill past the image"),
+        ] {
+            let err = held(entry, len, blocks, &mut batch, &mut sums).expect_err(what);
+            assert!(err.contains("past the"), "{what}: {err}");
+        }
+        assert_eq!((batch.len(), sums.len()), (2, 7), "nothing held from a refused entry");
     }
 
     #[test]
@@ -954,20 +1021,18 @@ mod tests {
         // Every byte is 0xFF before decoding, so a byte nothing covered shows.
         back.fill(0xFF);
         for record in &records {
+            let mut batch = Vec::new();
             for entry in decode(record).unwrap() {
-                match entry {
-                    Entry::Image(at, bytes) => {
-                        back[at..at + bytes.len()].copy_from_slice(bytes);
-                        covered += bytes.len();
-                    }
-                    Entry::Fill(at, n, value) => {
-                        back[at..at + n as usize].fill(value);
-                        covered += n as usize;
+                held(entry, image.len(), u64::MAX, &mut batch, &mut sums_back).unwrap();
+            }
+            for (at, n, change) in batch {
+                covered += n;
+                match change {
+                    Change::Bytes(bytes) => back[at..at + n].copy_from_slice(&bytes),
+                    Change::Fill(value) => {
+                        back[at..at + n].fill(value);
                         fill_entries += 1;
                     }
-                    Entry::Sums(first, crcs) => sums_back
-                        .extend(crcs.chunks_exact(4).enumerate().map(|(k, c)| (first + k as u64, Some(le32(c, 0))))),
-                    Entry::Forget(first, n) => sums_back.extend((first..first + n).map(|b| (b, None))),
                 }
             }
         }

@@ -62,13 +62,19 @@ pub struct Stats {
 impl Stats {
     /// One line per seed, for `csumkit mount --stats`; `pi`: the PI
     /// device's counters when the volume is on one; `log_on`: where the
-    /// ByteLog lives ([`crate::Volume::log_on`]), `None` without one.
-    pub fn report(&self, pi: Option<csumkit::pi::DeviceStats>, log_on: Option<&str>) -> String {
+    /// ByteLog lives ([`crate::Volume::log_on`]), `None` without one;
+    /// `private_copy`: [`crate::Volume::private_copy_bytes`].
+    pub fn report(
+        &self,
+        pi: Option<csumkit::pi::DeviceStats>,
+        log_on: Option<&str>,
+        private_copy: Option<u64>,
+    ) -> String {
         let g = Stats::get;
         format!(
             "seed 000 incremental checksums: {} metadata checksum updates moved by flip_range/splice, {} recomputed in full\n\
              seed 001 ByteLog on {}: {} metadata commits in {} records, {} bytes persisted ({} per commit), \
-             {} checkpoints, {} commits written through\n\
+             {} checkpoints, {} commits written through, {} KiB of the image held in memory until the next checkpoint\n\
              seed 002 data checksums: {} blocks checksummed on write ({} while their write was under way), \
              {} verified on read, {} mismatches (EIO), {} carried by ByteLog commits, {} tree commits writing {} bytes, \
              {} intent-list flushes\n\
@@ -84,6 +90,7 @@ impl Stats {
             g(&self.log_commit_bytes).checked_div(g(&self.log_commits)).unwrap_or(0),
             g(&self.log_checkpoints),
             g(&self.log_write_through),
+            private_copy.map_or("no".to_string(), |bytes| (bytes / 1024).to_string()),
             g(&self.data_checksummed),
             g(&self.data_overlapped),
             g(&self.data_verified),
