@@ -162,6 +162,18 @@ impl Volume {
 
     /// Walks the index from the root to the leaf that holds `name`'s hash
     /// (and on through leaves that continue a hash collision).
+    /// The htree hash of `name` in directory `dir`, whose root says hash
+    /// `version`. The root stores the signed version (0–2); the
+    /// superblock's flag makes it unsigned (3–5 stored directly mean the
+    /// same).
+    pub(crate) fn name_hash(&self, dir: &Inode, version: u8, name: &[u8]) -> Result<u32, Error> {
+        let unsigned = (3..=5).contains(&version) || self.hash.unsigned;
+        let base = if (3..=5).contains(&version) { version - 3 } else { version };
+        let setup = crate::hash::HashSetup { unsigned, ..self.hash };
+        let hash = setup.hash(base, name).map(|(hash, _)| hash);
+        hash.ok_or_else(|| corrupt(format!("directory {} htree", dir.ino), format!("hash version {version}")))
+    }
+
     fn htree_find(&self, dir: &Inode, name: &[u8]) -> Result<Option<(Place, DirEntry)>, Error> {
         let bs = self.layout.block_size;
         let runs = self.runs(dir)?;
@@ -174,15 +186,7 @@ impl Volume {
         let what = || format!("directory {} htree", dir.ino);
         let root = self.block(physical(0)?, &what)?;
         let (version, info_len, levels) = (root[0x1C], usize::from(root[0x1D]), root[0x1E]);
-        // The root stores the signed version (0–2); the superblock's flag
-        // makes it unsigned (3–5 stored directly mean the same).
-        let unsigned = (3..=5).contains(&version) || self.hash.unsigned;
-        let setup = crate::hash::HashSetup { unsigned, ..self.hash };
-        let base = if (3..=5).contains(&version) { version - 3 } else { version };
-        let hash = setup.hash(base, name);
-        let Some((hash, _)) = hash else {
-            return Err(corrupt(what(), format!("hash version {version}")));
-        };
+        let hash = self.name_hash(dir, version, name)?;
         if info_len != 8 || levels >= self.htree_levels() {
             return Err(corrupt(what(), format!("dx_root info length {info_len}, {levels} indirect levels")));
         }

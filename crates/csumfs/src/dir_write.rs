@@ -74,7 +74,8 @@ impl Volume {
         let need = record_len(name.len());
         let block = self.block(physical, &|| format!("directory {} block {physical}", dir.ino))?;
         let what = || format!("directory {} block {physical}", dir.ino);
-        for record in crate::dir::records(&block[..bs - 12], bs - 12, what) {
+        let area = &block[..bs - 12]; // the tail after it holds the checksum
+        for record in crate::dir::records(area, area.len(), what) {
             let record = record?;
             let (at, used) = (record.at, record.used());
             if record.rec_len - used >= need {
@@ -122,7 +123,7 @@ impl Volume {
     fn add_indexed_entry(&mut self, dir: &Inode, name: &[u8], ino: u32, ft: u8) -> Result<(), Error> {
         let bs = self.layout.block_size as usize;
         let mut dir = dir.clone();
-        let (hash, path, node, leaf_physical) = loop {
+        let (hash, path, node, leaf_logical, leaf_physical) = loop {
             let (hash, path) = self.htree_path(&dir, name)?;
             let (node_physical, count_at, chosen) = *path.last().expect("a path holds the root");
             let node = self.block(node_physical, &|| format!("directory {} index", dir.ino))?.to_vec();
@@ -133,21 +134,20 @@ impl Volume {
             }
             let (limit, count) = (usize::from(le16(&node, count_at)), usize::from(le16(&node, count_at + 2)));
             if count < limit {
-                break (hash, path, node, leaf_physical);
+                break (hash, path, node, leaf_logical, leaf_physical);
             }
             self.grow_index(&dir, &path)?;
             dir = self.inode(dir.ino)?;
         };
         let dir = &dir;
         let (node_physical, count_at, chosen) = *path.last().expect("a path holds the root");
-        let leaf_logical = u64::from(le32(&node, count_at + 8 * chosen + 4)) & 0x0FFF_FFFF;
         let count = usize::from(le16(&node, count_at + 2));
         // Split: the entries sorted by hash, the upper half by size to a new leaf.
         let old_leaf = self.block(leaf_physical, &|| format!("directory {} leaf", dir.ino))?.to_vec();
         let version = node_root_version(self, dir)?;
         let mut entries = Vec::new();
         for entry in leaf_entries(&old_leaf, dir.ino)? {
-            entries.push((self.name_hash(version, &entry.2)?, entry));
+            entries.push((self.name_hash(dir, version, &entry.2)?, entry));
         }
         entries.sort_by_key(|(h, _)| *h);
         if entries.len() < 2 {
@@ -332,7 +332,7 @@ impl Volume {
         let root_physical = self.dir_block(dir, 0)?;
         let root = self.block(root_physical, &what)?;
         let (info_len, levels) = (usize::from(root[0x1D]), root[0x1E]);
-        let hash = self.name_hash(node_root_version(self, dir)?, name)?;
+        let hash = self.name_hash(dir, node_root_version(self, dir)?, name)?;
         let mut path = Vec::new();
         let (mut physical, mut count_at) = (root_physical, 0x18 + info_len);
         for level in 0..=levels {
@@ -351,16 +351,6 @@ impl Volume {
             count_at = 8;
         }
         Ok((hash, path))
-    }
-
-    fn name_hash(&self, version: u8, name: &[u8]) -> Result<u32, Error> {
-        let unsigned = (3..=5).contains(&version) || self.hash.unsigned;
-        let base = if (3..=5).contains(&version) { version - 3 } else { version };
-        let setup = crate::hash::HashSetup { unsigned, ..self.hash };
-        setup
-            .hash(base, name)
-            .map(|(h, _)| h)
-            .ok_or_else(|| corrupt("htree".to_string(), format!("hash version {version}")))
     }
 }
 

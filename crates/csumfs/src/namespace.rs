@@ -93,6 +93,8 @@ impl Volume {
                     }
                 }
                 self.add_entry(&self.inode(new_dir)?, new_name, source.ino, file_type(source.mode))?;
+                // Found again, not where the lookup above found it: in one
+                // directory, the add may have split the leaf that held it.
                 self.remove_entry(&self.inode(old_dir)?, old_name)?;
                 if source.is_dir() && old_dir != new_dir {
                     self.set_entry(&self.inode(source.ino)?, b"..", new_dir, 2)?;

@@ -151,7 +151,8 @@ impl Volume {
         }
         let old = self.block(physical, &|| format!("directory {} block {physical}", dir.ino))?;
         let mut prev = None;
-        for record in records(&old[..bs - 12], bs - 12, || format!("directory {} block {physical}", dir.ino)) {
+        let area = &old[..bs - 12]; // the tail after it holds the checksum
+        for record in records(area, area.len(), || format!("directory {} block {physical}", dir.ino)) {
             let record = record?;
             if record.ino != 0 && record.name == name {
                 // One small edit: the record before absorbs this one, or

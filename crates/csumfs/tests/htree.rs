@@ -224,3 +224,297 @@ fn an_htree_in_two_runs_patches_its_leaves() {
         assert!(matches!(err, csumfs::Error::Corrupt { .. }), "rec_len {rec_len}: unlink: {err}");
     }
 }
+
+/// Without `dir_index` a directory stays linear: it grows a block at a
+/// time past its first (never an htree), a new name takes the room a
+/// removed one left in any of its blocks before the directory grows, and
+/// e2fsck and the kernel read every name.
+#[test]
+fn without_dir_index_a_directory_grows_block_by_block() {
+    if !have_e2fsprogs() {
+        return;
+    }
+    let scratch = Scratch::new("linear");
+    let image = scratch.0.join("linear.img");
+    mke2fs_with(&image, "1024", "16M", &["-O", "^dir_index"]);
+    let mut v = Volume::open(&image, Options { write: true, check_updates: true, ..Options::default() }).unwrap();
+    let file = NewInode { mode: 0o100_644, uid: 0, gid: 0 };
+    let dir = v.mkdir(ROOT, b"d", NewInode { mode: 0o755, uid: 0, gid: 0 }).unwrap().ino;
+    let name = |i: usize| name(i, 20);
+    for i in 0..400 {
+        v.create(dir, name(i).as_bytes(), file).unwrap_or_else(|e| panic!("create {i}: {e}"));
+    }
+    let grown = v.inode(dir).unwrap();
+    assert_eq!(grown.flags & FLAG_INDEX, 0, "no dir_index: never an htree");
+    // 28-byte records, 1 012 bytes of each block: 36 a block.
+    assert_eq!(grown.size, 400usize.div_ceil(36) as u64 * 1024, "a block at a time");
+    for i in (0..400).step_by(3) {
+        v.unlink(dir, name(i).as_bytes()).unwrap();
+    }
+    for i in 400..530 {
+        v.create(dir, name(i).as_bytes(), file).unwrap_or_else(|e| panic!("create {i}: {e}"));
+    }
+    assert_eq!(v.inode(dir).unwrap().size, grown.size, "130 new names in the room of 134 removed");
+    let live: Vec<usize> = (0..530).filter(|i| *i >= 400 || i % 3 != 0).collect();
+    let d = v.inode(dir).unwrap();
+    for &i in &live {
+        assert_ne!(v.lookup(&d, name(i).as_bytes()).unwrap().ino, 0);
+    }
+    drop(v);
+    assert_clean(&image, "a linear directory of 12 blocks");
+    let mnt = scratch.0.join("mnt");
+    with_kernel_mount(&image, &mnt, || {
+        let mut want: Vec<String> = live.iter().map(|&i| name(i)).collect();
+        want.sort();
+        assert_eq!(listed(&mnt.join("d")), want, "the names the kernel lists");
+    });
+}
+
+/// A leaf can be full holding only two names: two 255-byte names whose
+/// records took a removed neighbour's room leave each less than a third
+/// such name needs. Adding one splits the leaf, one name to each half, as
+/// with more names. The two have the same hash (found by a birthday
+/// search), so the split falls inside a run of equal hashes: the new
+/// leaf's index entry carries the continuation bit, or the kernel's lookup
+/// of the name left in the lower leaf would start in the upper one and
+/// miss it. e2fsck and the kernel read the result.
+#[test]
+fn a_full_leaf_of_two_names_splits() {
+    if !have_e2fsprogs() {
+        return;
+    }
+    let scratch = Scratch::new("two-leaf");
+    let image = scratch.0.join("two.img");
+    mke2fs_with(&image, "1024", "16M", &[]);
+    let mut v = Volume::open(&image, Options { write: true, check_updates: true, ..Options::default() }).unwrap();
+    let file = NewInode { mode: 0o100_644, uid: 0, gid: 0 };
+    let dir = v.mkdir(ROOT, b"d", NewInode { mode: 0o755, uid: 0, gid: 0 }).unwrap().ino;
+    // Short names until the first block fills and the directory becomes
+    // an htree, then none of them left.
+    let mut filled = 0;
+    while v.inode(dir).unwrap().flags & FLAG_INDEX == 0 {
+        v.create(dir, name(filled, 12).as_bytes(), file).unwrap();
+        filled += 1;
+    }
+    for i in 0..filled {
+        v.unlink(dir, name(i, 12).as_bytes()).unwrap();
+    }
+    v.sync().unwrap();
+    let bytes = std::fs::read(&image).unwrap();
+    let root = &bytes[v.runs(&v.inode(dir).unwrap()).unwrap()[0].physical as usize * 1024..][..1024];
+    let le32 = |b: &[u8], at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap());
+    let leaves = u16::from_le_bytes([root[0x22], root[0x23]]);
+    assert!(root[0x1E] == 0 && leaves >= 1, "a root over leaves");
+    let second_leaf_from = if leaves > 1 { le32(root, 0x28) } else { u32::MAX };
+    let setup = csumfs::hash::HashSetup::from_superblock(&bytes[1024..2048]);
+    let version = if setup.unsigned { root[0x1C] + 3 } else { root[0x1C] };
+    let version = version - if version >= 3 { 3 } else { 0 };
+    // Names of a given length that all hash into the first leaf.
+    let mut k = 0;
+    let mut first_leaf_name = |len: usize| loop {
+        k += 1;
+        let n = name(k, len);
+        if setup.hash(version, n.as_bytes()).unwrap().0 < second_leaf_from {
+            return n;
+        }
+    };
+    // Two 255-byte names of one hash, in the first leaf.
+    let mut seen = std::collections::HashMap::new();
+    let (a, c) = (500_000..1_000_000)
+        .find_map(|k| {
+            let n = name(k, 255);
+            let hash = setup.hash(version, n.as_bytes()).unwrap().0;
+            (hash < second_leaf_from).then(|| seen.insert(hash, n.clone()).map(|other| (other, n))).flatten()
+        })
+        .unwrap();
+    // Records of 264, 240 and 264 + 244 bytes fill the leaf's 1 012.
+    let (b, d) = (first_leaf_name(232), first_leaf_name(255));
+    for n in [&a, &b, &c] {
+        v.create(dir, n.as_bytes(), file).unwrap();
+    }
+    // `a`'s record takes `b`'s 240 bytes: 240 and 244 free, 264 needed.
+    v.unlink(dir, b.as_bytes()).unwrap();
+    let before = v.inode(dir).unwrap().size;
+    v.create(dir, d.as_bytes(), file).unwrap_or_else(|e| panic!("a full leaf of two names: {e}"));
+    assert_eq!(v.inode(dir).unwrap().size, before + 1024, "the leaf split into a new block");
+    let d_ino = v.lookup(&v.inode(dir).unwrap(), d.as_bytes()).unwrap().ino;
+    drop(v);
+    assert_clean(&image, "a full leaf of two names split");
+    let mnt = scratch.0.join("mnt");
+    with_kernel_mount(&image, &mnt, || {
+        let mut want = vec![a.clone(), c.clone(), d.clone()];
+        want.sort();
+        assert_eq!(listed(&mnt.join("d")), want);
+        for n in [&a, &c, &d] {
+            assert!(std::fs::metadata(mnt.join("d").join(n)).is_ok(), "the kernel's lookup of {}…", &n[..8]);
+        }
+        assert_eq!(
+            std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(mnt.join("d").join(&d)).unwrap()),
+            u64::from(d_ino)
+        );
+    });
+}
+
+/// 255-byte names at 1 KiB blocks (three to a leaf) fill an htree's index
+/// quickly: once the root over its level of nodes is full, a full node
+/// splits by moving the root's entries down again — a third level, which
+/// `large_dir` allows — and without `large_dir` the directory is full
+/// (`ENOSPC`, the kernel's "Directory index full!"). e2fsck judges both,
+/// and the kernel finds a sample of the names in the three-level tree.
+#[test]
+fn a_full_two_level_index_grows_a_third_level_only_with_large_dir() {
+    if !have_e2fsprogs() {
+        return;
+    }
+    let scratch = Scratch::new("htree-levels");
+    let file = NewInode { mode: 0o100_644, uid: 0, gid: 0 };
+    for large_dir in [true, false] {
+        let image = scratch.0.join(format!("levels-{large_dir}.img"));
+        let features = if large_dir { "large_dir" } else { "^large_dir" };
+        mke2fs_with(&image, "1024", "96M", &["-O", features, "-N", "40000"]);
+        let mut v = Volume::open(&image, Options { write: true, ..Options::default() }).unwrap();
+        let dir = v.mkdir(ROOT, b"d", NewInode { mode: 0o755, uid: 0, gid: 0 }).unwrap().ino;
+        let mut created = 0;
+        let full = loop {
+            match v.create(dir, name(created, 255).as_bytes(), file) {
+                Ok(_) => created += 1,
+                Err(e) => break Some(e),
+            }
+            if created % 500 == 0 && root_levels(&mut v, &image, dir) == 2 {
+                break None;
+            }
+            assert!(created < 38_000, "{features}: neither a third level nor a full index");
+        };
+        eprintln!("{features}: {created} names, then {full:?}");
+        v.sync().unwrap();
+        if large_dir {
+            assert!(full.is_none(), "large_dir: {full:?} after {created} names");
+        } else {
+            let err = full.expect("without large_dir the index fills");
+            assert_eq!(err.errno(), libc::ENOSPC, "{err}");
+            assert_eq!(root_levels(&mut v, &image, dir), 1, "still two levels");
+        }
+        let d = v.inode(dir).unwrap();
+        for i in (0..created).step_by(37) {
+            v.lookup(&d, name(i, 255).as_bytes()).unwrap_or_else(|e| panic!("{features}: lookup {i}: {e}"));
+        }
+        drop(v);
+        assert_clean(&image, &format!("{features}: {created} names of 255 bytes"));
+        if large_dir {
+            let mnt = scratch.0.join("mnt");
+            with_kernel_mount(&image, &mnt, || {
+                for i in (0..created).step_by(101) {
+                    assert!(mnt.join("d").join(name(i, 255)).exists(), "the kernel's lookup of name {i}");
+                }
+            });
+        }
+    }
+}
+
+/// Index levels below directory `dir`'s htree root, read from the image
+/// file after a sync (its root block alone).
+fn root_levels(v: &mut Volume, image: &std::path::Path, dir: u32) -> u8 {
+    v.sync().unwrap();
+    let bs = v.layout().block_size;
+    let root = v.runs(&v.inode(dir).unwrap()).unwrap()[0].physical;
+    let mut byte = [0u8];
+    std::os::unix::fs::FileExt::read_exact_at(&std::fs::File::open(image).unwrap(), &mut byte, root * bs + 0x1E)
+        .unwrap();
+    byte[0]
+}
+
+/// The names in directory `dir` of a mount, sorted.
+fn listed(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> =
+        std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    names.sort();
+    names
+}
+
+/// A full first block that does not start with `.` and `..` (damage) is
+/// not turned into an htree root: the name that would convert it is
+/// refused as `Corrupt` and the block stays as it was.
+#[test]
+fn a_first_block_without_dot_and_dotdot_is_not_indexed() {
+    if !have_e2fsprogs() {
+        return;
+    }
+    let scratch = Scratch::new("htree-dots");
+    let image = scratch.0.join("dots.img");
+    mke2fs_with(&image, "1024", "8M", &[]);
+    let mut v = Volume::open(&image, Options { write: true, ..Options::default() }).unwrap();
+    let file = NewInode { mode: 0o100_644, uid: 0, gid: 0 };
+    let dir = v.mkdir(ROOT, b"d", NewInode { mode: 0o755, uid: 0, gid: 0 }).unwrap().ino;
+    // 28-byte records after `.` and `..`: 35 fill the block's 1 012 bytes.
+    for i in 0..35 {
+        v.create(dir, name(i, 20).as_bytes(), file).unwrap();
+    }
+    let d = v.inode(dir).unwrap();
+    assert_eq!((d.size, d.flags & FLAG_INDEX), (1024, 0), "one full linear block");
+    let at = v.runs(&d).unwrap()[0].physical as usize * 1024;
+    drop(v);
+    let clean = std::fs::read(&image).unwrap();
+    // `.` renamed `x`, `..` renamed `.x` (names of the same length).
+    for (offset, name_byte, what) in [(8, b'x', "`.` renamed"), (12 + 9, b'x', "`..` renamed")] {
+        let mut bytes = clean.clone();
+        bytes[at + offset] = name_byte;
+        let crc = csumkit::crc32c::raw_update(d.csum_seed, &bytes[at..at + 1024 - 12]);
+        bytes[at + 1024 - 4..at + 1024].copy_from_slice(&crc.to_le_bytes());
+        std::fs::write(&image, &bytes).unwrap();
+        let mut v = Volume::open(&image, Options { write: true, ..Options::default() }).unwrap();
+        let err = v.create(dir, name(35, 20).as_bytes(), file).unwrap_err();
+        assert!(matches!(err, csumfs::Error::Corrupt { .. }), "{what}: {err}");
+        let d = v.inode(dir).unwrap();
+        assert_eq!((d.size, d.flags & FLAG_INDEX), (1024, 0), "{what}: not converted");
+        drop(v);
+        assert_eq!(std::fs::read(&image).unwrap()[at..at + 1024], bytes[at..at + 1024], "{what}: the block as it was");
+    }
+}
+
+/// An image made where `char` is unsigned (ARM, POWER: mke2fs sets
+/// `EXT2_FLAGS_UNSIGNED_HASH`) hashes names' bytes past 0x7F as unsigned,
+/// and a directory hashes with the algorithm its root names (the
+/// superblock's default, `hash_alg` in mke2fs.conf): an htree of names in
+/// UTF-8 built on each is
+/// what e2fsck and the kernel, reading the same settings, look names up in.
+#[test]
+fn names_hash_as_the_superblock_says() {
+    if !have_e2fsprogs() {
+        return;
+    }
+    let scratch = Scratch::new("htree-unsigned");
+    for (unsigned, hash_alg, version) in
+        [(true, "half_md4", 1), (false, "half_md4", 1), (true, "tea", 2), (false, "legacy", 0)]
+    {
+        let image = scratch.0.join(format!("unsigned-{unsigned}-{hash_alg}.img"));
+        mke2fs_with(&image, "1024", "8M", &[]);
+        let mut bytes = std::fs::read(&image).unwrap();
+        let sb = &mut bytes[1024..2048];
+        let flags = u32::from_le_bytes(sb[0x160..0x164].try_into().unwrap()) & !3;
+        sb[0x160..0x164].copy_from_slice(&(flags | if unsigned { 2 } else { 1 }).to_le_bytes());
+        sb[0xFC] = version; // s_def_hash_version
+        let crc = csumkit::crc32c::raw_update(!0, &sb[..0x3FC]);
+        sb[0x3FC..0x400].copy_from_slice(&crc.to_le_bytes());
+        std::fs::write(&image, &bytes).unwrap();
+        let mut v = Volume::open(&image, Options { write: true, ..Options::default() }).unwrap();
+        let file = NewInode { mode: 0o100_644, uid: 0, gid: 0 };
+        let dir = v.mkdir(ROOT, b"d", NewInode { mode: 0o755, uid: 0, gid: 0 }).unwrap().ino;
+        let name = |i: usize| format!("é-ü-{i:04}-ß-ø");
+        for i in 0..400 {
+            v.create(dir, name(i).as_bytes(), file).unwrap();
+        }
+        assert_ne!(v.inode(dir).unwrap().flags & FLAG_INDEX, 0, "an htree");
+        drop(v);
+        assert_clean(&image, &format!("{hash_alg}, unsigned {unsigned}: 400 names in UTF-8"));
+        let mnt = scratch.0.join("mnt");
+        with_kernel_mount(&image, &mnt, || {
+            for i in (0..400).step_by(7) {
+                assert!(
+                    mnt.join("d").join(name(i)).exists(),
+                    "unsigned {unsigned}: the kernel's lookup of {}",
+                    name(i)
+                );
+            }
+        });
+    }
+}
