@@ -46,6 +46,7 @@ csumfs_files=(
   crates/csumfs/src/redo.rs
   crates/csumfs/src/remove.rs
   crates/csumfs/src/namespace.rs
+  crates/csumfs/src/dir.rs
   crates/csumfs/src/dir_write.rs
   crates/csumfs/src/write.rs
 )
