@@ -337,7 +337,13 @@ fn a_full_leaf_of_two_names_splits() {
     let before = v.inode(dir).unwrap().size;
     v.create(dir, d.as_bytes(), file).unwrap_or_else(|e| panic!("a full leaf of two names: {e}"));
     assert_eq!(v.inode(dir).unwrap().size, before + 1024, "the leaf split into a new block");
-    let d_ino = v.lookup(&v.inode(dir).unwrap(), d.as_bytes()).unwrap().ino;
+    // csumfs's own lookup of the upper name also starts in the lower leaf
+    // and follows the continuation bit to it.
+    let big = v.inode(dir).unwrap();
+    for n in [&a, &c] {
+        assert_ne!(v.lookup(&big, n.as_bytes()).unwrap_or_else(|e| panic!("lookup {}…: {e}", &n[..8])).ino, 0);
+    }
+    let d_ino = v.lookup(&big, d.as_bytes()).unwrap().ino;
     drop(v);
     assert_clean(&image, "a full leaf of two names split");
     let mnt = scratch.0.join("mnt");
@@ -516,5 +522,57 @@ fn names_hash_as_the_superblock_says() {
                 );
             }
         });
+    }
+}
+
+/// An htree root whose info length, count or limit is impossible (the dx
+/// tail re-sealed, as a bug or a crafted image would leave it) makes a
+/// lookup through it `Corrupt`: no leaf is guessed from it.
+#[test]
+fn an_impossible_htree_root_is_corrupt() {
+    if !have_e2fsprogs() {
+        return;
+    }
+    let scratch = Scratch::new("htree-root");
+    let image = scratch.0.join("root.img");
+    mke2fs_with(&image, "1024", "8M", &[]);
+    let mut v = Volume::open(&image, Options { write: true, ..Options::default() }).unwrap();
+    let file = NewInode { mode: 0o100_644, uid: 0, gid: 0 };
+    let dir = v.mkdir(ROOT, b"d", NewInode { mode: 0o755, uid: 0, gid: 0 }).unwrap().ino;
+    for i in 0..60 {
+        v.create(dir, name(i, 20).as_bytes(), file).unwrap();
+    }
+    let d = v.inode(dir).unwrap();
+    assert_ne!(d.flags & FLAG_INDEX, 0, "an htree");
+    let at = v.runs(&d).unwrap()[0].physical as usize * 1024;
+    drop(v);
+    let clean = std::fs::read(&image).unwrap();
+    let le16 = |b: &[u8], at: usize| usize::from(u16::from_le_bytes([b[at], b[at + 1]]));
+    let (limit, count) = (le16(&clean, at + 0x20), le16(&clean, at + 0x22));
+    for (offset, value, what) in [
+        (0x1D, 9u16, "info length 9"),
+        (0x22, 0, "count 0"),
+        (0x22, limit as u16 + 1, "count past the limit"),
+        (0x20, 200, "a limit past the block"),
+    ] {
+        let mut bytes = clean.clone();
+        let root = &mut bytes[at..at + 1024];
+        if offset == 0x1D {
+            root[offset] = value as u8;
+        } else {
+            root[offset..offset + 2].copy_from_slice(&value.to_le_bytes());
+        }
+        // The dx tail where the original limit put it, over the original count.
+        let tail = 0x20 + 8 * limit;
+        let crc = csumkit::crc32c::raw_update(d.csum_seed, &root[..0x20 + 8 * count]);
+        let crc = csumkit::crc32c::raw_update(crc, &root[tail..tail + 4]);
+        let crc = csumkit::crc32c::raw_update(crc, &[0; 4]);
+        root[tail + 4..tail + 8].copy_from_slice(&crc.to_le_bytes());
+        std::fs::write(&image, &bytes).unwrap();
+        let v = Volume::open(&image, Options::default()).unwrap();
+        match v.lookup(&v.inode(dir).unwrap(), name(7, 20).as_bytes()) {
+            Err(csumfs::Error::Corrupt { .. }) => {}
+            other => panic!("{what}: {:?}", other.map(|e| e.ino)),
+        }
     }
 }
