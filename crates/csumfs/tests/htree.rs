@@ -235,15 +235,9 @@ fn without_dir_index_a_directory_grows_block_by_block() {
         return;
     }
     let scratch = Scratch::new("linear");
-    let image = scratch.0.join("linear.img");
-    mke2fs_with(&image, "1024", "16M", &["-O", "^dir_index"]);
-    let mut v = Volume::open(&image, Options { write: true, check_updates: true, ..Options::default() }).unwrap();
+    let (image, mut v, dir) = dir_of_names(&scratch, &["-O", "^dir_index"], 400);
     let file = NewInode { mode: 0o100_644, uid: 0, gid: 0 };
-    let dir = v.mkdir(ROOT, b"d", NewInode { mode: 0o755, uid: 0, gid: 0 }).unwrap().ino;
     let name = |i: usize| name(i, 20);
-    for i in 0..400 {
-        v.create(dir, name(i).as_bytes(), file).unwrap_or_else(|e| panic!("create {i}: {e}"));
-    }
     let grown = v.inode(dir).unwrap();
     assert_eq!(grown.flags & FLAG_INDEX, 0, "no dir_index: never an htree");
     // 28-byte records, 1 012 bytes of each block: 36 a block.
@@ -446,15 +440,9 @@ fn a_first_block_without_dot_and_dotdot_is_not_indexed() {
         return;
     }
     let scratch = Scratch::new("htree-dots");
-    let image = scratch.0.join("dots.img");
-    mke2fs_with(&image, "1024", "8M", &[]);
-    let mut v = Volume::open(&image, Options { write: true, ..Options::default() }).unwrap();
-    let file = NewInode { mode: 0o100_644, uid: 0, gid: 0 };
-    let dir = v.mkdir(ROOT, b"d", NewInode { mode: 0o755, uid: 0, gid: 0 }).unwrap().ino;
     // 28-byte records after `.` and `..`: 35 fill the block's 1 012 bytes.
-    for i in 0..35 {
-        v.create(dir, name(i, 20).as_bytes(), file).unwrap();
-    }
+    let (image, v, dir) = dir_of_names(&scratch, &[], 35);
+    let file = NewInode { mode: 0o100_644, uid: 0, gid: 0 };
     let d = v.inode(dir).unwrap();
     assert_eq!((d.size, d.flags & FLAG_INDEX), (1024, 0), "one full linear block");
     let at = v.runs(&d).unwrap()[0].physical as usize * 1024;
@@ -534,14 +522,7 @@ fn an_impossible_htree_root_is_corrupt() {
         return;
     }
     let scratch = Scratch::new("htree-root");
-    let image = scratch.0.join("root.img");
-    mke2fs_with(&image, "1024", "8M", &[]);
-    let mut v = Volume::open(&image, Options { write: true, ..Options::default() }).unwrap();
-    let file = NewInode { mode: 0o100_644, uid: 0, gid: 0 };
-    let dir = v.mkdir(ROOT, b"d", NewInode { mode: 0o755, uid: 0, gid: 0 }).unwrap().ino;
-    for i in 0..60 {
-        v.create(dir, name(i, 20).as_bytes(), file).unwrap();
-    }
+    let (image, v, dir) = dir_of_names(&scratch, &[], 60);
     let d = v.inode(dir).unwrap();
     assert_ne!(d.flags & FLAG_INDEX, 0, "an htree");
     let at = v.runs(&d).unwrap()[0].physical as usize * 1024;
@@ -575,4 +556,19 @@ fn an_impossible_htree_root_is_corrupt() {
             other => panic!("{what}: {:?}", other.map(|e| e.ino)),
         }
     }
+}
+
+/// A 16 MiB image of 1 KiB blocks (mke2fs with `extra`) in `scratch`,
+/// open for writing, with directory `/d` holding names 0..`count` of 20
+/// bytes: (image, volume, the directory's inode number).
+fn dir_of_names(scratch: &Scratch, extra: &[&str], count: usize) -> (std::path::PathBuf, Volume, u32) {
+    let image = scratch.0.join("names.img");
+    mke2fs_with(&image, "1024", "16M", extra);
+    let mut v = Volume::open(&image, Options { write: true, check_updates: true, ..Options::default() }).unwrap();
+    let file = NewInode { mode: 0o100_644, uid: 0, gid: 0 };
+    let dir = v.mkdir(ROOT, b"d", NewInode { mode: 0o755, uid: 0, gid: 0 }).unwrap().ino;
+    for i in 0..count {
+        v.create(dir, name(i, 20).as_bytes(), file).unwrap_or_else(|e| panic!("create {i}: {e}"));
+    }
+    (image, v, dir)
 }
