@@ -3,6 +3,7 @@
 //! directory has one.
 
 use crate::error::{corrupt, Error};
+use crate::htree::is_index_block;
 use crate::inode::{Inode, FLAG_INDEX, FLAG_INLINE_DATA};
 use crate::le::{le16, le32};
 use crate::volume::Volume;
@@ -91,7 +92,6 @@ impl Volume {
     /// (physical, logical): through the htree index when there is one (one
     /// leaf read), else by scanning each leaf in place, up to the name.
     pub(crate) fn find_in_blocks(&self, dir: &Inode, name: &[u8]) -> Result<Option<(Place, DirEntry)>, Error> {
-        let bs = self.layout.block_size as usize;
         if dir.flags & FLAG_INDEX != 0 {
             if name == b"." || name == b".." {
                 // Outside the index, at the start of the root block (as
@@ -105,11 +105,21 @@ impl Volume {
             }
             return self.htree_find(dir, name);
         }
+        self.scan_leaves(dir, name)
+    }
+
+    /// `name` found by reading every leaf in turn (an indexed directory's
+    /// index blocks passed over).
+    fn scan_leaves(&self, dir: &Inode, name: &[u8]) -> Result<Option<(Place, DirEntry)>, Error> {
+        let bs = self.layout.block_size as usize;
         for run in self.runs(dir)? {
             for k in 0..run.len {
                 let (logical, physical) = (run.logical + k, run.physical + k);
                 let what = || format!("directory {} block {physical}", dir.ino);
                 let block = self.block(physical, &what)?;
+                if dir.flags & FLAG_INDEX != 0 && is_index_block(block, logical, bs as u64) {
+                    continue;
+                }
                 self.verify_leaf(dir, physical, block)?;
                 if let Some(found) = find_record(&block[..bs - 12], bs - 12, name, what)? {
                     return Ok(Some((Place { physical, logical }, entry_of(found))));
@@ -139,6 +149,29 @@ impl Volume {
         Ok(inode)
     }
 
+    /// `name` through the htree index: the leaf for its hash, then the
+    /// leaves that continue a run of names sharing that hash. An index
+    /// that is bad but whole is looked past, as the kernel's
+    /// `__ext4_find_entry` does: every leaf is scanned.
+    fn htree_find(&self, dir: &Inode, name: &[u8]) -> Result<Option<(Place, DirEntry)>, Error> {
+        let bs = self.layout.block_size as usize;
+        let Ok(mut path) = self.htree_path(dir, name)? else { return self.scan_leaves(dir, name) };
+        loop {
+            let physical = self.dir_block(dir, path.leaf)?;
+            let what = || format!("directory {} block {physical}", dir.ino);
+            let block = self.block(physical, &what)?;
+            self.verify_leaf(dir, physical, block)?;
+            if let Some(found) = find_record(&block[..bs - 12], bs - 12, name, what)? {
+                return Ok(Some((Place { physical, logical: path.leaf }, entry_of(found))));
+            }
+            match self.next_colliding_leaf(dir, &mut path)? {
+                Ok(true) => {}
+                Ok(false) => return Ok(None),
+                Err(_) => return self.scan_leaves(dir, name),
+            }
+        }
+    }
+
     fn verify_leaf(&self, dir: &Inode, physical: u64, block: &[u8]) -> Result<(), Error> {
         let bs = block.len();
         let tail = &block[bs - 12..];
@@ -146,121 +179,34 @@ impl Volume {
         if !has_tail {
             return Err(corrupt(format!("directory {} block {physical}", dir.ino), "no checksum tail"));
         }
-        let key = (physical, dir.csum_seed);
-        if self.verified_leaves.lock().expect("verified leaves").contains(&key) {
+        if self.verified_dir_block(physical, dir.csum_seed) {
             return Ok(());
         }
         let computed = crc32c::raw_update(dir.csum_seed, &block[..bs - 12]);
         self.verify(&|| format!("directory {} block {physical}", dir.ino), le32(tail, 8), computed)?;
-        let mut verified = self.verified_leaves.lock().expect("verified leaves");
-        if verified.len() >= VERIFIED_LEAVES_MAX {
-            verified.clear();
-        }
-        verified.insert(key);
+        self.remember_verified_dir_block(physical, dir.csum_seed);
         Ok(())
     }
 
-    /// Walks the index from the root to the leaf that holds `name`'s hash
-    /// (and on through leaves that continue a hash collision).
-    /// The htree hash of `name` in directory `dir`, whose root says hash
-    /// `version`. The root stores the signed version (0–2); the
-    /// superblock's flag makes it unsigned (3–5 stored directly mean the
-    /// same).
-    pub(crate) fn name_hash(&self, dir: &Inode, version: u8, name: &[u8]) -> Result<u32, Error> {
-        let unsigned = (3..=5).contains(&version) || self.hash.unsigned;
-        let base = if (3..=5).contains(&version) { version - 3 } else { version };
-        let setup = crate::hash::HashSetup { unsigned, ..self.hash };
-        let hash = setup.hash(base, name).map(|(hash, _)| hash);
-        hash.ok_or_else(|| corrupt(format!("directory {} htree", dir.ino), format!("hash version {version}")))
+    /// Whether the directory block at `physical` (of the directory whose
+    /// checksum seed is `seed`) was verified since this volume opened it:
+    /// csumfs's own writes keep checksums right, so once is enough.
+    pub(crate) fn verified_dir_block(&self, physical: u64, seed: u32) -> bool {
+        self.verified_dir_blocks.lock().expect("verified directory blocks").contains(&(physical, seed))
     }
 
-    fn htree_find(&self, dir: &Inode, name: &[u8]) -> Result<Option<(Place, DirEntry)>, Error> {
-        let bs = self.layout.block_size;
-        let runs = self.runs(dir)?;
-        let physical = |logical: u64| {
-            runs.iter()
-                .find(|r| (r.logical..r.logical + r.len).contains(&logical))
-                .map(|r| r.physical + logical - r.logical)
-                .ok_or_else(|| corrupt(format!("directory {}", dir.ino), format!("no block {logical}")))
-        };
-        let what = || format!("directory {} htree", dir.ino);
-        let root = self.block(physical(0)?, &what)?;
-        let (version, info_len, levels) = (root[0x1C], usize::from(root[0x1D]), root[0x1E]);
-        let hash = self.name_hash(dir, version, name)?;
-        if info_len != 8 || levels >= self.htree_levels() {
-            return Err(corrupt(what(), format!("dx_root info length {info_len}, {levels} indirect levels")));
+    pub(crate) fn remember_verified_dir_block(&self, physical: u64, seed: u32) {
+        let mut verified = self.verified_dir_blocks.lock().expect("verified directory blocks");
+        if verified.len() >= VERIFIED_DIR_BLOCKS_MAX {
+            verified.clear();
         }
-        let mut node = root;
-        let mut count_at = 0x18 + info_len;
-        // The index path: each level's chosen entry and the rest of its node.
-        let mut path: Vec<(Vec<u8>, usize, usize)> = Vec::new();
-        let mut leaf = 0u64;
-        for level in 0..=levels {
-            let (limit, count) = (usize::from(le16(node, count_at)), usize::from(le16(node, count_at + 2)));
-            if count == 0 || count > limit || count_at + 8 * limit > bs as usize {
-                return Err(corrupt(what(), format!("count {count} / limit {limit} at level {level}")));
-            }
-            // The last entry whose hash is <= ours (entry 0 covers hash 0).
-            let mut chosen = 0;
-            for e in 1..count {
-                if le32(node, count_at + 8 * e) <= hash {
-                    chosen = e;
-                } else {
-                    break;
-                }
-            }
-            let block = u64::from(le32(node, count_at + 8 * chosen + 4)) & 0x0FFF_FFFF;
-            path.push((node.to_vec(), count_at, chosen));
-            if level == levels {
-                leaf = block;
-                break;
-            }
-            node = self.block(physical(block)?, &what)?;
-            count_at = 8;
-        }
-        loop {
-            let p = physical(leaf)?;
-            let block = self.block(p, &what)?;
-            self.verify_leaf(dir, p, block)?;
-            let area = &block[..bs as usize - 12];
-            if let Some(found) = find_record(area, area.len(), name, || format!("directory {} block {p}", dir.ino))? {
-                return Ok(Some((Place { physical: p, logical: leaf }, entry_of(found))));
-            }
-            // A collision run continues into the next leaf when the next
-            // index entry has the same hash with its low bit set.
-            let Some((node, count_at, chosen)) = path.last_mut() else { return Ok(None) };
-            let count = usize::from(le16(node, *count_at + 2));
-            if *chosen + 1 >= count {
-                return Ok(None);
-            }
-            let next_hash = le32(node, *count_at + 8 * (*chosen + 1));
-            if next_hash & 1 == 0 || next_hash & !1 != hash {
-                return Ok(None);
-            }
-            *chosen += 1;
-            leaf = u64::from(le32(node, *count_at + 8 * *chosen + 4)) & 0x0FFF_FFFF;
-        }
-    }
-
-    /// Index levels a tree may have (the kernel's `ext4_dir_htree_level`).
-    pub(crate) fn htree_levels(&self) -> u8 {
-        if self.layout.features.incompat & csumkit::ext4::Features::INCOMPAT_LARGEDIR != 0 {
-            3
-        } else {
-            2
-        }
+        verified.insert((physical, seed));
     }
 }
 
-/// A block of the index: the root (logical 0) or an interior node (one
-/// empty entry spanning the block).
-pub(crate) fn is_index_block(block: &[u8], logical: u64, bs: u64) -> bool {
-    let rec_len = |raw: u16| if raw == 0 || raw == 65535 && bs == 65536 { 65536 } else { u64::from(raw) };
-    logical == 0 || le32(block, 0) == 0 && rec_len(le16(block, 4)) == bs
-}
-
-/// Leaves remembered as verified; past this many the memory starts again.
-const VERIFIED_LEAVES_MAX: usize = 1 << 20;
+/// Directory blocks remembered as verified; past this many the memory
+/// starts again.
+const VERIFIED_DIR_BLOCKS_MAX: usize = 1 << 20;
 
 /// One record of a run of dirents, live (`ino` not 0) or unused.
 #[derive(Clone, Copy, Debug)]

@@ -12,6 +12,7 @@
 
 use crate::dir::record_len;
 use crate::error::{corrupt, Error};
+use crate::htree::{index_csum, index_limit, BadIndex, IndexStep, NODE_COUNT_AT, ROOT_COUNT_AT};
 use crate::inode::{Inode, FLAG_INDEX, FLAG_INLINE_DATA};
 use crate::volume::Volume;
 use crate::write::{le16, le32, put16, put32};
@@ -19,14 +20,9 @@ use csumkit::crc32c;
 
 /// One live entry of a leaf: (inode, file type, name).
 type Entry = (u32, u8, Vec<u8>);
-/// One step of an index path: (node's physical block, offset of its
-/// count/limit, the entry chosen).
-type IndexStep = (u64, usize, usize);
 
 /// `EXT4_FEATURE_COMPAT_DIR_INDEX`.
 const COMPAT_DIR_INDEX: u32 = 0x20;
-/// Where an interior index node's count/limit sit: after its fake dirent.
-const NODE_COUNT_AT: usize = 8;
 
 /// Entries change only in directories with blocks: every caller converts an
 /// inline directory first (`extent_mapped_dir`), so one reaching a block
@@ -123,31 +119,36 @@ impl Volume {
     fn add_indexed_entry(&mut self, dir: &Inode, name: &[u8], ino: u32, ft: u8) -> Result<(), Error> {
         let bs = self.layout.block_size as usize;
         let mut dir = dir.clone();
-        let (hash, path, node, leaf_logical, leaf_physical) = loop {
-            let (hash, path) = self.htree_path(&dir, name)?;
-            let (node_physical, count_at, chosen) = *path.last().expect("a path holds the root");
-            let node = self.block(node_physical, &|| format!("directory {} index", dir.ino))?.to_vec();
-            let leaf_logical = u64::from(le32(&node, count_at + 8 * chosen + 4)) & 0x0FFF_FFFF;
-            let leaf_physical = self.dir_block(&dir, leaf_logical)?;
+        let (path, node, leaf_physical) = loop {
+            let path = self.htree_path(&dir, name)?.map_err(|BadIndex(why)| {
+                corrupt(
+                    format!("directory {}", dir.ino),
+                    format!("its htree index is bad ({why}): e2fsck -fD rebuilds it"),
+                )
+            })?;
+            let last = *path.steps.last().expect("a path holds the root");
+            let node = self.block(last.physical, &|| format!("directory {} index", dir.ino))?.to_vec();
+            let leaf_physical = self.dir_block(&dir, path.leaf)?;
             if self.insert_into_leaf(&dir, leaf_physical, name, ino, ft)? {
                 return Ok(());
             }
-            let (limit, count) = (usize::from(le16(&node, count_at)), usize::from(le16(&node, count_at + 2)));
+            let (limit, count) = (usize::from(le16(&node, last.count_at)), usize::from(le16(&node, last.count_at + 2)));
             if count < limit {
-                break (hash, path, node, leaf_logical, leaf_physical);
+                break (path, node, leaf_physical);
             }
-            self.grow_index(&dir, &path)?;
+            self.grow_index(&dir, &path.steps)?;
             dir = self.inode(dir.ino)?;
         };
         let dir = &dir;
-        let (node_physical, count_at, chosen) = *path.last().expect("a path holds the root");
+        let IndexStep { physical: node_physical, count_at, chosen } =
+            *path.steps.last().expect("a path holds the root");
+        let (hash, leaf_logical) = (path.hash, path.leaf);
         let count = usize::from(le16(&node, count_at + 2));
         // Split: the entries sorted by hash, the upper half by size to a new leaf.
         let old_leaf = self.block(leaf_physical, &|| format!("directory {} leaf", dir.ino))?.to_vec();
-        let version = node_root_version(self, dir)?;
         let mut entries = Vec::new();
         for entry in leaf_entries(&old_leaf, dir.ino)? {
-            entries.push((self.name_hash(dir, version, &entry.2)?, entry));
+            entries.push((self.name_hash(path.version, &entry.2).expect("the path's hash version"), entry));
         }
         entries.sort_by_key(|(h, _)| *h);
         if entries.len() < 2 {
@@ -207,15 +208,15 @@ impl Volume {
     fn grow_index(&mut self, dir: &Inode, path: &[IndexStep]) -> Result<(), Error> {
         let bs = self.layout.block_size as usize;
         let what = || format!("directory {} index", dir.ino);
-        let is_full = |v: &Volume, (physical, count_at, _): IndexStep| -> Result<bool, Error> {
-            let node = v.block(physical, &what)?;
-            Ok(le16(node, count_at + 2) >= le16(node, count_at))
+        let is_full = |v: &Volume, step: IndexStep| -> Result<bool, Error> {
+            let node = v.block(step.physical, &what)?;
+            Ok(le16(node, step.count_at + 2) >= le16(node, step.count_at))
         };
         let mut i = path.len() - 1;
         while i > 0 && is_full(self, path[i - 1])? {
             i -= 1;
         }
-        let (physical, count_at, _) = path[i];
+        let IndexStep { physical, count_at, .. } = path[i];
         let mut node = self.block(physical, &what)?.to_vec();
         let count = usize::from(le16(&node, count_at + 2));
         let (moved_from, parent) = if i == 0 {
@@ -239,7 +240,7 @@ impl Volume {
         put16(&mut child, 4, rec_len_on_disk(bs));
         let moved = count_at + 8 * moved_from..count_at + 8 * count;
         child[NODE_COUNT_AT..NODE_COUNT_AT + moved.len()].copy_from_slice(&node[moved]);
-        put16(&mut child, NODE_COUNT_AT, ((bs - 16) / 8) as u16); // dx_node_limit with a dx_tail
+        put16(&mut child, NODE_COUNT_AT, index_limit(bs, NODE_COUNT_AT) as u16);
         put16(&mut child, NODE_COUNT_AT + 2, (count - moved_from) as u16);
         self.seal_index_node(&dir, &mut child, NODE_COUNT_AT);
         self.store(new_physical * bs as u64, &child)?;
@@ -251,7 +252,7 @@ impl Volume {
                 put32(&mut node, count_at + 4, new_logical as u32);
                 node[0x1E] += 1;
             }
-            Some((parent_physical, parent_count_at, chosen)) => {
+            Some(IndexStep { physical: parent_physical, count_at: parent_count_at, chosen }) => {
                 put16(&mut node, count_at + 2, moved_from as u16);
                 let mut parent = self.block(parent_physical, &what)?.to_vec();
                 let parent_count = usize::from(le16(&parent, parent_count_at + 2));
@@ -296,8 +297,8 @@ impl Volume {
         root[20..22].copy_from_slice(b"..");
         root[0x1C] = self.hash.default_version;
         root[0x1D] = 8; // info_length
-        let count_at = 0x20;
-        put16(&mut root, count_at, ((bs - count_at - 8) / 8) as u16); // dx_root_limit with a dx_tail
+        let count_at = ROOT_COUNT_AT;
+        put16(&mut root, count_at, index_limit(bs, count_at) as u16);
         put16(&mut root, count_at + 2, 1);
         put32(&mut root, count_at + 4, 1);
         self.seal_index_node(&dir, &mut root, count_at);
@@ -308,56 +309,9 @@ impl Volume {
     /// The dx_tail checksum of an index node (its count changed: the
     /// covered length changed, so it is computed anew).
     fn seal_index_node(&self, dir: &Inode, node: &mut [u8], count_at: usize) {
-        let (limit, count) = (usize::from(le16(node, count_at)), usize::from(le16(node, count_at + 2)));
-        let tail = count_at + 8 * limit;
-        let crc = crc32c::raw_update(dir.csum_seed, &node[..count_at + 8 * count]);
-        let crc = crc32c::raw_update(crc, &node[tail..tail + 4]);
-        let crc = crc32c::raw_update(crc, &[0; 4]);
-        put32(node, tail + 4, crc);
+        let tail = count_at + 8 * usize::from(le16(node, count_at));
+        put32(node, tail + 4, index_csum(dir.csum_seed, node, count_at));
     }
-
-    /// The physical block of a directory's logical block.
-    fn dir_block(&self, dir: &Inode, logical: u64) -> Result<u64, Error> {
-        self.runs(dir)?
-            .iter()
-            .find(|r| (r.logical..r.logical + r.len).contains(&logical))
-            .map(|r| r.physical + logical - r.logical)
-            .ok_or_else(|| corrupt(format!("directory {}", dir.ino), format!("no block {logical}")))
-    }
-
-    /// The name's hash and the index path to its leaf: (node's physical
-    /// block, offset of its count/limit, chosen entry) from the root down.
-    fn htree_path(&self, dir: &Inode, name: &[u8]) -> Result<(u32, Vec<IndexStep>), Error> {
-        let what = || format!("directory {} htree", dir.ino);
-        let root_physical = self.dir_block(dir, 0)?;
-        let root = self.block(root_physical, &what)?;
-        let (info_len, levels) = (usize::from(root[0x1D]), root[0x1E]);
-        let hash = self.name_hash(dir, node_root_version(self, dir)?, name)?;
-        let mut path = Vec::new();
-        let (mut physical, mut count_at) = (root_physical, 0x18 + info_len);
-        for level in 0..=levels {
-            let node = self.block(physical, &what)?;
-            let (limit, count) = (usize::from(le16(node, count_at)), usize::from(le16(node, count_at + 2)));
-            if count == 0 || count > limit || count_at + 8 * limit + 8 > node.len() {
-                return Err(corrupt(what(), format!("count {count} / limit {limit} at level {level}")));
-            }
-            let chosen = (1..count).take_while(|&e| le32(node, count_at + 8 * e) <= hash).last().unwrap_or(0);
-            path.push((physical, count_at, chosen));
-            if level == levels {
-                break;
-            }
-            let child = u64::from(le32(node, count_at + 8 * chosen + 4)) & 0x0FFF_FFFF;
-            physical = self.dir_block(dir, child)?;
-            count_at = 8;
-        }
-        Ok((hash, path))
-    }
-}
-
-/// The root's hash version.
-fn node_root_version(volume: &Volume, dir: &Inode) -> Result<u8, Error> {
-    let root = volume.block(volume.dir_block(dir, 0)?, &|| format!("directory {} htree root", dir.ino))?;
-    Ok(root[0x1C])
 }
 
 /// The live entries of a leaf block.

@@ -33,6 +33,7 @@ mod extent_tree;
 mod extents;
 pub mod fuse;
 pub mod hash;
+mod htree;
 mod inline;
 mod inode;
 mod le;

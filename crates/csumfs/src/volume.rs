@@ -120,10 +120,10 @@ pub struct Volume {
     pub(crate) hash: crate::hash::HashSetup,
     /// Per-inode xattr name filters (seed 003), built on first use.
     pub(crate) filters: Mutex<HashMap<u32, csumkit::xattr_filter::Filter>>,
-    /// Directory leaf blocks whose checksum has been verified, as
+    /// Directory blocks (leaves and index nodes) whose checksum has been verified, as
     /// (block, directory's seed): not verified again on every lookup (the
     /// kernel's `buffer_verified`). Every write of one keeps it valid.
-    pub(crate) verified_leaves: Mutex<std::collections::HashSet<(u64, u32)>>,
+    pub(crate) verified_dir_blocks: Mutex<std::collections::HashSet<(u64, u32)>>,
     pub(crate) stats: Stats,
     /// Open handles per inode ([`Volume::hold`]).
     pub(crate) holds: HashMap<u32, u32>,
@@ -223,7 +223,7 @@ impl Volume {
             layout: std::sync::Arc::new(layout),
             options,
             filters: Mutex::new(HashMap::new()),
-            verified_leaves: Mutex::new(std::collections::HashSet::new()),
+            verified_dir_blocks: Mutex::new(std::collections::HashSet::new()),
             free_space: HashMap::new(),
             free_inodes: HashMap::new(),
             stats: Stats::default(),

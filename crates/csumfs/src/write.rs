@@ -116,12 +116,13 @@ pub(crate) fn splice_all(mut crc: u32, total: usize, old: &[u8], new: &[u8]) -> 
 }
 
 /// The first zero bit of `bitmap` in `from..end`; whole bytes of ones are
-/// skipped eight bits at a time.
+/// skipped eight bits at a time (also one reaching past `end`: it has no
+/// zero bit before it either).
 fn first_free(bitmap: &[u8], from: u64, end: u64) -> Option<u64> {
     let mut b = from;
     while b < end {
         let byte = bitmap[(b / 8) as usize];
-        if b.is_multiple_of(8) && b + 8 <= end && byte == 0xFF {
+        if b.is_multiple_of(8) && byte == 0xFF {
             b += 8;
             continue;
         }

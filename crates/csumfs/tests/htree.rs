@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{assert_clean, have_e2fsprogs, mke2fs_with, with_kernel_mount, Scratch};
+use common::{assert_clean, e2fsck_clean, have_e2fsprogs, kernel_mount_with, mke2fs_with, with_kernel_mount, Scratch};
 use csumfs::{NewInode, Options, RenameMode, Volume, ROOT};
 
 const FLAG_INDEX: u32 = 0x1000;
@@ -300,9 +300,7 @@ fn a_full_leaf_of_two_names_splits() {
     let leaves = u16::from_le_bytes([root[0x22], root[0x23]]);
     assert!(root[0x1E] == 0 && leaves >= 1, "a root over leaves");
     let second_leaf_from = if leaves > 1 { le32(root, 0x28) } else { u32::MAX };
-    let setup = csumfs::hash::HashSetup::from_superblock(&bytes[1024..2048]);
-    let version = if setup.unsigned { root[0x1C] + 3 } else { root[0x1C] };
-    let version = version - if version >= 3 { 3 } else { 0 };
+    let (setup, version) = hashing(&bytes, root);
     // Names of a given length that all hash into the first leaf.
     let mut k = 0;
     let mut first_leaf_name = |len: usize| loop {
@@ -313,14 +311,7 @@ fn a_full_leaf_of_two_names_splits() {
         }
     };
     // Two 255-byte names of one hash, in the first leaf.
-    let mut seen = std::collections::HashMap::new();
-    let (a, c) = (500_000..1_000_000)
-        .find_map(|k| {
-            let n = name(k, 255);
-            let hash = setup.hash(version, n.as_bytes()).unwrap().0;
-            (hash < second_leaf_from).then(|| seen.insert(hash, n.clone()).map(|other| (other, n))).flatten()
-        })
-        .unwrap();
+    let (a, c, _) = equal_hash_pair(&setup, version, |hash| hash < second_leaf_from);
     // Records of 264, 240 and 264 + 244 bytes fill the leaf's 1 012.
     let (b, d) = (first_leaf_name(232), first_leaf_name(255));
     for n in [&a, &b, &c] {
@@ -353,6 +344,27 @@ fn a_full_leaf_of_two_names_splits() {
             u64::from(d_ino)
         );
     });
+}
+
+/// How names of the directory whose root block is `root` hash: the
+/// superblock's set-up (of the image `bytes`) and the root's version.
+fn hashing(bytes: &[u8], root: &[u8]) -> (csumfs::hash::HashSetup, u8) {
+    let setup = csumfs::hash::HashSetup::from_superblock(&bytes[1024..2048]);
+    let version = root[0x1C] - if root[0x1C] >= 3 { 3 } else { 0 };
+    (setup, version)
+}
+
+/// Two 255-byte names with one htree hash that `keep` accepts, and the
+/// hash: a birthday search from name 500 000 on (under a second).
+fn equal_hash_pair(setup: &csumfs::hash::HashSetup, version: u8, keep: impl Fn(u32) -> bool) -> (String, String, u32) {
+    let mut seen = std::collections::HashMap::new();
+    (500_000..2_000_000)
+        .find_map(|k| {
+            let n = name(k, 255);
+            let hash = setup.hash(version, n.as_bytes()).unwrap().0;
+            keep(hash).then(|| seen.insert(hash, n.clone()).map(|other| (other, n, hash))).flatten()
+        })
+        .expect("two names of one hash")
 }
 
 /// 255-byte names at 1 KiB blocks (three to a leaf) fill an htree's index
@@ -513,11 +525,17 @@ fn names_hash_as_the_superblock_says() {
     }
 }
 
-/// An htree root whose info length, count or limit is impossible (the dx
-/// tail re-sealed, as a bug or a crafted image would leave it) makes a
-/// lookup through it `Corrupt`: no leaf is guessed from it.
+/// Damaged htree roots, judged as the kernel judges them. A frame the dx
+/// tail cannot be found from, or a tail whose checksum no longer matches
+/// (the old one left where it was), makes lookups through the root an
+/// error: no leaf is guessed. A root that is whole — re-sealed, as a bug
+/// or a crafted image would leave it — but impossible (levels, hash
+/// flags or version, count, limit) is looked past: the name is found by
+/// scanning the leaves, as the kernel's lookup falls back from
+/// `ERR_BAD_DX_DIR`. Adding a name is refused either way (with
+/// metadata_csum the kernel neither drops the index nor adds through it).
 #[test]
-fn an_impossible_htree_root_is_corrupt() {
+fn a_damaged_htree_root_is_an_error_and_an_impossible_one_is_looked_past() {
     if !have_e2fsprogs() {
         return;
     }
@@ -526,36 +544,250 @@ fn an_impossible_htree_root_is_corrupt() {
     let d = v.inode(dir).unwrap();
     assert_ne!(d.flags & FLAG_INDEX, 0, "an htree");
     let at = v.runs(&d).unwrap()[0].physical as usize * 1024;
+    let seven = v.lookup(&d, name(7, 20).as_bytes()).unwrap().ino;
     drop(v);
     let clean = std::fs::read(&image).unwrap();
     let le16 = |b: &[u8], at: usize| usize::from(u16::from_le_bytes([b[at], b[at + 1]]));
     let (limit, count) = (le16(&clean, at + 0x20), le16(&clean, at + 0x22));
-    for (offset, value, what) in [
-        (0x1D, 9u16, "info length 9"),
-        (0x22, 0, "count 0"),
-        (0x22, limit as u16 + 1, "count past the limit"),
-        (0x20, 200, "a limit past the block"),
-    ] {
-        let mut bytes = clean.clone();
-        let root = &mut bytes[at..at + 1024];
-        if offset == 0x1D {
-            root[offset] = value as u8;
-        } else {
-            root[offset..offset + 2].copy_from_slice(&value.to_le_bytes());
-        }
-        // The dx tail where the original limit put it, over the original count.
+    let seal = |root: &mut [u8], limit: usize, count: usize| {
         let tail = 0x20 + 8 * limit;
         let crc = csumkit::crc32c::raw_update(d.csum_seed, &root[..0x20 + 8 * count]);
         let crc = csumkit::crc32c::raw_update(crc, &root[tail..tail + 4]);
         let crc = csumkit::crc32c::raw_update(crc, &[0; 4]);
         root[tail + 4..tail + 8].copy_from_slice(&crc.to_le_bytes());
+    };
+    let mnt = scratch.0.join("mnt");
+    let file = NewInode { mode: 0o100_644, uid: 0, gid: 0 };
+    // (offset, new value, what, re-sealed as the kernel computes the tail, looked past)
+    for (offset, value, what, resealed, looked_past) in [
+        (0x1D, 9u16, "info length 9", false, false),
+        (0x22, 0, "count 0, the old tail", false, false),
+        (0x22, limit as u16 + 1, "count past the limit", false, false),
+        (0x20, 200, "a limit past the block", false, false),
+        (0x20, limit as u16 - 1, "a limit under the block's, the old tail", false, false),
+        (0x18, 1, "the root info's reserved word not zero", false, false),
+        (0x10, 1000, "\"..\" not spanning the root", false, false),
+        (0x1E, 2, "two indirect levels without large_dir", true, true),
+        (0x1F, 1, "hash flags 1", true, true),
+        (0x1C, 7, "hash version 7", true, true),
+        (0x22, 0, "count 0", true, true),
+        (0x20, limit as u16 - 1, "a limit under the block's", true, true),
+    ] {
+        let mut bytes = clean.clone();
+        let root = &mut bytes[at..at + 1024];
+        if (0x1C..0x20).contains(&offset) {
+            root[offset] = value as u8;
+        } else {
+            root[offset..offset + 2].copy_from_slice(&value.to_le_bytes());
+        }
+        if resealed {
+            seal(root, le16(root, 0x20), le16(root, 0x22));
+        } else {
+            seal(root, limit, count);
+        }
         std::fs::write(&image, &bytes).unwrap();
-        let v = Volume::open(&image, Options::default()).unwrap();
-        match v.lookup(&v.inode(dir).unwrap(), name(7, 20).as_bytes()) {
-            Err(csumfs::Error::Corrupt { .. }) => {}
+        let mut v = Volume::open(&image, Options { write: true, ..Options::default() }).unwrap();
+        let d = v.inode(dir).unwrap();
+        match v.lookup(&d, name(7, 20).as_bytes()) {
+            Ok(entry) if looked_past => assert_eq!(entry.ino, seven, "{what}"),
+            Err(csumfs::Error::Corrupt { .. } | csumfs::Error::Checksum { .. }) if !looked_past => {}
             other => panic!("{what}: {:?}", other.map(|e| e.ino)),
         }
+        match v.create(dir, b"new", file) {
+            Err(csumfs::Error::Corrupt { .. } | csumfs::Error::Checksum { .. }) => {}
+            other => panic!("{what}: a name added: {:?}", other.map(|i| i.ino)),
+        }
+        drop(v);
+        with_kernel_mount(&image, &mnt, || {
+            let found = std::fs::metadata(mnt.join("d").join(name(7, 20)));
+            assert_eq!(found.is_ok(), looked_past, "{what}: the kernel's lookup: {found:?}");
+        });
+        if kernel_mount_with(&image, &mnt, "loop") {
+            let added = std::fs::File::create(mnt.join("d").join("new"));
+            assert!(std::process::Command::new("umount").arg(&mnt).status().unwrap().success());
+            assert!(added.is_err(), "{what}: the kernel added a name");
+        }
     }
+}
+
+/// A byte of an index entry's hash flipped, its dx tail not re-sealed —
+/// in the root, then in an interior node: every lookup through the
+/// damaged node is a checksum error (`EBADMSG`), never a name reported
+/// absent or another inode found, and creating a name that is there is
+/// refused rather than added twice. The kernel's lookups fail as well and
+/// `e2fsck -fn` reports the damage.
+#[test]
+fn a_damaged_index_node_is_a_checksum_error_never_an_absent_name() {
+    if !have_e2fsprogs() {
+        return;
+    }
+    let scratch = Scratch::new("htree-damage");
+    const NAMES: usize = 4000;
+    let (image, mut v, dir) = dir_of_names(&scratch, &[], NAMES);
+    v.sync().unwrap();
+    assert_eq!(shape(&v, &image, 1024, dir).0, 1, "a root over interior nodes");
+    let d = v.inode(dir).unwrap();
+    let inos: Vec<u32> = (0..NAMES).map(|i| v.lookup(&d, name(i, 20).as_bytes()).unwrap().ino).collect();
+    let clean = std::fs::read(&image).unwrap();
+    let le16 = |b: &[u8], at: usize| u16::from_le_bytes([b[at], b[at + 1]]);
+    let mut nodes = Vec::new();
+    for run in v.runs(&d).unwrap() {
+        for k in 0..run.len {
+            let block = &clean[(run.physical + k) as usize * 1024..][..1024];
+            if run.logical + k > 0 && block[..4] == [0; 4] && le16(block, 4) == 1024 {
+                nodes.push((run.physical + k) as usize);
+            }
+        }
+    }
+    let root = v.runs(&d).unwrap()[0].physical as usize;
+    drop(v);
+    let file = NewInode { mode: 0o100_644, uid: 0, gid: 0 };
+    let mnt = scratch.0.join("mnt");
+    for (which, physical, count_at) in [("the root", root, 0x20), ("an interior node", nodes[0], 8)] {
+        let mut bytes = clean.clone();
+        bytes[physical * 1024 + count_at + 8] ^= 0x40; // entry 1's hash
+        std::fs::write(&image, &bytes).unwrap();
+        let mut v = Volume::open(&image, Options { write: true, ..Options::default() }).unwrap();
+        let d = v.inode(dir).unwrap();
+        let mut behind = Vec::new();
+        for (i, ino) in inos.iter().enumerate() {
+            match v.lookup(&d, name(i, 20).as_bytes()) {
+                Ok(entry) => assert_eq!(entry.ino, *ino, "{which}: name {i} found as another inode"),
+                Err(csumfs::Error::Checksum { .. }) => behind.push(i),
+                Err(other) => panic!("{which}: name {i}: {other}"),
+            }
+        }
+        assert!(!behind.is_empty(), "{which}: no lookup went through it");
+        if which == "the root" {
+            assert_eq!(behind.len(), NAMES, "every lookup goes through the root");
+        }
+        match v.create(dir, name(behind[0], 20).as_bytes(), file) {
+            Err(csumfs::Error::Checksum { .. }) => {}
+            other => panic!("{which}: create of a name behind the damage: {:?}", other.map(|i| i.ino)),
+        }
+        drop(v);
+        assert!(e2fsck_clean(&image).is_err(), "{which}: e2fsck -fn saw nothing");
+        with_kernel_mount(&image, &mnt, || {
+            let path = mnt.join("d").join(name(behind[0], 20));
+            assert!(std::fs::metadata(path).is_err(), "{which}: the kernel found a name behind the damage");
+        });
+    }
+}
+
+/// A run of names sharing one hash can go on past the end of an index
+/// node: the next leaf is then reached through the parent's next entry
+/// (the kernel's `ext4_htree_next_block` walks up and down again). Built
+/// by hand from a directory of exactly five blocks holding two names of
+/// one hash: a root over two interior nodes of one leaf each, the second
+/// node's root entry carrying the hash with the continuation bit. e2fsck
+/// finds it sound; csumfs finds both names, as the kernel does, and a
+/// third name of that hash absent.
+#[test]
+fn a_collision_run_continues_into_the_next_index_node() {
+    if !have_e2fsprogs() {
+        return;
+    }
+    let scratch = Scratch::new("htree-run");
+    let image = scratch.0.join("run.img");
+    mke2fs_with(&image, "1024", "16M", &[]);
+    let mut v = Volume::open(&image, Options { write: true, check_updates: true, ..Options::default() }).unwrap();
+    let file = NewInode { mode: 0o100_644, uid: 0, gid: 0 };
+    let dir = v.mkdir(ROOT, b"d", NewInode { mode: 0o755, uid: 0, gid: 0 }).unwrap().ino;
+    let mut filled = 0;
+    while v.inode(dir).unwrap().size < 5 * 1024 {
+        v.create(dir, name(filled, 255).as_bytes(), file).unwrap();
+        filled += 1;
+    }
+    assert_eq!(v.inode(dir).unwrap().size, 5 * 1024);
+    for i in 0..filled {
+        v.unlink(dir, name(i, 255).as_bytes()).unwrap();
+    }
+    v.sync().unwrap();
+    let d = v.inode(dir).unwrap();
+    let blocks: Vec<usize> =
+        v.runs(&d).unwrap().iter().flat_map(|r| (r.physical..r.physical + r.len).map(|p| p as usize)).collect();
+    let bytes = std::fs::read(&image).unwrap();
+    let (setup, version) = hashing(&bytes, &bytes[blocks[0] * 1024..][..1024]);
+    let mut third = None;
+    let (x, y, hash) = equal_hash_pair(&setup, version, |_| true);
+    for k in 2_000_000.. {
+        let n = name(k, 255);
+        if setup.hash(version, n.as_bytes()).unwrap().0 == hash {
+            third = Some(n);
+            break;
+        }
+        if k > 2_000_000 + (1 << 22) {
+            break;
+        }
+    }
+    let x_ino = v.create(dir, x.as_bytes(), file).unwrap().ino;
+    let y_ino = v.create(dir, y.as_bytes(), file).unwrap().ino;
+    assert_eq!(v.inode(dir).unwrap().size, 5 * 1024, "no split: the leaves had room");
+    drop(v);
+    let mut bytes = std::fs::read(&image).unwrap();
+    // Root: levels 1, entries (-, node 1) and (hash | 1, node 2); node 1 →
+    // leaf 3 (x), node 2 → leaf 4 (y).
+    let put16 = |b: &mut [u8], at: usize, v: u16| b[at..at + 2].copy_from_slice(&v.to_le_bytes());
+    let put32 = |b: &mut [u8], at: usize, v: u32| b[at..at + 4].copy_from_slice(&v.to_le_bytes());
+    let seal = |b: &mut [u8], count_at: usize| {
+        let (limit, count) =
+            (usize::from(b[count_at]) | usize::from(b[count_at + 1]) << 8, usize::from(b[count_at + 2]));
+        let tail = count_at + 8 * limit;
+        let crc = csumkit::crc32c::raw_update(d.csum_seed, &b[..count_at + 8 * count]);
+        let crc = csumkit::crc32c::raw_update(crc, &b[tail..tail + 4]);
+        let crc = csumkit::crc32c::raw_update(crc, &[0; 4]);
+        b[tail + 4..tail + 8].copy_from_slice(&crc.to_le_bytes());
+    };
+    {
+        let root = &mut bytes[blocks[0] * 1024..][..1024];
+        root[0x1E] = 1;
+        root[0x24..].fill(0);
+        put16(root, 0x20, (1024 - 0x20 - 8) / 8);
+        put16(root, 0x22, 2);
+        put32(root, 0x24, 1);
+        put32(root, 0x28, hash | 1);
+        put32(root, 0x2C, 2);
+        seal(root, 0x20);
+    }
+    for (logical, leaf) in [(1usize, 3u32), (2, 4)] {
+        let node = &mut bytes[blocks[logical] * 1024..][..1024];
+        node.fill(0);
+        put16(node, 4, 1024);
+        put16(node, 8, (1024 - 8 - 8) / 8);
+        put16(node, 10, 1);
+        put32(node, 12, leaf);
+        seal(node, 8);
+    }
+    for (logical, ino, n) in [(3usize, x_ino, &x), (4, y_ino, &y)] {
+        let leaf = &mut bytes[blocks[logical] * 1024..][..1024];
+        leaf.fill(0);
+        put32(leaf, 0, ino);
+        put16(leaf, 4, 1024 - 12);
+        leaf[6] = n.len() as u8;
+        leaf[7] = 1;
+        leaf[8..8 + n.len()].copy_from_slice(n.as_bytes());
+        put16(leaf, 1012 + 4, 12);
+        leaf[1012 + 7] = 0xDE;
+        let crc = csumkit::crc32c::raw_update(d.csum_seed, &leaf[..1012]);
+        put32(leaf, 1012 + 8, crc);
+    }
+    std::fs::write(&image, &bytes).unwrap();
+    assert_clean(&image, "a collision run across two index nodes, made by hand");
+    let v = Volume::open(&image, Options::default()).unwrap();
+    let d = v.inode(dir).unwrap();
+    assert_eq!(v.lookup(&d, x.as_bytes()).unwrap().ino, x_ino);
+    assert_eq!(v.lookup(&d, y.as_bytes()).unwrap_or_else(|e| panic!("the run's second leaf: {e}")).ino, y_ino);
+    if let Some(third) = &third {
+        assert!(matches!(v.lookup(&d, third.as_bytes()), Err(csumfs::Error::NotFound(_))));
+    }
+    drop(v);
+    let mnt = scratch.0.join("mnt");
+    with_kernel_mount(&image, &mnt, || {
+        for (n, ino) in [(&x, x_ino), (&y, y_ino)] {
+            let found = std::fs::metadata(mnt.join("d").join(n)).unwrap_or_else(|e| panic!("the kernel: {e}"));
+            assert_eq!(std::os::unix::fs::MetadataExt::ino(&found), u64::from(ino));
+        }
+    });
 }
 
 /// A 16 MiB image of 1 KiB blocks (mke2fs with `extra`) in `scratch`,
