@@ -194,6 +194,18 @@ fn written_images_are_clean_for_e2fsck_and_read_back_by_the_kernel() {
         assert_eq!(err.errno(), 17, "{err}"); // EEXIST
         remove_some(&mut volume, &mut model);
         volume.sync().unwrap();
+        // What `--stats` reports: with csum=full nothing is moved, every
+        // checksum recomputed; otherwise bitmaps move by flip_range and
+        // blocks of 1 KiB and more by splice.
+        let stats = volume.stats();
+        let moved = stats.csum_incremental.load(std::sync::atomic::Ordering::Relaxed);
+        let recomputed = stats.csum_full.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(recomputed > 0, "{label}: descriptors keep 16 bits and are recomputed");
+        if checksums == Checksums::Full {
+            assert_eq!(moved, 0, "{label}: a checksum moved under csum=full");
+        } else {
+            assert!(moved > 300, "{label}: {moved} checksums moved for 300 files");
+        }
         drop(volume);
         e2fsck_clean(&image).unwrap_or_else(|report| panic!("{label}: e2fsck -fn:\n{report}"));
         let bytes = std::fs::read(&image).unwrap();
