@@ -278,11 +278,8 @@ fn a_full_leaf_of_two_names_splits() {
         return;
     }
     let scratch = Scratch::new("two-leaf");
-    let image = scratch.0.join("two.img");
-    mke2fs_with(&image, "1024", "16M", &[]);
-    let mut v = Volume::open(&image, Options { write: true, check_updates: true, ..Options::default() }).unwrap();
+    let (image, mut v, dir) = dir_of_names(&scratch, &[], 0);
     let file = NewInode { mode: 0o100_644, uid: 0, gid: 0 };
-    let dir = v.mkdir(ROOT, b"d", NewInode { mode: 0o755, uid: 0, gid: 0 }).unwrap().ino;
     // Short names until the first block fills and the directory becomes
     // an htree, then none of them left.
     let mut filled = 0;
@@ -672,11 +669,8 @@ fn a_collision_run_continues_into_the_next_index_node() {
         return;
     }
     let scratch = Scratch::new("htree-run");
-    let image = scratch.0.join("run.img");
-    mke2fs_with(&image, "1024", "16M", &[]);
-    let mut v = Volume::open(&image, Options { write: true, check_updates: true, ..Options::default() }).unwrap();
+    let (image, mut v, dir) = dir_of_names(&scratch, &[], 0);
     let file = NewInode { mode: 0o100_644, uid: 0, gid: 0 };
-    let dir = v.mkdir(ROOT, b"d", NewInode { mode: 0o755, uid: 0, gid: 0 }).unwrap().ino;
     let mut filled = 0;
     while v.inode(dir).unwrap().size < 5 * 1024 {
         v.create(dir, name(filled, 255).as_bytes(), file).unwrap();
