@@ -620,7 +620,7 @@ fn a_damaged_index_node_is_a_checksum_error_never_an_absent_name() {
     }
     let scratch = Scratch::new("htree-damage");
     let image = scratch.0.join("damaged.img");
-    let (clean, dir, index, inos) = two_level_tree();
+    let TwoLevelTree { bytes: clean, dir, index, inos } = two_level_tree();
     let (dir, root, node, names) = (*dir, index[0], index[1], inos.len());
     let file = NewInode { mode: 0o100_644, uid: 0, gid: 0 };
     let mnt = scratch.0.join("mnt");
@@ -784,10 +784,20 @@ fn dir_of_names(scratch: &Scratch, extra: &[&str], count: usize) -> (std::path::
 }
 
 /// A two-level htree of 4 000 names at 1 KiB blocks, made once for the
-/// damage tests: (image bytes, the directory, its index blocks' physical
-/// numbers — the root first —, the names' inode numbers).
-fn two_level_tree() -> &'static (Vec<u8>, u32, Vec<usize>, Vec<u32>) {
-    static TREE: std::sync::OnceLock<(Vec<u8>, u32, Vec<usize>, Vec<u32>)> = std::sync::OnceLock::new();
+/// damage tests.
+struct TwoLevelTree {
+    /// The image's bytes.
+    bytes: Vec<u8>,
+    /// The directory's inode number.
+    dir: u32,
+    /// Its index blocks' physical numbers, the root first.
+    index: Vec<usize>,
+    /// The names' inode numbers.
+    inos: Vec<u32>,
+}
+
+fn two_level_tree() -> &'static TwoLevelTree {
+    static TREE: std::sync::OnceLock<TwoLevelTree> = std::sync::OnceLock::new();
     TREE.get_or_init(|| {
         let scratch = Scratch::new("htree-fuzz");
         let (image, mut v, dir) = dir_of_names(&scratch, &[], 4000);
@@ -805,7 +815,7 @@ fn two_level_tree() -> &'static (Vec<u8>, u32, Vec<usize>, Vec<u32>) {
                 }
             }
         }
-        (bytes, dir, index, inos)
+        TwoLevelTree { bytes, dir, index, inos }
     })
 }
 
@@ -824,7 +834,7 @@ proptest::proptest! {
         if !have_e2fsprogs() {
             return Ok(());
         }
-        let (clean, dir, index, inos) = two_level_tree();
+        let TwoLevelTree { bytes: clean, dir, index, inos } = two_level_tree();
         let mut bytes = clean.clone();
         for (block, at, byte) in &writes {
             bytes[block.get(index) * 1024 + at] = *byte;
