@@ -230,3 +230,38 @@ impl Volume {
         Ok(Ok(node))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{index_limit, is_index_block};
+
+    /// A block whose first record is (inode, stored record length).
+    fn block(bs: usize, ino: u32, raw_rec_len: u16) -> Vec<u8> {
+        let mut b = vec![0u8; bs];
+        b[..4].copy_from_slice(&ino.to_le_bytes());
+        b[4..6].copy_from_slice(&raw_rec_len.to_le_bytes());
+        b
+    }
+
+    /// Interior nodes are told from leaves as the kernel's
+    /// `get_dx_countlimit` tells them: one record of inode 0 over the whole
+    /// block, whose length at 64 KiB is stored as 0 (the kernel) or 65535
+    /// (e2fsprogs). A leaf whose first name was removed (inode 0, its own
+    /// length) is a leaf; block 0 of an indexed directory is its root.
+    #[test]
+    fn index_blocks_are_told_from_leaves_as_the_kernel_tells_them() {
+        assert!(is_index_block(&block(1024, 0, 1024), 1, 1024));
+        assert!(is_index_block(&block(4096, 0, 4096), 7, 4096));
+        assert!(is_index_block(&block(65536, 0, 0), 1, 65536));
+        assert!(is_index_block(&block(65536, 0, 65535), 1, 65536));
+        assert!(!is_index_block(&block(1024, 0, 12), 1, 1024), "a leaf whose first name was removed");
+        assert!(!is_index_block(&block(1024, 5, 1024), 1, 1024), "a record in use");
+        assert!(!is_index_block(&block(65536, 5, 0), 1, 65536), "a record in use");
+        assert!(!is_index_block(&block(65536, 0, 65532), 1, 65536), "a record short of the block");
+        assert!(is_index_block(&block(1024, 5, 12), 0, 1024), "the root, whatever its first record");
+        // Entries between the count/limit and a dx tail: the kernel's limits.
+        assert_eq!(index_limit(1024, 0x20), 123);
+        assert_eq!(index_limit(4096, 8), 510);
+        assert_eq!(index_limit(65536, 8), 8190);
+    }
+}

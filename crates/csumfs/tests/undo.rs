@@ -186,8 +186,11 @@ fn an_overwrite_is_announced_durably_and_only_changed_blocks_lose_their_checksum
 /// rebuilt from the restored bitmaps) changes nothing of that.
 #[test]
 fn an_image_fills_to_its_last_free_block_again_and_again() {
-    let Some((scratch, path)) = image("fill", "8M") else { return };
+    // Three groups (not a power of two): the search from the goal's group
+    // must visit each.
+    let Some((scratch, path)) = image("fill", "24M") else { return };
     let mut v = open(&path);
+    assert_eq!(v.layout().groups, 3);
     v.enable_undo(&scratch.0.join("u.undo")).unwrap();
     let fill = |v: &mut Volume, name: &[u8]| {
         let f = v.create(ROOT, name, FILE).unwrap().ino;
@@ -228,6 +231,24 @@ fn an_image_fills_to_its_last_free_block_again_and_again() {
     assert_eq!(first, third);
     v.sync().unwrap();
     assert_clean(&path, "filled three times");
+    // Then small files, each aimed at its inode's group (group 0 for all):
+    // once that group is full, every other group is searched from it.
+    v.unlink(ROOT, b"c").unwrap();
+    for i in 0.. {
+        let f = v.create(ROOT, format!("small-{i}").as_bytes(), FILE).unwrap().ino;
+        v.begin();
+        let done = v.write(f, 0, &[3u8; 16 << 10]);
+        v.end(done.is_ok()).unwrap();
+        match done {
+            Ok(_) => {}
+            Err(e) if e.errno() == libc::ENOSPC => break,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    let free = v.statfs().free_blocks;
+    assert!(free < 16 + 2, "ENOSPC for 16 KiB files with {free} blocks free");
+    v.sync().unwrap();
+    assert_clean(&path, "filled with small files");
 }
 
 /// A file unlinked while held is on the on-media orphan list until its last
@@ -285,7 +306,8 @@ fn a_held_unlinked_file_is_on_the_orphan_list_until_released() {
 
 /// Inodes come from per-group free-inode trees kept in step with the
 /// bitmaps: ENOSPC only when no inode is free, and every inode an unlink
-/// freed (while the tree was cached) is found again.
+/// freed (while the tree was cached) is found again. Three groups (not a
+/// power of two): the search from the parent's group must visit each.
 #[test]
 fn an_image_runs_out_of_inodes_only_when_none_is_free_again_and_again() {
     if !have_e2fsprogs() {
@@ -293,8 +315,9 @@ fn an_image_runs_out_of_inodes_only_when_none_is_free_again_and_again() {
     }
     let scratch = Scratch::new("inode-fill");
     let path = scratch.0.join("img");
-    common::mke2fs_with(&path, "1024", "4M", &["-N", "64"]);
+    common::mke2fs_with(&path, "1024", "24M", &["-N", "64"]);
     let mut v = open(&path);
+    assert_eq!(v.layout().groups, 3);
     v.enable_undo(&scratch.0.join("u.undo")).unwrap();
     let fill = |v: &mut Volume, prefix: &str| {
         let mut made = 0u32;
