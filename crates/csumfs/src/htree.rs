@@ -98,15 +98,13 @@ fn entry_block(node: &[u8], count_at: usize, entry: usize) -> u64 {
 }
 
 impl Volume {
-    /// The htree hash of `name` in directory `dir`, whose root says hash
-    /// `version`. The root stores the signed version (0–2); the
-    /// superblock's flag makes it unsigned (3–5 stored directly mean the
-    /// same). None for a version no kernel knows.
+    /// The htree hash of `name` under a root's hash `version`, signed or
+    /// unsigned as the superblock says. None for a version the kernel's
+    /// `dx_probe` does not accept in a root: legacy, half-MD4 and TEA only
+    /// (the unsigned variants 3–5 are never stored, the superblock's flag
+    /// implies them; siphash belongs to casefolded directories, refused).
     pub(crate) fn name_hash(&self, version: u8, name: &[u8]) -> Option<u32> {
-        let unsigned = (3..=5).contains(&version) || self.hash.unsigned;
-        let base = if (3..=5).contains(&version) { version - 3 } else { version };
-        let setup = crate::hash::HashSetup { unsigned, ..self.hash };
-        setup.hash(base, name).map(|(hash, _)| hash)
+        self.hash.hash(version, name).map(|(hash, _)| hash)
     }
 
     /// Index levels a tree may have (the kernel's `ext4_dir_htree_level`).

@@ -567,6 +567,7 @@ fn a_damaged_htree_root_is_an_error_and_an_impossible_one_is_looked_past() {
         (0x1E, 2, "two indirect levels without large_dir", true, true),
         (0x1F, 1, "hash flags 1", true, true),
         (0x1C, 7, "hash version 7", true, true),
+        (0x1C, 4, "hash version 4 (unsigned half-MD4: implied by the superblock, never stored)", true, true),
         (0x22, 0, "count 0", true, true),
         (0x20, limit as u16 - 1, "a limit under the block's", true, true),
     ] {
