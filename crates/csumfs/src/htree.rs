@@ -179,17 +179,15 @@ impl Volume {
             return Ok(Ok(false));
         }
         let mut child = entry_block(node, step.count_at, step.chosen);
-        if depth + 1 < path.steps.len() {
-            let runs = self.runs(dir)?;
-            for below in &mut path.steps[depth + 1..] {
-                let physical = physical_in(&runs, dir, child)?;
-                let node = match self.index_node(dir, physical, NODE_COUNT_AT)? {
-                    Ok(node) => node,
-                    Err(bad) => return Ok(Err(bad)),
-                };
-                *below = IndexStep { physical, count_at: NODE_COUNT_AT, chosen: 0 };
-                child = entry_block(node, NODE_COUNT_AT, 0);
-            }
+        let runs = self.runs(dir)?;
+        for below in &mut path.steps[depth + 1..] {
+            let physical = physical_in(&runs, dir, child)?;
+            let node = match self.index_node(dir, physical, NODE_COUNT_AT)? {
+                Ok(node) => node,
+                Err(bad) => return Ok(Err(bad)),
+            };
+            *below = IndexStep { physical, count_at: NODE_COUNT_AT, chosen: 0 };
+            child = entry_block(node, NODE_COUNT_AT, 0);
         }
         path.leaf = child;
         Ok(Ok(true))

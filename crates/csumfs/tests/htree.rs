@@ -659,11 +659,12 @@ fn a_damaged_index_node_is_a_checksum_error_never_an_absent_name() {
 /// A run of names sharing one hash can go on past the end of an index
 /// node: the next leaf is then reached through the parent's next entry
 /// (the kernel's `ext4_htree_next_block` walks up and down again). Built
-/// by hand from a directory of exactly five blocks holding two names of
-/// one hash: a root over two interior nodes of one leaf each, the second
-/// node's root entry carrying the hash with the continuation bit. e2fsck
-/// finds it sound; csumfs finds both names, as the kernel does, and a
-/// third name of that hash absent.
+/// by hand from a directory of exactly seven blocks: a root over three
+/// interior nodes of one leaf each — a name of a lower hash, then two
+/// names of one hash split between the last two nodes, whose root entry
+/// (the third: the walk moves past entry 1) carries the hash with the
+/// continuation bit. e2fsck finds it sound; csumfs finds every name, as
+/// the kernel does, and a name past them absent.
 #[test]
 fn a_collision_run_continues_into_the_next_index_node() {
     if !have_e2fsprogs() {
@@ -673,11 +674,11 @@ fn a_collision_run_continues_into_the_next_index_node() {
     let (image, mut v, dir) = dir_of_names(&scratch, &[], 0);
     let file = NewInode { mode: 0o100_644, uid: 0, gid: 0 };
     let mut filled = 0;
-    while v.inode(dir).unwrap().size < 5 * 1024 {
+    while v.inode(dir).unwrap().size < 7 * 1024 {
         v.create(dir, name(filled, 255).as_bytes(), file).unwrap();
         filled += 1;
     }
-    assert_eq!(v.inode(dir).unwrap().size, 5 * 1024);
+    assert_eq!(v.inode(dir).unwrap().size, 7 * 1024);
     for i in 0..filled {
         v.unlink(dir, name(i, 255).as_bytes()).unwrap();
     }
@@ -687,25 +688,20 @@ fn a_collision_run_continues_into_the_next_index_node() {
         v.runs(&d).unwrap().iter().flat_map(|r| (r.physical..r.physical + r.len).map(|p| p as usize)).collect();
     let bytes = std::fs::read(&image).unwrap();
     let (setup, version) = hashing(&bytes, &bytes[blocks[0] * 1024..][..1024]);
-    let mut third = None;
-    let (x, y, hash) = equal_hash_pair(&setup, version, |_| true);
-    for k in 2_000_000.. {
-        let n = name(k, 255);
-        if setup.hash(version, n.as_bytes()).unwrap().0 == hash {
-            third = Some(n);
-            break;
-        }
-        if k > 2_000_000 + (1 << 22) {
-            break;
-        }
+    let hash_of = |n: &str| setup.hash(version, n.as_bytes()).unwrap().0;
+    let (x, y, hash) = equal_hash_pair(&setup, version, |h| (0x4000_0000..0xC000_0000).contains(&h));
+    let middle = (hash / 2) & !1;
+    let low = (0..).map(|k| name(k, 255)).find(|n| hash_of(n) < middle).unwrap();
+    let past = (0..).map(|k| name(k, 255)).find(|n| hash_of(n) > hash | 1).unwrap();
+    let mut inos = Vec::new();
+    for n in [&low, &x, &y] {
+        inos.push(v.create(dir, n.as_bytes(), file).unwrap().ino);
     }
-    let x_ino = v.create(dir, x.as_bytes(), file).unwrap().ino;
-    let y_ino = v.create(dir, y.as_bytes(), file).unwrap().ino;
-    assert_eq!(v.inode(dir).unwrap().size, 5 * 1024, "no split: the leaves had room");
+    assert_eq!(v.inode(dir).unwrap().size, 7 * 1024, "no split: the leaves had room");
     drop(v);
     let mut bytes = std::fs::read(&image).unwrap();
-    // Root: levels 1, entries (-, node 1) and (hash | 1, node 2); node 1 →
-    // leaf 3 (x), node 2 → leaf 4 (y).
+    // Root: levels 1, entries (-, node 1), (middle, node 2), (hash | 1,
+    // node 3); node k → leaf k + 3: low, x, y.
     let put16 = |b: &mut [u8], at: usize, v: u16| b[at..at + 2].copy_from_slice(&v.to_le_bytes());
     let put32 = |b: &mut [u8], at: usize, v: u32| b[at..at + 4].copy_from_slice(&v.to_le_bytes());
     let seal = |b: &mut [u8], count_at: usize| {
@@ -722,25 +718,27 @@ fn a_collision_run_continues_into_the_next_index_node() {
         root[0x1E] = 1;
         root[0x24..].fill(0);
         put16(root, 0x20, (1024 - 0x20 - 8) / 8);
-        put16(root, 0x22, 2);
+        put16(root, 0x22, 3);
         put32(root, 0x24, 1);
-        put32(root, 0x28, hash | 1);
+        put32(root, 0x28, middle);
         put32(root, 0x2C, 2);
+        put32(root, 0x30, hash | 1);
+        put32(root, 0x34, 3);
         seal(root, 0x20);
     }
-    for (logical, leaf) in [(1usize, 3u32), (2, 4)] {
-        let node = &mut bytes[blocks[logical] * 1024..][..1024];
+    for node_logical in 1..=3usize {
+        let node = &mut bytes[blocks[node_logical] * 1024..][..1024];
         node.fill(0);
         put16(node, 4, 1024);
         put16(node, 8, (1024 - 8 - 8) / 8);
         put16(node, 10, 1);
-        put32(node, 12, leaf);
+        put32(node, 12, node_logical as u32 + 3);
         seal(node, 8);
     }
-    for (logical, ino, n) in [(3usize, x_ino, &x), (4, y_ino, &y)] {
-        let leaf = &mut bytes[blocks[logical] * 1024..][..1024];
+    for (k, (n, ino)) in [&low, &x, &y].into_iter().zip(&inos).enumerate() {
+        let leaf = &mut bytes[blocks[4 + k] * 1024..][..1024];
         leaf.fill(0);
-        put32(leaf, 0, ino);
+        put32(leaf, 0, *ino);
         put16(leaf, 4, 1024 - 12);
         leaf[6] = n.len() as u8;
         leaf[7] = 1;
@@ -754,17 +752,17 @@ fn a_collision_run_continues_into_the_next_index_node() {
     assert_clean(&image, "a collision run across two index nodes, made by hand");
     let v = Volume::open(&image, Options::default()).unwrap();
     let d = v.inode(dir).unwrap();
-    assert_eq!(v.lookup(&d, x.as_bytes()).unwrap().ino, x_ino);
-    assert_eq!(v.lookup(&d, y.as_bytes()).unwrap_or_else(|e| panic!("the run's second leaf: {e}")).ino, y_ino);
-    if let Some(third) = &third {
-        assert!(matches!(v.lookup(&d, third.as_bytes()), Err(csumfs::Error::NotFound(_))));
+    for (n, ino) in [&low, &x, &y].into_iter().zip(&inos) {
+        let found = v.lookup(&d, n.as_bytes()).unwrap_or_else(|e| panic!("{}…: {e}", &n[n.len() - 6..]));
+        assert_eq!(found.ino, *ino);
     }
+    assert!(matches!(v.lookup(&d, past.as_bytes()), Err(csumfs::Error::NotFound(_))));
     drop(v);
     let mnt = scratch.0.join("mnt");
     with_kernel_mount(&image, &mnt, || {
-        for (n, ino) in [(&x, x_ino), (&y, y_ino)] {
+        for (n, ino) in [&low, &x, &y].into_iter().zip(&inos) {
             let found = std::fs::metadata(mnt.join("d").join(n)).unwrap_or_else(|e| panic!("the kernel: {e}"));
-            assert_eq!(std::os::unix::fs::MetadataExt::ino(&found), u64::from(ino));
+            assert_eq!(std::os::unix::fs::MetadataExt::ino(&found), u64::from(*ino));
         }
     });
 }
