@@ -561,6 +561,7 @@ fn a_damaged_htree_root_is_an_error_and_an_impossible_one_is_looked_past() {
         (0x22, 0, "count 0, the old tail", false, false),
         (0x22, limit as u16 + 1, "count past the limit", false, false),
         (0x20, 200, "a limit past the block", false, false),
+        (0x20, limit as u16 + 1, "a limit that leaves no room for the dx tail", false, false),
         (0x20, limit as u16 - 1, "a limit under the block's, the old tail", false, false),
         (0x18, 1, "the root info's reserved word not zero", false, false),
         (0x10, 1000, "\"..\" not spanning the root", false, false),
