@@ -383,3 +383,30 @@ fn a_large_write_takes_single_blocks_when_no_run_is_long_enough() {
     drop(v);
     assert_clean(&path, "a 64 KiB write into one-block holes");
 }
+
+/// An append goes where the file ends when that is free, in whichever
+/// group it lies: a file that ran from group 0 into group 1 grows in
+/// group 1 contiguously, not into an earlier hole of group 0.
+#[test]
+fn appends_continue_where_the_file_ends_in_its_group() {
+    let Some((_scratch, path)) = image("goal", "24M") else { return };
+    let mut v = open(&path);
+    assert_eq!(v.layout().groups, 3);
+    let b = v.create(ROOT, b"b", FILE).unwrap().ino;
+    v.write(b, 0, &vec![1u8; 600 << 10]).unwrap();
+    let a = v.create(ROOT, b"a", FILE).unwrap().ino;
+    v.write(a, 0, &vec![2u8; 9 << 20]).unwrap();
+    v.unlink(ROOT, b"b").unwrap();
+    let last = |v: &Volume| {
+        let runs = v.runs(&v.inode(a).unwrap()).unwrap();
+        let run = *runs.last().unwrap();
+        (runs.len(), run.physical + run.len)
+    };
+    let (extents, end) = last(&v);
+    assert!(end > 8192 + 1, "a ends in group 1 (block {end})");
+    v.write(a, 9 << 20, &vec![3u8; 64 << 10]).unwrap();
+    assert_eq!(last(&v), (extents, end + 64), "the append continued a's last extent");
+    v.sync().unwrap();
+    drop(v);
+    assert_clean(&path, "an append at the file's end");
+}
