@@ -386,7 +386,8 @@ fn a_large_write_takes_single_blocks_when_no_run_is_long_enough() {
 
 /// An append goes where the file ends when that is free, in whichever
 /// group it lies: a file that ran from group 0 into group 1 grows in
-/// group 1 contiguously, not into an earlier hole of group 0.
+/// group 1 contiguously — not into an earlier hole of group 0, nor into
+/// a hole punched in it earlier in group 1.
 #[test]
 fn appends_continue_where_the_file_ends_in_its_group() {
     let Some((_scratch, path)) = image("goal", "24M") else { return };
@@ -397,6 +398,7 @@ fn appends_continue_where_the_file_ends_in_its_group() {
     let a = v.create(ROOT, b"a", FILE).unwrap().ino;
     v.write(a, 0, &vec![2u8; 9 << 20]).unwrap();
     v.unlink(ROOT, b"b").unwrap();
+    v.punch_hole(a, 8 << 20, 200 << 10).unwrap();
     let last = |v: &Volume| {
         let runs = v.runs(&v.inode(a).unwrap()).unwrap();
         let run = *runs.last().unwrap();
@@ -404,6 +406,8 @@ fn appends_continue_where_the_file_ends_in_its_group() {
     };
     let (extents, end) = last(&v);
     assert!(end > 8192 + 1, "a ends in group 1 (block {end})");
+    let runs = v.runs(&v.inode(a).unwrap()).unwrap();
+    assert!(runs.iter().any(|r| r.logical == (8 << 10) + 200 && r.physical > 8192 + 1), "the hole is in group 1");
     v.write(a, 9 << 20, &vec![3u8; 64 << 10]).unwrap();
     assert_eq!(last(&v), (extents, end + 64), "the append continued a's last extent");
     v.sync().unwrap();
