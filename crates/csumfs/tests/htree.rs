@@ -223,6 +223,21 @@ fn an_htree_in_two_runs_patches_its_leaves() {
         let err = v.unlink(dir, &target).unwrap_err();
         assert!(matches!(err, csumfs::Error::Corrupt { .. }), "rec_len {rec_len}: unlink: {err}");
     }
+    // The root impossible but whole (two levels without large_dir,
+    // re-sealed): every name is still found, by scanning the leaves of
+    // both runs (logical block numbers counted from each run's start).
+    let mut bytes = clean.clone();
+    let root = &mut bytes[runs[0].physical as usize * bs..][..bs];
+    root[0x1E] = 2;
+    let le16 = |b: &[u8], at: usize| usize::from(u16::from_le_bytes([b[at], b[at + 1]]));
+    let (limit, count) = (le16(root, 0x20), le16(root, 0x22));
+    seal_index(big.csum_seed, root, 0x20, limit, count);
+    std::fs::write(&image, &bytes).unwrap();
+    let v = Volume::open(&image, Options::default()).unwrap();
+    for (leaf, _, n, _) in &names {
+        let found = v.lookup(&big, n);
+        assert!(found.is_ok(), "leaf {leaf}, {}: {found:?}", String::from_utf8_lossy(n));
+    }
 }
 
 /// Without `dir_index` a directory stays linear: it grows a block at a
@@ -546,13 +561,6 @@ fn a_damaged_htree_root_is_an_error_and_an_impossible_one_is_looked_past() {
     let clean = std::fs::read(&image).unwrap();
     let le16 = |b: &[u8], at: usize| usize::from(u16::from_le_bytes([b[at], b[at + 1]]));
     let (limit, count) = (le16(&clean, at + 0x20), le16(&clean, at + 0x22));
-    let seal = |root: &mut [u8], limit: usize, count: usize| {
-        let tail = 0x20 + 8 * limit;
-        let crc = csumkit::crc32c::raw_update(d.csum_seed, &root[..0x20 + 8 * count]);
-        let crc = csumkit::crc32c::raw_update(crc, &root[tail..tail + 4]);
-        let crc = csumkit::crc32c::raw_update(crc, &[0; 4]);
-        root[tail + 4..tail + 8].copy_from_slice(&crc.to_le_bytes());
-    };
     let mnt = scratch.0.join("mnt");
     let file = NewInode { mode: 0o100_644, uid: 0, gid: 0 };
     // (offset, new value, what, re-sealed as the kernel computes the tail, looked past)
@@ -580,9 +588,9 @@ fn a_damaged_htree_root_is_an_error_and_an_impossible_one_is_looked_past() {
             root[offset..offset + 2].copy_from_slice(&value.to_le_bytes());
         }
         if resealed {
-            seal(root, le16(root, 0x20), le16(root, 0x22));
+            seal_index(d.csum_seed, root, 0x20, le16(root, 0x20), le16(root, 0x22));
         } else {
-            seal(root, limit, count);
+            seal_index(d.csum_seed, root, 0x20, limit, count);
         }
         std::fs::write(&image, &bytes).unwrap();
         let mut v = Volume::open(&image, Options { write: true, ..Options::default() }).unwrap();
@@ -705,15 +713,6 @@ fn a_collision_run_continues_into_the_next_index_node() {
     // node 3); node k → leaf k + 3: low, x, y.
     let put16 = |b: &mut [u8], at: usize, v: u16| b[at..at + 2].copy_from_slice(&v.to_le_bytes());
     let put32 = |b: &mut [u8], at: usize, v: u32| b[at..at + 4].copy_from_slice(&v.to_le_bytes());
-    let seal = |b: &mut [u8], count_at: usize| {
-        let (limit, count) =
-            (usize::from(b[count_at]) | usize::from(b[count_at + 1]) << 8, usize::from(b[count_at + 2]));
-        let tail = count_at + 8 * limit;
-        let crc = csumkit::crc32c::raw_update(d.csum_seed, &b[..count_at + 8 * count]);
-        let crc = csumkit::crc32c::raw_update(crc, &b[tail..tail + 4]);
-        let crc = csumkit::crc32c::raw_update(crc, &[0; 4]);
-        b[tail + 4..tail + 8].copy_from_slice(&crc.to_le_bytes());
-    };
     {
         let root = &mut bytes[blocks[0] * 1024..][..1024];
         root[0x1E] = 1;
@@ -725,7 +724,7 @@ fn a_collision_run_continues_into_the_next_index_node() {
         put32(root, 0x2C, 2);
         put32(root, 0x30, hash | 1);
         put32(root, 0x34, 3);
-        seal(root, 0x20);
+        seal_index(d.csum_seed, root, 0x20, (1024 - 0x20 - 8) / 8, 3);
     }
     for node_logical in 1..=3usize {
         let node = &mut bytes[blocks[node_logical] * 1024..][..1024];
@@ -734,7 +733,7 @@ fn a_collision_run_continues_into_the_next_index_node() {
         put16(node, 8, (1024 - 8 - 8) / 8);
         put16(node, 10, 1);
         put32(node, 12, node_logical as u32 + 3);
-        seal(node, 8);
+        seal_index(d.csum_seed, node, 8, (1024 - 8 - 8) / 8, 1);
     }
     for (k, (n, ino)) in [&low, &x, &y].into_iter().zip(&inos).enumerate() {
         let leaf = &mut bytes[blocks[4 + k] * 1024..][..1024];
@@ -766,6 +765,17 @@ fn a_collision_run_continues_into_the_next_index_node() {
             assert_eq!(std::os::unix::fs::MetadataExt::ino(&found), u64::from(*ino));
         }
     });
+}
+
+/// Writes the dx tail checksum of index block `block` (seed `seed`) as
+/// `ext4_dx_csum` computes it for a count/limit at `count_at` of `limit`
+/// and `count` — which need not be the ones the block holds.
+fn seal_index(seed: u32, block: &mut [u8], count_at: usize, limit: usize, count: usize) {
+    let tail = count_at + 8 * limit;
+    let crc = csumkit::crc32c::raw_update(seed, &block[..count_at + 8 * count]);
+    let crc = csumkit::crc32c::raw_update(crc, &block[tail..tail + 4]);
+    let crc = csumkit::crc32c::raw_update(crc, &[0; 4]);
+    block[tail + 4..tail + 8].copy_from_slice(&crc.to_le_bytes());
 }
 
 /// A 16 MiB image of 1 KiB blocks (mke2fs with `extra`) in `scratch`,
