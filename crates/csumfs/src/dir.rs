@@ -121,7 +121,8 @@ impl Volume {
                     continue;
                 }
                 self.verify_leaf(dir, physical, block)?;
-                if let Some(found) = find_record(&block[..bs - 12], bs - 12, name, what)? {
+                let area = &block[..bs - 12];
+                if let Some(found) = find_record(area, area.len(), name, what)? {
                     return Ok(Some((Place { physical, logical }, entry_of(found))));
                 }
             }
@@ -161,7 +162,8 @@ impl Volume {
             let what = || format!("directory {} block {physical}", dir.ino);
             let block = self.block(physical, &what)?;
             self.verify_leaf(dir, physical, block)?;
-            if let Some(found) = find_record(&block[..bs - 12], bs - 12, name, what)? {
+            let area = &block[..bs - 12];
+            if let Some(found) = find_record(area, area.len(), name, what)? {
                 return Ok(Some((Place { physical, logical: path.leaf }, entry_of(found))));
             }
             match self.next_colliding_leaf(dir, &mut path)? {
