@@ -665,6 +665,41 @@ fn a_damaged_index_node_is_a_checksum_error_never_an_absent_name() {
     }
 }
 
+/// A leaf's checksum tail is a fake record the checksum does not cover:
+/// inode 0, length 12, name length 0, type 0xDE. Any field of it wrong and
+/// the leaf has no checksum to verify — an error for csumfs, as for the
+/// kernel's `get_dirent_tail`, never a leaf read unchecked.
+#[test]
+fn a_leaf_whose_checksum_tail_is_damaged_is_an_error() {
+    if !have_e2fsprogs() {
+        return;
+    }
+    let scratch = Scratch::new("leaf-tail");
+    let (image, v, dir) = dir_of_names(&scratch, &[], 10);
+    let d = v.inode(dir).unwrap();
+    assert_eq!(d.flags & FLAG_INDEX, 0, "one linear block");
+    let tail = v.runs(&d).unwrap()[0].physical as usize * 1024 + 1024 - 12;
+    drop(v);
+    let clean = std::fs::read(&image).unwrap();
+    let mnt = scratch.0.join("mnt");
+    for (offset, value, what) in [(0, 1u8, "inode"), (4, 16, "record length"), (6, 1, "name length"), (7, 0xDF, "type")]
+    {
+        let mut bytes = clean.clone();
+        bytes[tail + offset] = value;
+        std::fs::write(&image, &bytes).unwrap();
+        let v = Volume::open(&image, Options::default()).unwrap();
+        match v.lookup(&v.inode(dir).unwrap(), name(3, 20).as_bytes()) {
+            Err(csumfs::Error::Corrupt { .. }) => {}
+            other => panic!("the tail's {what}: {:?}", other.map(|e| e.ino)),
+        }
+        drop(v);
+        with_kernel_mount(&image, &mnt, || {
+            let found = std::fs::metadata(mnt.join("d").join(name(3, 20)));
+            assert!(found.is_err(), "the tail's {what}: the kernel's lookup: {found:?}");
+        });
+    }
+}
+
 /// A run of names sharing one hash can go on past the end of an index
 /// node: the next leaf is then reached through the parent's next entry
 /// (the kernel's `ext4_htree_next_block` walks up and down again). Built

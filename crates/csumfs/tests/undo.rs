@@ -414,3 +414,22 @@ fn appends_continue_where_the_file_ends_in_its_group() {
     drop(v);
     assert_clean(&path, "an append at the file's end");
 }
+
+/// A 32-bit image (32-byte group descriptors, no high halves) fills into
+/// its groups that mke2fs left uninitialised, and e2fsck agrees.
+#[test]
+fn a_32bit_image_fills_into_its_uninitialised_groups() {
+    if !have_e2fsprogs() {
+        return;
+    }
+    let scratch = Scratch::new("narrow");
+    let path = scratch.0.join("img");
+    common::mke2fs_with(&path, "1024", "24M", &["-O", "^64bit"]);
+    let mut v = open(&path);
+    assert_eq!(v.layout().desc_size, 32);
+    let f = v.create(ROOT, b"f", FILE).unwrap().ino;
+    v.write(f, 0, &vec![4u8; 20 << 20]).unwrap();
+    v.sync().unwrap();
+    drop(v);
+    assert_clean(&path, "20 MiB across the groups of a 32-bit image");
+}
