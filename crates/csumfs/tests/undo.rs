@@ -5,17 +5,19 @@
 
 mod common;
 
-use common::{assert_clean, have_e2fsprogs, mke2fs, Scratch};
+use common::{assert_clean, have_e2fsprogs, mke2fs_with, Scratch};
 use csumfs::{NewInode, Options, Volume, XattrMode, ROOT};
 use std::path::{Path, PathBuf};
 
-fn image(name: &str, size: &str) -> Option<(Scratch, PathBuf)> {
+/// A fresh image of 1 KiB blocks (mke2fs with `extra`) in a scratch
+/// directory; None (the test skips) without e2fsprogs.
+fn image(name: &str, size: &str, extra: &[&str]) -> Option<(Scratch, PathBuf)> {
     if !have_e2fsprogs() {
         return None;
     }
     let scratch = Scratch::new(&format!("undo-{name}"));
     let path = scratch.0.join("u.img");
-    mke2fs(&path, "1024", size);
+    mke2fs_with(&path, "1024", size, extra);
     Some((scratch, path))
 }
 
@@ -40,7 +42,7 @@ fn metadata_work(v: &mut Volume, base: u32) {
 
 #[test]
 fn a_failed_or_interrupted_operation_leaves_the_image_as_before() {
-    let Some((scratch, path)) = image("meta", "16M") else { return };
+    let Some((scratch, path)) = image("meta", "16M", &[]) else { return };
     let undo = scratch.0.join("u.undo");
     let mut v = open(&path);
     let base = v.create(ROOT, b"kept", FILE).unwrap().ino;
@@ -83,7 +85,7 @@ fn a_failed_or_interrupted_operation_leaves_the_image_as_before() {
 
 #[test]
 fn a_write_that_runs_out_of_space_is_undone_whole() {
-    let Some((scratch, path)) = image("enospc", "8M") else { return };
+    let Some((scratch, path)) = image("enospc", "8M", &[]) else { return };
     let mut v = open(&path);
     v.enable_undo(&scratch.0.join("u.undo")).unwrap();
     let f = v.create(ROOT, b"big", FILE).unwrap().ino;
@@ -100,7 +102,7 @@ fn a_write_that_runs_out_of_space_is_undone_whole() {
 
 #[test]
 fn data_rewritten_after_the_last_commit_reads_back_after_a_death_not_as_eio() {
-    let Some((scratch, path)) = image("datasum", "16M") else { return };
+    let Some((scratch, path)) = image("datasum", "16M", &[]) else { return };
     let sums = scratch.0.join("u.csums");
     let mut v = open(&path);
     assert!(v.enable_data_checksums(&sums).unwrap());
@@ -138,7 +140,7 @@ fn data_rewritten_after_the_last_commit_reads_back_after_a_death_not_as_eio() {
 #[test]
 fn an_overwrite_is_announced_durably_and_only_changed_blocks_lose_their_checksum() {
     use csumfs::Stats;
-    let Some((scratch, path)) = image("intent", "16M") else { return };
+    let Some((scratch, path)) = image("intent", "16M", &[]) else { return };
     let sums = scratch.0.join("u.csums");
     let mut v = open(&path);
     assert!(v.enable_data_checksums(&sums).unwrap());
@@ -188,7 +190,7 @@ fn an_overwrite_is_announced_durably_and_only_changed_blocks_lose_their_checksum
 fn an_image_fills_to_its_last_free_block_again_and_again() {
     // Three groups (not a power of two): the search from the goal's group
     // must visit each.
-    let Some((scratch, path)) = image("fill", "24M") else { return };
+    let Some((scratch, path)) = image("fill", "24M", &[]) else { return };
     let mut v = open(&path);
     assert_eq!(v.layout().groups, 3);
     v.enable_undo(&scratch.0.join("u.undo")).unwrap();
@@ -258,7 +260,7 @@ fn an_image_fills_to_its_last_free_block_again_and_again() {
 /// the kernel at mount), and e2fsck -fn is clean.
 #[test]
 fn a_held_unlinked_file_is_on_the_orphan_list_until_released() {
-    let Some((scratch, path)) = image("orphan", "8M") else { return };
+    let Some((scratch, path)) = image("orphan", "8M", &[]) else { return };
     let mut v = open(&path);
     let free = v.statfs().free_blocks;
     let f = v.create(ROOT, b"held", FILE).unwrap().ino;
@@ -310,12 +312,7 @@ fn a_held_unlinked_file_is_on_the_orphan_list_until_released() {
 /// power of two): the search from the parent's group must visit each.
 #[test]
 fn an_image_runs_out_of_inodes_only_when_none_is_free_again_and_again() {
-    if !have_e2fsprogs() {
-        return;
-    }
-    let scratch = Scratch::new("inode-fill");
-    let path = scratch.0.join("img");
-    common::mke2fs_with(&path, "1024", "24M", &["-N", "64"]);
+    let Some((scratch, path)) = image("inode-fill", "24M", &["-N", "64"]) else { return };
     let mut v = open(&path);
     assert_eq!(v.layout().groups, 3);
     v.enable_undo(&scratch.0.join("u.undo")).unwrap();
@@ -355,12 +352,7 @@ fn an_image_runs_out_of_inodes_only_when_none_is_free_again_and_again() {
 /// still holds a 64 KiB write, and e2fsck agrees with the result.
 #[test]
 fn a_large_write_takes_single_blocks_when_no_run_is_long_enough() {
-    if !have_e2fsprogs() {
-        return;
-    }
-    let scratch = Scratch::new("holes");
-    let path = scratch.0.join("img");
-    common::mke2fs_with(&path, "1024", "2M", &["-N", "2048"]);
+    let Some((_scratch, path)) = image("holes", "2M", &["-N", "2048"]) else { return };
     let mut v = open(&path);
     let mut made = 0;
     loop {
@@ -390,7 +382,7 @@ fn a_large_write_takes_single_blocks_when_no_run_is_long_enough() {
 /// a hole punched in it earlier in group 1.
 #[test]
 fn appends_continue_where_the_file_ends_in_its_group() {
-    let Some((_scratch, path)) = image("goal", "24M") else { return };
+    let Some((_scratch, path)) = image("goal", "24M", &[]) else { return };
     let mut v = open(&path);
     assert_eq!(v.layout().groups, 3);
     let b = v.create(ROOT, b"b", FILE).unwrap().ino;
@@ -419,12 +411,7 @@ fn appends_continue_where_the_file_ends_in_its_group() {
 /// its groups that mke2fs left uninitialised, and e2fsck agrees.
 #[test]
 fn a_32bit_image_fills_into_its_uninitialised_groups() {
-    if !have_e2fsprogs() {
-        return;
-    }
-    let scratch = Scratch::new("narrow");
-    let path = scratch.0.join("img");
-    common::mke2fs_with(&path, "1024", "24M", &["-O", "^64bit"]);
+    let Some((_scratch, path)) = image("narrow", "24M", &["-O", "^64bit"]) else { return };
     let mut v = open(&path);
     assert_eq!(v.layout().desc_size, 32);
     let f = v.create(ROOT, b"f", FILE).unwrap().ino;
