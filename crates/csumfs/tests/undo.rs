@@ -420,3 +420,29 @@ fn a_32bit_image_fills_into_its_uninitialised_groups() {
     drop(v);
     assert_clean(&path, "20 MiB across the groups of a 32-bit image");
 }
+
+/// The free blocks at the goal are taken even when fewer than a large
+/// write would like: a file's append fills the 5 free blocks right after
+/// its end (another file follows them) before going on elsewhere, so the
+/// file stays contiguous as far as it can.
+#[test]
+fn an_append_takes_the_short_run_at_the_files_end_first() {
+    let Some((_scratch, path)) = image("short", "8M", &[]) else { return };
+    let mut v = open(&path);
+    // 100 and 20 blocks: both skip any hole shorter than 16 blocks near the
+    // group's start, so x lands right after g.
+    let g = v.create(ROOT, b"g", FILE).unwrap().ino;
+    v.write(g, 0, &[1u8; 100 << 10]).unwrap();
+    let x = v.create(ROOT, b"x", FILE).unwrap().ino;
+    v.write(x, 0, &[2u8; 20 << 10]).unwrap();
+    let first = v.runs(&v.inode(g).unwrap()).unwrap()[0];
+    assert_eq!(first.len, 100);
+    assert_eq!(v.runs(&v.inode(x).unwrap()).unwrap()[0].physical, first.physical + 100, "x right after g");
+    v.truncate(g, 95 << 10).unwrap();
+    v.write(g, 95 << 10, &[3u8; 64 << 10]).unwrap();
+    let runs = v.runs(&v.inode(g).unwrap()).unwrap();
+    assert_eq!((runs[0].logical, runs[0].physical, runs[0].len), (0, first.physical, 100), "{runs:?}");
+    v.sync().unwrap();
+    drop(v);
+    assert_clean(&path, "an append into a short run");
+}
