@@ -331,21 +331,21 @@ fn data_on_blocks_freed_since_the_last_commit_waits_in_the_log() {
     let (mut volume, _) = Volume::open_logged(&image, &log, 4 << 20, Options::default(), None).unwrap();
     let file = NewInode { mode: 0o100_644, uid: 0, gid: 0 };
     let old = volume.create(ROOT, b"old", file).unwrap().ino;
-    volume.write(old, 0, &[0x11; 8192]).unwrap();
+    volume.write(old, 0, &[0x11; 16384]).unwrap();
     volume.checkpoint().unwrap();
     let blocks = |v: &Volume, ino| v.runs(&v.inode(ino).unwrap()).unwrap()[0];
     let freed = blocks(&volume, old);
     volume.unlink(ROOT, b"old").unwrap();
     let new = volume.create(ROOT, b"new", file).unwrap().ino;
-    volume.write(new, 0, &[0x22; 8192]).unwrap();
+    volume.write(new, 0, &[0x22; 16384]).unwrap();
     let reused = blocks(&volume, new);
     assert_eq!(reused.physical, freed.physical, "the new file took the freed blocks");
     let at = freed.physical as usize * 4096;
-    assert_eq!(std::fs::read(&image).unwrap()[at..at + 8192], [0x11; 8192], "before the free commits");
+    assert_eq!(std::fs::read(&image).unwrap()[at..at + 16384], [0x11; 16384], "before the free commits");
     volume.sync().unwrap();
-    assert_eq!(std::fs::read(&image).unwrap()[at..at + 8192], [0x11; 8192], "committed: in the log only");
+    assert_eq!(std::fs::read(&image).unwrap()[at..at + 16384], [0x11; 16384], "committed: in the log only");
     volume.checkpoint().unwrap();
-    assert_eq!(std::fs::read(&image).unwrap()[at..at + 8192], [0x22; 8192], "after the checkpoint");
+    assert_eq!(std::fs::read(&image).unwrap()[at..at + 16384], [0x22; 16384], "after the checkpoint");
 }
 
 /// Without any `sync`, an operation's end commits once 1 MiB of metadata
