@@ -402,9 +402,14 @@ fn appends_continue_where_the_file_ends_in_its_group() {
     assert!(runs.iter().any(|r| r.logical == (8 << 10) + 200 && r.physical > 8192 + 1), "the hole is in group 1");
     v.write(a, 9 << 20, &vec![3u8; 64 << 10]).unwrap();
     assert_eq!(last(&v), (extents, end + 64), "the append continued a's last extent");
+    // Group 0's last two blocks (8191 and 8192 with 1 KiB blocks) freed:
+    // the bits cleared are group 0's.
+    let runs = v.runs(&v.inode(a).unwrap()).unwrap();
+    let run = runs.iter().find(|r| (r.physical..r.physical + r.len).contains(&8191)).expect("a holds block 8191");
+    v.punch_hole(a, (run.logical + 8191 - run.physical) << 10, 2 << 10).unwrap();
     v.sync().unwrap();
     drop(v);
-    assert_clean(&path, "an append at the file's end");
+    assert_clean(&path, "an append at the file's end, a hole at the end of group 0");
 }
 
 /// A 32-bit image (32-byte group descriptors, no high halves) fills into
