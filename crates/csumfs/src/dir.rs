@@ -114,20 +114,29 @@ impl Volume {
         let bs = self.layout.block_size as usize;
         for run in self.runs(dir)? {
             for k in 0..run.len {
-                let (logical, physical) = (run.logical + k, run.physical + k);
-                let what = || format!("directory {} block {physical}", dir.ino);
-                let block = self.block(physical, &what)?;
-                if dir.flags & FLAG_INDEX != 0 && is_index_block(block, logical, bs as u64) {
-                    continue;
+                let place = Place { physical: run.physical + k, logical: run.logical + k };
+                if dir.flags & FLAG_INDEX != 0 {
+                    let block =
+                        self.block(place.physical, &|| format!("directory {} block {}", dir.ino, place.physical))?;
+                    if is_index_block(block, place.logical, bs as u64) {
+                        continue;
+                    }
                 }
-                self.verify_leaf(dir, physical, block)?;
-                let area = &block[..bs - 12];
-                if let Some(found) = find_record(area, area.len(), name, what)? {
-                    return Ok(Some((Place { physical, logical }, entry_of(found))));
+                if let Some(found) = self.search_leaf(dir, place, name)? {
+                    return Ok(Some(found));
                 }
             }
         }
         Ok(None)
+    }
+
+    /// `name` in the leaf at `place`, its checksum verified first.
+    fn search_leaf(&self, dir: &Inode, place: Place, name: &[u8]) -> Result<Option<(Place, DirEntry)>, Error> {
+        let what = || format!("directory {} block {}", dir.ino, place.physical);
+        let block = self.block(place.physical, &what)?;
+        self.verify_leaf(dir, place.physical, block)?;
+        let area = &block[..block.len() - 12];
+        Ok(find_record(area, area.len(), name, what)?.map(|found| (place, entry_of(found))))
     }
 
     /// The inode at `path` (absolute; symlinks are not followed).
@@ -155,16 +164,11 @@ impl Volume {
     /// that is bad but whole is looked past, as the kernel's
     /// `__ext4_find_entry` does: every leaf is scanned.
     fn htree_find(&self, dir: &Inode, name: &[u8]) -> Result<Option<(Place, DirEntry)>, Error> {
-        let bs = self.layout.block_size as usize;
         let Ok(mut path) = self.htree_path(dir, name)? else { return self.scan_leaves(dir, name) };
         loop {
-            let physical = self.dir_block(dir, path.leaf)?;
-            let what = || format!("directory {} block {physical}", dir.ino);
-            let block = self.block(physical, &what)?;
-            self.verify_leaf(dir, physical, block)?;
-            let area = &block[..bs - 12];
-            if let Some(found) = find_record(area, area.len(), name, what)? {
-                return Ok(Some((Place { physical, logical: path.leaf }, entry_of(found))));
+            let place = Place { physical: path.leaf_physical, logical: path.leaf };
+            if let Some(found) = self.search_leaf(dir, place, name)? {
+                return Ok(Some(found));
             }
             match self.next_colliding_leaf(dir, &mut path)? {
                 Ok(true) => {}

@@ -119,7 +119,7 @@ impl Volume {
     fn add_indexed_entry(&mut self, dir: &Inode, name: &[u8], ino: u32, ft: u8) -> Result<(), Error> {
         let bs = self.layout.block_size as usize;
         let mut dir = dir.clone();
-        let (path, node, leaf_physical) = loop {
+        let (path, node) = loop {
             let path = self.htree_path(&dir, name)?.map_err(|BadIndex(why)| {
                 corrupt(
                     format!("directory {}", dir.ino),
@@ -128,13 +128,12 @@ impl Volume {
             })?;
             let last = *path.steps.last().expect("a path holds the root");
             let node = self.block(last.physical, &|| format!("directory {} index", dir.ino))?.to_vec();
-            let leaf_physical = self.dir_block(&dir, path.leaf)?;
-            if self.insert_into_leaf(&dir, leaf_physical, name, ino, ft)? {
+            if self.insert_into_leaf(&dir, path.leaf_physical, name, ino, ft)? {
                 return Ok(());
             }
             let (limit, count) = (usize::from(le16(&node, last.count_at)), usize::from(le16(&node, last.count_at + 2)));
             if count < limit {
-                break (path, node, leaf_physical);
+                break (path, node);
             }
             self.grow_index(&dir, &path.steps)?;
             dir = self.inode(dir.ino)?;
@@ -142,7 +141,7 @@ impl Volume {
         let dir = &dir;
         let IndexStep { physical: node_physical, count_at, chosen } =
             *path.steps.last().expect("a path holds the root");
-        let (hash, leaf_logical) = (path.hash, path.leaf);
+        let (hash, leaf_logical, leaf_physical) = (path.hash, path.leaf, path.leaf_physical);
         let count = usize::from(le16(&node, count_at + 2));
         // Split: the entries sorted by hash, the upper half by size to a new leaf.
         let old_leaf = self.block(leaf_physical, &|| format!("directory {} leaf", dir.ino))?.to_vec();

@@ -49,6 +49,8 @@ pub(crate) struct IndexPath {
     pub steps: Vec<IndexStep>,
     /// The leaf's logical block.
     pub leaf: u64,
+    /// The leaf's physical block, found with the runs the walk read.
+    pub leaf_physical: u64,
 }
 
 /// The entries' limit of an index node whose count/limit sit at `count_at`
@@ -145,7 +147,8 @@ impl Volume {
             let child = entry_block(node, count_at, chosen);
             steps.push(IndexStep { physical, count_at, chosen });
             if steps.len() > usize::from(levels) {
-                return Ok(Ok(IndexPath { hash, version, steps, leaf: child }));
+                let leaf_physical = physical_in(&runs, dir, child)?;
+                return Ok(Ok(IndexPath { hash, version, steps, leaf: child, leaf_physical }));
             }
             physical = physical_in(&runs, dir, child)?;
             count_at = NODE_COUNT_AT;
@@ -189,6 +192,7 @@ impl Volume {
             *below = IndexStep { physical, count_at: NODE_COUNT_AT, chosen: 0 };
             child = entry_block(node, NODE_COUNT_AT, 0);
         }
+        path.leaf_physical = physical_in(&runs, dir, child)?;
         path.leaf = child;
         Ok(Ok(true))
     }
