@@ -57,8 +57,8 @@ pub(crate) fn refuse_for_writing(layout: &Layout, image: &[u8]) -> Result<(), Er
     if let Some((_, feature, remedy)) = refusals.iter().find(|r| r.0) {
         return Err(Error::Unsupported { feature, remedy });
     }
-    let state = u16::from_le_bytes([image[1024 + 0x3A], image[1024 + 0x3B]]);
-    if state & 0x2 != 0 {
+    // s_state's EXT2_ERROR_FS (0x2, in its low byte).
+    if image[1024 + 0x3A] & 0x2 != 0 {
         return Err(Error::Unsupported { feature: "errors", remedy: "the kernel recorded errors: run e2fsck first" });
     }
     Ok(())
@@ -1134,6 +1134,19 @@ mod tests {
             }
             for i in 0..old.len() {
                 prop_assert!(covered[i] || old[i] == new[i], "byte {} changed outside every run", i);
+            }
+            // Runs are joined exactly when few equal bytes part them: one
+            // splice each, never a splice over a long equal stretch.
+            for pair in runs.windows(2) {
+                let (end, next) = (pair[0].0 + pair[0].1.len(), pair[1].0);
+                prop_assert!(next > end + super::RUN_GAP_MAX, "runs at {} and {} should be one", end, next);
+            }
+            for (at, o, n) in &runs {
+                let mut equal = 0;
+                for i in 0..o.len() {
+                    equal = if o[i] == n[i] { equal + 1 } else { 0 };
+                    prop_assert!(equal <= super::RUN_GAP_MAX, "{} equal bytes inside the run at {}", equal, at);
+                }
             }
             let crc = csumkit::crc32c::raw_update(7, &old);
             prop_assert_eq!(super::splice_all(crc, old.len(), &old, &new), csumkit::crc32c::raw_update(7, &new));

@@ -224,17 +224,23 @@ fn written_images_are_clean_for_e2fsck_and_read_back_by_the_kernel() {
     }
 }
 
-/// Images the writer would damage are refused for writing, by name.
+/// Images the writer would damage are refused for writing, by name: each
+/// feature made by mke2fs or set by tune2fs (read-only, and the error state
+/// `tune2fs -E force_fsck` records as the kernel does).
 #[test]
 fn unsupported_images_are_refused_for_writing() {
-    let Some(mkfs) = tool("mke2fs") else { return };
+    let (Some(mkfs), Some(tune)) = (tool("mke2fs"), tool("tune2fs")) else { return };
     let scratch = Scratch(std::env::temp_dir().join(format!("csumfs-refuse-{}", std::process::id())));
     std::fs::create_dir_all(&scratch.0).unwrap();
-    for (features, extra, feature) in [
-        ("metadata_csum,64bit,quota", &[][..], "quota"),
-        ("metadata_csum,64bit,bigalloc", &["-C", "16384"][..], "bigalloc"),
-        ("metadata_csum,64bit", &["-I", "128"][..], "128-byte inodes"),
-        ("metadata_csum,^64bit,^extent", &[][..], "^extent"),
+    for (features, extra, tuned, feature) in [
+        ("metadata_csum,64bit,quota", &[][..], &[][..], "quota"),
+        ("metadata_csum,64bit,project", &[][..], &[][..], "project"),
+        ("metadata_csum,64bit,mmp", &[][..], &[][..], "mmp"),
+        ("metadata_csum,64bit,bigalloc", &["-C", "16384"][..], &[][..], "bigalloc"),
+        ("metadata_csum,64bit", &["-I", "128"][..], &[][..], "128-byte inodes"),
+        ("metadata_csum,^64bit,^extent", &[][..], &[][..], "^extent"),
+        ("metadata_csum,64bit", &[][..], &["-O", "read-only"][..], "read-only"),
+        ("metadata_csum,64bit", &[][..], &["-E", "force_fsck"][..], "errors"),
     ] {
         let image = scratch.0.join("r.img");
         let _ = std::fs::remove_file(&image);
@@ -246,12 +252,16 @@ fn unsupported_images_are_refused_for_writing() {
             .output()
             .unwrap();
         assert!(out.status.success(), "mke2fs {features}: {}", String::from_utf8_lossy(&out.stderr));
+        if !tuned.is_empty() {
+            let out = Command::new(&tune).args(tuned).arg(&image).output().unwrap();
+            assert!(out.status.success(), "tune2fs {tuned:?}: {}", String::from_utf8_lossy(&out.stderr));
+        }
         match Volume::open(&image, Options { write: true, ..Options::default() }) {
             Err(Error::Unsupported { feature: f, .. }) => assert_eq!(f, feature),
-            Err(e) => panic!("{features}: {e}"),
-            Ok(_) => panic!("{features}: opened for writing"),
+            Err(e) => panic!("{features} {tuned:?}: {e}"),
+            Ok(_) => panic!("{features} {tuned:?}: opened for writing"),
         }
-        assert!(Volume::open(&image, Options::default()).is_ok(), "{features}: read-only open works");
+        assert!(Volume::open(&image, Options::default()).is_ok(), "{features} {tuned:?}: read-only open works");
     }
 }
 
