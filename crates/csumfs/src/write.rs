@@ -1019,7 +1019,8 @@ impl Volume {
         // Orlov-like spread: a new top-level directory goes to the group
         // after its parent's, deeper ones stay near their parent.
         let parent_group = self.layout.inode_group(u64::from(dir)).0;
-        let goal = if dir == crate::inode::ROOT { (parent_group + 1) % self.layout.groups } else { parent_group };
+        // (`allocate_inode` wraps past the last group.)
+        let goal = if dir == crate::inode::ROOT { parent_group + 1 } else { parent_group };
         let ino = self.allocate_inode(goal, true)?;
         let mode = (new.mode & 0o7777) | 0o040_000;
         let inode = self.write_new_inode(ino, &NewInode { mode, ..new }, 2, FLAG_EXTENTS)?;

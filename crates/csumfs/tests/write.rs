@@ -582,3 +582,76 @@ fn uninitialised_groups_are_initialised_as_the_kernel_would() {
         assert!(uninit_after < uninit_before, "{features}: no group was initialised ({uninit_before} before)");
     }
 }
+
+/// The token after `label` in debugfs's `stat` output.
+fn stat_field(stat: &str, label: &str) -> String {
+    let at = stat.find(label).unwrap_or_else(|| panic!("no {label} in:\n{stat}")) + label.len();
+    stat[at..].split_whitespace().next().unwrap_or_default().to_string()
+}
+
+/// New inodes as the kernel would make them, judged by debugfs and e2fsck:
+/// 32-bit owners (high halves included), a directory's permission bits and
+/// setgid kept, the extents flag on files and directories only (e2fsck
+/// calls it illegal on a FIFO; a device's i_block holds its number only); a top-level directory in the group after
+/// its parent's, a subdirectory and its files beside it, a file's first
+/// block in its inode's group; names that are not names refused.
+#[test]
+fn new_inodes_carry_owner_mode_and_flags_and_land_near_their_parent() {
+    let (Some(mkfs), Some(debugfs)) = (tool("mke2fs"), tool("debugfs")) else { return };
+    let scratch = Scratch::new("new-inodes");
+    let image = scratch.0.join("n.img");
+    let out = Command::new(&mkfs)
+        .args(["-q", "-F", "-t", "ext4", "-O", "metadata_csum,^has_journal", "-b", "1024", "-N", "6144"])
+        .arg(&image)
+        .arg("32M")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut v = Volume::open(&image, Options { write: true, ..Options::default() }).unwrap();
+    let file = NewInode { mode: 0o100_644, uid: 0, gid: 0 };
+    for bad in [&b""[..], b"a/b", b"a\0b", b".", b".."] {
+        match v.create(ROOT, bad, file) {
+            Err(Error::Invalid(_)) => {}
+            other => panic!("{:?}: {other:?}", String::from_utf8_lossy(bad)),
+        }
+    }
+    let (ipg, bpg) = (v.layout().inodes_per_group, v.layout().blocks_per_group);
+    // Four groups: a goal computed past the last group and wrapped lands
+    // elsewhere than group 1.
+    assert_eq!(v.layout().groups, 4);
+    let a = v.mkdir(ROOT, b"a", NewInode { mode: 0o750, uid: 0, gid: 0 }).unwrap().ino;
+    let b = v.mkdir(a, b"b", NewInode { mode: 0o2711, uid: 0, gid: 0 }).unwrap().ino;
+    let f = v.create(b, b"f", NewInode { mode: 0o100_640, uid: 100_000, gid: 200_000 }).unwrap().ino;
+    v.write(f, 0, b"data").unwrap();
+    v.create(ROOT, b"empty", file).unwrap();
+    v.create(ROOT, b"fifo", NewInode { mode: 0o010_644, uid: 0, gid: 0 }).unwrap();
+    // Device 0:0 (an overlayfs whiteout): its i_block stays all zero.
+    v.mknod(ROOT, b"whiteout", NewInode { mode: 0o020_000, uid: 0, gid: 0 }, 0).unwrap();
+    let group_of_inode = |ino: u32| (u64::from(ino) - 1) / ipg;
+    assert_eq!((group_of_inode(a), group_of_inode(b), group_of_inode(f)), (1, 1, 1), "inodes {a}, {b}, {f}");
+    let first = v.runs(&v.inode(f).unwrap()).unwrap()[0].physical;
+    assert_eq!((first - v.layout().first_data_block) / bpg, 1, "the file's first block {first}");
+    v.sync().unwrap();
+    drop(v);
+    if let Err(report) = e2fsck_clean(&image) {
+        panic!("e2fsck -fn:\n{report}");
+    }
+    let stat = |path: &str| {
+        let out = Command::new(&debugfs).args(["-R", &format!("stat {path}")]).arg(&image).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    for (path, mode, flags, user, group) in [
+        ("/a", "0750", "0x80000", "0", "0"),
+        ("/a/b", "02711", "0x80000", "0", "0"),
+        ("/a/b/f", "0640", "0x80000", "100000", "200000"),
+        ("/empty", "0644", "0x80000", "0", "0"),
+        ("/fifo", "0644", "0x0", "0", "0"),
+    ] {
+        let s = stat(path);
+        let got =
+            [stat_field(&s, "Mode:"), stat_field(&s, "Flags:"), stat_field(&s, "User:"), stat_field(&s, "Group:")];
+        assert_eq!(got, [mode, flags, user, group], "{path}:\n{s}");
+    }
+    let s = stat("/whiteout");
+    assert_eq!(stat_field(&s, "Device major/minor number:"), "00:00", "{s}");
+}
