@@ -9,6 +9,7 @@ use common::{e2fsck_clean, tool, Scratch};
 use csumfs::{Checksums, Error, NewInode, Options, RenameMode, SetAttr, Timespec, Volume, XattrMode, ROOT};
 use std::collections::BTreeMap;
 use std::io::Write;
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::process::Command;
 
@@ -105,6 +106,44 @@ fn compare(model: &Model, read: impl Fn(&str) -> Option<Vec<u8>>, label: &str) {
     }
 }
 
+/// Each entry of `dir` with the file type its directory entry holds (the
+/// kernel's `d_type`, which std's `DirEntry::file_type` would hide by
+/// falling back to `lstat` for an unknown type).
+fn entry_types(dir: &Path) -> Vec<(String, u8)> {
+    let path = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).unwrap();
+    let mut found = Vec::new();
+    // SAFETY: a valid C string; each dirent is read before the next readdir
+    // and the stream is closed once.
+    unsafe {
+        let stream = libc::opendir(path.as_ptr());
+        assert!(!stream.is_null(), "opendir {}", dir.display());
+        loop {
+            let entry = libc::readdir(stream);
+            if entry.is_null() {
+                break;
+            }
+            let name = std::ffi::CStr::from_ptr((*entry).d_name.as_ptr()).to_string_lossy().into_owned();
+            if name != "." && name != ".." {
+                found.push((name, (*entry).d_type));
+            }
+        }
+        libc::closedir(stream);
+    }
+    found
+}
+
+/// Every entry under `dir`, recursively, holds its inode's file type.
+fn assert_entry_types(dir: &Path) {
+    for (name, d_type) in entry_types(dir) {
+        let path = dir.join(&name);
+        let mode = std::fs::symlink_metadata(&path).unwrap().mode() & libc::S_IFMT;
+        assert_eq!(u32::from(d_type) << 12, mode, "kernel: {}: the entry's file type", path.display());
+        if mode == libc::S_IFDIR {
+            assert_entry_types(&path);
+        }
+    }
+}
+
 fn mount_and_compare(image: &Path, model: &Model) {
     let mnt = image.with_extension("mnt");
     std::fs::create_dir_all(&mnt).unwrap();
@@ -136,6 +175,7 @@ fn mount_and_compare(image: &Path, model: &Model) {
             let extra = usize::from(dir.is_empty());
             assert_eq!(names, want + extra, "kernel: /{dir} entries");
         }
+        assert_entry_types(&mnt);
     });
     assert!(Command::new("umount").arg(&mnt).status().unwrap().success());
     if let Err(panic) = result {
@@ -505,8 +545,8 @@ fn renames_links_and_symlinks_are_what_the_kernel_reads() {
         for (path, want) in contents {
             assert_eq!(&std::fs::read(mnt.join(&path[1..])).unwrap(), want, "kernel {path}");
         }
-        use std::os::unix::fs::MetadataExt;
         assert_eq!(std::fs::metadata(mnt.join("hard")).unwrap().nlink(), 2);
+        assert_entry_types(&mnt);
         assert_eq!(std::fs::read_link(mnt.join("fast")).unwrap().to_str().unwrap(), "b/victim");
         assert_eq!(std::fs::read_link(mnt.join("slow")).unwrap().to_str().unwrap(), long);
         assert_eq!(std::fs::read(mnt.join("fast")).unwrap(), b"first file", "the kernel follows the fast symlink");
