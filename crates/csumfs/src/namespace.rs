@@ -176,7 +176,7 @@ impl Volume {
             self.store(physical * bs as u64, &data)?;
             inode = self.edit_inode(&inode, |r| put32(r, 0x04, len))?;
         }
-        if let Err(e) = self.add_entry(&parent, name, ino, 7) {
+        if let Err(e) = self.add_entry(&parent, name, ino, file_type(new.mode)) {
             self.release(inode)?;
             return Err(e);
         }

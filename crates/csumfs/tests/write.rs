@@ -144,7 +144,9 @@ fn assert_entry_types(dir: &Path) {
     }
 }
 
-fn mount_and_compare(image: &Path, model: &Model) {
+/// Runs `check` on `image` mounted read-only by the kernel (loop), then
+/// unmounts it; says SKIPPED where this machine cannot mount it.
+fn with_kernel_mount(image: &Path, check: impl FnOnce(&Path)) {
     let mnt = image.with_extension("mnt");
     std::fs::create_dir_all(&mnt).unwrap();
     let out = Command::new("mount").args(["-t", "ext4", "-o", "loop,ro"]).arg(image).arg(&mnt).output();
@@ -154,7 +156,15 @@ fn mount_and_compare(image: &Path, model: &Model) {
         let _ = writeln!(std::io::stderr(), "SKIPPED {test} (kernel read-back): {why}");
         return;
     }
-    let result = std::panic::catch_unwind(|| {
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check(&mnt)));
+    assert!(Command::new("umount").arg(&mnt).status().unwrap().success());
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+fn mount_and_compare(image: &Path, model: &Model) {
+    with_kernel_mount(image, |mnt| {
         compare(
             model,
             |path| {
@@ -175,12 +185,8 @@ fn mount_and_compare(image: &Path, model: &Model) {
             let extra = usize::from(dir.is_empty());
             assert_eq!(names, want + extra, "kernel: /{dir} entries");
         }
-        assert_entry_types(&mnt);
+        assert_entry_types(mnt);
     });
-    assert!(Command::new("umount").arg(&mnt).status().unwrap().success());
-    if let Err(panic) = result {
-        std::panic::resume_unwind(panic);
-    }
 }
 
 #[test]
@@ -533,29 +539,17 @@ fn renames_links_and_symlinks_are_what_the_kernel_reads() {
     assert!(v.resolve("/e1").is_err());
     assert_eq!(v.read_link(&v.resolve("/longest").unwrap()).unwrap(), [b'y'; 1023]);
     assert_eq!((v.resolve("/a").unwrap().links, v.resolve("/b").unwrap().links), (3, 5), "parents' link counts");
-    let mnt = image.with_extension("mnt");
-    std::fs::create_dir_all(&mnt).unwrap();
-    let mounted = Command::new("mount").args(["-t", "ext4", "-o", "loop,ro"]).arg(&image).arg(&mnt).output();
-    if !matches!(&mounted, Ok(o) if o.status.success()) {
-        let test = std::thread::current().name().unwrap_or("a test").to_string();
-        let _ = writeln!(std::io::stderr(), "SKIPPED {test} (kernel read-back): mount refused");
-        return;
-    }
-    let result = std::panic::catch_unwind(|| {
+    with_kernel_mount(&image, |mnt| {
         for (path, want) in contents {
             assert_eq!(&std::fs::read(mnt.join(&path[1..])).unwrap(), want, "kernel {path}");
         }
         assert_eq!(std::fs::metadata(mnt.join("hard")).unwrap().nlink(), 2);
-        assert_entry_types(&mnt);
+        assert_entry_types(mnt);
         assert_eq!(std::fs::read_link(mnt.join("fast")).unwrap().to_str().unwrap(), "b/victim");
         assert_eq!(std::fs::read_link(mnt.join("slow")).unwrap().to_str().unwrap(), long);
         assert_eq!(std::fs::read(mnt.join("fast")).unwrap(), b"first file", "the kernel follows the fast symlink");
         assert!(std::fs::metadata(mnt.join("a/sub")).is_err() && std::fs::metadata(mnt.join("a/one")).is_err());
     });
-    assert!(Command::new("umount").arg(&mnt).status().unwrap().success());
-    if let Err(panic) = result {
-        std::panic::resume_unwind(panic);
-    }
 }
 
 /// Fresh images mke2fs initialised lazily: their later groups have no
@@ -667,6 +661,9 @@ fn new_inodes_carry_owner_mode_and_flags_and_land_near_their_parent() {
     v.create(ROOT, b"fifo", NewInode { mode: 0o010_644, uid: 0, gid: 0 }).unwrap();
     // Device 0:0 (an overlayfs whiteout): its i_block stays all zero.
     v.mknod(ROOT, b"whiteout", NewInode { mode: 0o020_000, uid: 0, gid: 0 }, 0).unwrap();
+    v.mknod(ROOT, b"block", NewInode { mode: 0o060_600, uid: 0, gid: 0 }, 0x0801).unwrap();
+    v.mknod(ROOT, b"socket", NewInode { mode: 0o140_755, uid: 0, gid: 0 }, 0).unwrap();
+    v.symlink(ROOT, b"link", b"a/b/f", 0, 0).unwrap();
     let group_of_inode = |ino: u32| (u64::from(ino) - 1) / ipg;
     assert_eq!((group_of_inode(a), group_of_inode(b), group_of_inode(f)), (1, 1, 1), "inodes {a}, {b}, {f}");
     let first = v.runs(&v.inode(f).unwrap()).unwrap()[0].physical;
@@ -694,4 +691,6 @@ fn new_inodes_carry_owner_mode_and_flags_and_land_near_their_parent() {
     }
     let s = stat("/whiteout");
     assert_eq!(stat_field(&s, "Device major/minor number:"), "00:00", "{s}");
+    // Each directory entry's file type is its inode's, as the kernel lists them.
+    with_kernel_mount(&image, assert_entry_types);
 }
