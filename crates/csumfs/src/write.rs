@@ -85,24 +85,17 @@ pub(crate) fn changes<'a>(old: &'a [u8], new: &'a [u8]) -> Vec<(usize, &'a [u8],
         Some((_, end)) if i <= *end + RUN_GAP_MAX => *end = i + 1,
         _ => runs.push((i, i + 1)),
     };
-    let mut i = 0;
-    while i < old.len() {
-        if i + 8 <= old.len() {
-            let diff = word(old, i) ^ word(new, i);
-            if diff == 0 {
-                i += 8;
-                continue;
-            }
+    let words = old.len() / 8 * 8;
+    for i in (0..words).step_by(8) {
+        let diff = word(old, i) ^ word(new, i);
+        if diff != 0 {
             // The first and last differing bytes of the word.
             note(i + diff.trailing_zeros() as usize / 8);
             note(i + 7 - diff.leading_zeros() as usize / 8);
-            i += 8;
-        } else {
-            if old[i] != new[i] {
-                note(i);
-            }
-            i += 1;
         }
+    }
+    for i in (words..old.len()).filter(|&i| old[i] != new[i]) {
+        note(i);
     }
     runs.into_iter().map(|(s, e)| (s, &old[s..e], &new[s..e])).collect()
 }
@@ -1099,6 +1092,27 @@ pub(crate) fn file_type(mode: u16) -> u8 {
 mod tests {
     use super::{first_free, free_run};
     use proptest::prelude::*;
+
+    /// ext4's extra time field against values worked by hand from the
+    /// kernel's `ext4_encode_extra_time`: nanoseconds above two epoch bits
+    /// that extend the signed 32-bit seconds (1901–2446).
+    #[test]
+    fn times_encode_as_the_kernel_encodes_them() {
+        use super::{encode_time, Timespec};
+        for (sec, nsec, want) in [
+            (0i64, 0u32, (0u32, 0u32)),
+            (1_764_000_000, 999_999_999, (1_764_000_000, 999_999_999 << 2)),
+            (-1, 5, (0xFFFF_FFFF, 5 << 2)),
+            (-(1 << 31), 0, (0x8000_0000, 0)),
+            ((1 << 31) - 1, 1, (0x7FFF_FFFF, 1 << 2)),
+            (1 << 31, 0, (0x8000_0000, 1)),
+            (1 << 32, 7, (0, 7 << 2 | 1)),
+            ((1 << 33) + 12, 0, (12, 2)),
+            ((3 << 32) + (1 << 31) - 1, 3, (0x7FFF_FFFF, 3 << 2 | 3)),
+        ] {
+            assert_eq!(encode_time(Timespec { sec, nsec }), want, "{sec} s {nsec} ns");
+        }
+    }
 
     proptest! {
         /// The byte-skipping bitmap scans against bit-by-bit references.

@@ -694,3 +694,44 @@ fn new_inodes_carry_owner_mode_and_flags_and_land_near_their_parent() {
     // Each directory entry's file type is its inode's, as the kernel lists them.
     with_kernel_mount(&image, assert_entry_types);
 }
+
+/// Which checksums move and which are recomputed (`--stats` counts both):
+/// with CRC instructions, structures under 1 KiB (inodes, descriptors, the
+/// superblock) are recomputed and larger ones (bitmaps, directory blocks)
+/// moved; on the portable engine, and under `check_updates`, all are moved.
+#[test]
+fn small_structures_are_recomputed_and_large_ones_moved() {
+    let Some(mkfs) = tool("mke2fs") else { return };
+    let scratch = Scratch::new("moved-sums");
+    let image = scratch.0.join("m.img");
+    let out = Command::new(&mkfs)
+        .args(["-q", "-F", "-t", "ext4", "-O", "metadata_csum,^has_journal", "-b", "4096"])
+        .arg(&image)
+        .arg("16M")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let hardware = csumkit::Backend::active() != csumkit::Backend::Portable;
+    let mut counts = Vec::new();
+    for check_updates in [false, true] {
+        let mut v = Volume::open(&image, Options { write: true, check_updates, ..Options::default() }).unwrap();
+        let name = format!("f{}", u8::from(check_updates));
+        let ino = v.create(ROOT, name.as_bytes(), NewInode { mode: 0o100_644, uid: 0, gid: 0 }).unwrap().ino;
+        v.write(ino, 0, &[7u8; 5000]).unwrap();
+        let counted = |v: &Volume| {
+            let stats = v.stats();
+            (csumfs::Stats::get(&stats.csum_full), csumfs::Stats::get(&stats.csum_incremental))
+        };
+        let (full, moved) = counted(&v);
+        assert!(moved > 0, "check_updates {check_updates}: bitmaps and directory blocks moved");
+        counts.push((full, moved));
+        // A rename in place flips no bitmap: the directory block's move is its own.
+        let renamed = format!("{name}-renamed");
+        v.rename(ROOT, name.as_bytes(), ROOT, renamed.as_bytes(), RenameMode::Replace).unwrap();
+        assert!(counted(&v).1 > moved, "check_updates {check_updates}: the directory block moved");
+    }
+    // Group descriptors store 16 bits of their CRC: always recomputed.
+    let [(full, moved), (full_checked, moved_checked)] = counts[..] else { unreachable!() };
+    assert_eq!(full > full_checked, hardware, "recomputed: {full}, under check_updates {full_checked}");
+    assert_eq!(moved < moved_checked, hardware, "moved: {moved}, under check_updates {moved_checked}");
+}
