@@ -115,14 +115,12 @@ impl Volume {
         for run in self.runs(dir)? {
             for k in 0..run.len {
                 let place = Place { physical: run.physical + k, logical: run.logical + k };
-                if dir.flags & FLAG_INDEX != 0 {
-                    let block =
-                        self.block(place.physical, &|| format!("directory {} block {}", dir.ino, place.physical))?;
-                    if is_index_block(block, place.logical, bs as u64) {
-                        continue;
-                    }
+                let block =
+                    self.block(place.physical, &|| format!("directory {} block {}", dir.ino, place.physical))?;
+                if dir.flags & FLAG_INDEX != 0 && is_index_block(block, place.logical, bs as u64) {
+                    continue;
                 }
-                if let Some(found) = self.search_leaf(dir, place, name)? {
+                if let Some(found) = self.search_leaf(dir, place, block, name)? {
                     return Ok(Some(found));
                 }
             }
@@ -130,10 +128,15 @@ impl Volume {
         Ok(None)
     }
 
-    /// `name` in the leaf at `place`, its checksum verified first.
-    fn search_leaf(&self, dir: &Inode, place: Place, name: &[u8]) -> Result<Option<(Place, DirEntry)>, Error> {
+    /// `name` in `block`, the leaf at `place`, its checksum verified first.
+    fn search_leaf(
+        &self,
+        dir: &Inode,
+        place: Place,
+        block: &[u8],
+        name: &[u8],
+    ) -> Result<Option<(Place, DirEntry)>, Error> {
         let what = || format!("directory {} block {}", dir.ino, place.physical);
-        let block = self.block(place.physical, &what)?;
         self.verify_leaf(dir, place.physical, block)?;
         let area = &block[..block.len() - 12];
         Ok(find_record(area, area.len(), name, what)?.map(|found| (place, entry_of(found))))
@@ -167,7 +170,8 @@ impl Volume {
         let Ok(mut path) = self.htree_path(dir, name)? else { return self.scan_leaves(dir, name) };
         loop {
             let place = Place { physical: path.leaf_physical, logical: path.leaf };
-            if let Some(found) = self.search_leaf(dir, place, name)? {
+            let block = self.block(place.physical, &|| format!("directory {} block {}", dir.ino, place.physical))?;
+            if let Some(found) = self.search_leaf(dir, place, block, name)? {
                 return Ok(Some(found));
             }
             match self.next_colliding_leaf(dir, &mut path)? {

@@ -146,11 +146,10 @@ impl Volume {
             let chosen = (1..count).take_while(|&e| le32(node, count_at + 8 * e) <= hash).last().unwrap_or(0);
             let child = entry_block(node, count_at, chosen);
             steps.push(IndexStep { physical, count_at, chosen });
-            if steps.len() > usize::from(levels) {
-                let leaf_physical = physical_in(&runs, dir, child)?;
-                return Ok(Ok(IndexPath { hash, version, steps, leaf: child, leaf_physical }));
-            }
             physical = physical_in(&runs, dir, child)?;
+            if steps.len() > usize::from(levels) {
+                return Ok(Ok(IndexPath { hash, version, steps, leaf: child, leaf_physical: physical }));
+            }
             count_at = NODE_COUNT_AT;
             node = match self.index_node(dir, physical, count_at)? {
                 Ok(node) => node,

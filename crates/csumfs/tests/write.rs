@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{e2fsck_clean, tool, Scratch};
+use common::{e2fsck_clean, mke2fs_with, tool, Scratch};
 use csumfs::{Checksums, Error, NewInode, Options, RenameMode, SetAttr, Timespec, Volume, XattrMode, ROOT};
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -631,16 +631,10 @@ fn stat_field(stat: &str, label: &str) -> String {
 /// block in its inode's group; names that are not names refused.
 #[test]
 fn new_inodes_carry_owner_mode_and_flags_and_land_near_their_parent() {
-    let (Some(mkfs), Some(debugfs)) = (tool("mke2fs"), tool("debugfs")) else { return };
+    let (Some(_), Some(debugfs)) = (tool("mke2fs"), tool("debugfs")) else { return };
     let scratch = Scratch::new("new-inodes");
     let image = scratch.0.join("n.img");
-    let out = Command::new(&mkfs)
-        .args(["-q", "-F", "-t", "ext4", "-O", "metadata_csum,^has_journal", "-b", "1024", "-N", "6144"])
-        .arg(&image)
-        .arg("32M")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    mke2fs_with(&image, "1024", "32M", &["-N", "6144"]);
     let mut v = Volume::open(&image, Options { write: true, ..Options::default() }).unwrap();
     let file = NewInode { mode: 0o100_644, uid: 0, gid: 0 };
     for bad in [&b""[..], b"a/b", b"a\0b", b".", b".."] {
@@ -701,16 +695,12 @@ fn new_inodes_carry_owner_mode_and_flags_and_land_near_their_parent() {
 /// moved; on the portable engine, and under `check_updates`, all are moved.
 #[test]
 fn small_structures_are_recomputed_and_large_ones_moved() {
-    let Some(mkfs) = tool("mke2fs") else { return };
+    if tool("mke2fs").is_none() {
+        return;
+    }
     let scratch = Scratch::new("moved-sums");
     let image = scratch.0.join("m.img");
-    let out = Command::new(&mkfs)
-        .args(["-q", "-F", "-t", "ext4", "-O", "metadata_csum,^has_journal", "-b", "4096"])
-        .arg(&image)
-        .arg("16M")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    mke2fs_with(&image, "4096", "16M", &[]);
     let hardware = csumkit::Backend::active() != csumkit::Backend::Portable;
     let mut counts = Vec::new();
     for check_updates in [false, true] {
