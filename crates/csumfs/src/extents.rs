@@ -39,9 +39,20 @@ impl Volume {
         self.set_size_now(&inode, size)
     }
 
-    /// The largest file an extent-mapped inode holds: 2^32 blocks.
-    pub(crate) fn max_file_size(&self) -> u64 {
-        (1u64 << 32) * self.layout.block_size
+    /// The largest size a file may reach, the kernel's `s_maxbytes`
+    /// (`ext4_max_size`): 2^32 - 1 blocks, so that the length of an
+    /// extent ending at the last one still fits; without `huge_file`, no
+    /// more than 2^32 - 1 512-byte sectors (the 32-bit `i_blocks`) hold.
+    /// Writes, truncates and fallocates past it are `EFBIG` there and here.
+    pub fn max_file_size(&self) -> u64 {
+        const RO_COMPAT_HUGE_FILE: u32 = 0x8;
+        let bs = self.layout.block_size;
+        let blocks = u64::from(u32::MAX);
+        if self.layout.features.ro_compat & RO_COMPAT_HUGE_FILE != 0 {
+            blocks * bs
+        } else {
+            (blocks >> (bs.trailing_zeros() - 9)) * bs
+        }
     }
 
     /// Deallocates the whole blocks of `offset..offset + len` and zeroes

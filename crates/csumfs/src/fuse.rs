@@ -454,8 +454,16 @@ impl Filesystem for Fs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        match self.change(|v| v.write(from_fuse(ino), offset, data)) {
-            Ok(_) => reply.written(data.len() as u32),
+        // As the kernel's `generic_write_checks`: a write that starts below
+        // the largest file size is cut short there; one that starts at or
+        // past it is `EFBIG` (the FUSE mount's own limit is far larger).
+        let written = self.change(|v| {
+            let room = usize::try_from(v.max_file_size().saturating_sub(offset)).unwrap_or(usize::MAX);
+            let len = if room == 0 { data.len() } else { data.len().min(room) };
+            v.write(from_fuse(ino), offset, &data[..len]).map(|_| len)
+        });
+        match written {
+            Ok(len) => reply.written(len as u32),
             Err(e) => reply.error(e),
         }
     }

@@ -816,11 +816,11 @@ impl Volume {
         if !inode.is_file() {
             return Err(Error::IsDir(format!("inode {ino}")));
         }
+        let end = self.range_end(ino, offset, len)?;
         if inode.flags & FLAG_EXTENTS == 0 {
             inode = self.extent_mapped(ino)?;
         }
         let bs = self.layout.block_size;
-        let end = self.range_end(ino, offset, len)?;
         let (first, last) = (offset / bs, end.div_ceil(bs));
         inode = self.fill_holes(inode, first, last, Fill::Unwritten)?;
         if keep_size || end <= inode.size {
@@ -837,24 +837,20 @@ impl Volume {
     ///
     /// # Errors
     /// [`Error::IsDir`]; [`Error::Unsupported`] past what the writer does;
-    /// `ENOSPC` as [`Error::Io`].
+    /// `ENOSPC`, and `EFBIG` for bytes past
+    /// [`max_file_size`](Self::max_file_size), as [`Error::Io`] (nothing
+    /// changed).
     pub fn write(&mut self, ino: u32, offset: u64, data: &[u8]) -> Result<Inode, Error> {
         let mut inode = self.inode(ino)?;
         if !inode.is_file() {
             return Err(Error::IsDir(format!("inode {ino}")));
         }
+        let end = self.range_end(ino, offset, data.len() as u64)?;
         if inode.flags & FLAG_EXTENTS == 0 {
             inode = self.extent_mapped(ino)?;
         }
         let bs = self.layout.block_size;
-        let end = offset + data.len() as u64;
         let (first, last) = (offset / bs, end.div_ceil(bs));
-        if end > self.max_file_size() {
-            return Err(Error::Io {
-                context: format!("write inode {ino} at {offset}"),
-                source: std::io::Error::from_raw_os_error(libc::EFBIG),
-            });
-        }
         // Fallocated blocks the write touches become written blocks first
         // (the rest of their extents stay unwritten).
         let touched: Vec<_> = self

@@ -32,6 +32,7 @@ fn block_mapped_files_and_directories_become_extent_mapped_when_changed() {
         let mid: Vec<u8> = (0..60_000u32).map(|i| (i % 253) as u8).collect();
         std::fs::write(src.join("big"), &big).unwrap();
         std::fs::write(src.join("mid"), &mid).unwrap();
+        std::fs::write(src.join("alloc"), &mid[..20_000]).unwrap();
         std::fs::write(src.join("d/small"), b"small").unwrap();
         let image = scratch.0.join("img");
         run(Command::new(tool("mke2fs").unwrap())
@@ -43,10 +44,10 @@ fn block_mapped_files_and_directories_become_extent_mapped_when_changed() {
 
         let mut v = Volume::open(&image, Options { write: true, ..Options::default() }).unwrap();
         let ino = |v: &Volume, p: &str| v.resolve(p).unwrap().ino;
-        for path in ["/", "/big", "/mid", "/d", "/d/small"] {
+        for path in ["/", "/big", "/mid", "/alloc", "/d", "/d/small"] {
             assert_eq!(v.resolve(path).unwrap().flags & FLAG_EXTENTS, 0, "{bs}: mke2fs block-mapped {path}");
         }
-        let (big_ino, mid_ino, d) = (ino(&v, "/big"), ino(&v, "/mid"), ino(&v, "/d"));
+        let (big_ino, mid_ino, alloc_ino, d) = (ino(&v, "/big"), ino(&v, "/mid"), ino(&v, "/alloc"), ino(&v, "/d"));
         let free_before = v.statfs().free_blocks;
         v.write(big_ino, big.len() as u64, b"appended").unwrap();
         v.write(big_ino, 1 << 20, b"overwritten").unwrap();
@@ -55,8 +56,18 @@ fn block_mapped_files_and_directories_become_extent_mapped_when_changed() {
         let new = v.create(ROOT, b"new", FILE).unwrap();
         v.write(new.ino, 0, b"in a block-mapped root").unwrap();
         v.unlink(d, b"small").unwrap();
+        // Fallocated past its end, from an unaligned offset: the file's
+        // blocks stay, the new ones are one unwritten run of exactly the
+        // blocks the range touches.
+        let bsz = v.layout().block_size;
+        let (at, len) = (30_100, 3 * bsz);
+        let alloc = v.fallocate(alloc_ino, at, len, false).unwrap();
+        assert_eq!(alloc.size, at + len, "{bs}");
+        let unwritten: Vec<_> =
+            v.runs(&alloc).unwrap().iter().filter(|r| r.uninit).map(|r| (r.logical, r.len)).collect();
+        assert_eq!(unwritten, [(at / bsz, (at + len).div_ceil(bsz) - at / bsz)], "{bs}: the fallocated blocks");
         v.sync().unwrap();
-        for i in [ROOT, big_ino, mid_ino, d] {
+        for i in [ROOT, big_ino, mid_ino, alloc_ino, d] {
             assert_ne!(v.inode(i).unwrap().flags & FLAG_EXTENTS, 0, "{bs}: inode {i} is extent-mapped now");
         }
         // The big file's indirect blocks were freed (its extents fit few blocks).
@@ -69,8 +80,11 @@ fn block_mapped_files_and_directories_become_extent_mapped_when_changed() {
         want_big.extend_from_slice(b"appended");
         let mut want_mid = mid[..50_000].to_vec();
         want_mid[8192..8192 + 16384].fill(0);
+        let mut want_alloc = mid[..20_000].to_vec();
+        want_alloc.resize(30_100 + 3 * bs.parse::<usize>().unwrap(), 0);
         let check = |read: &dyn Fn(&str) -> Vec<u8>| {
             assert!(read("big") == want_big, "{bs}: big");
+            assert!(read("alloc") == want_alloc, "{bs}: alloc");
             assert!(read("mid") == want_mid, "{bs}: mid");
             assert_eq!(read("new"), b"in a block-mapped root");
         };

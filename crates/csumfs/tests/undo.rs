@@ -181,6 +181,45 @@ fn an_overwrite_is_announced_durably_and_only_changed_blocks_lose_their_checksum
     }
 }
 
+/// An overwrite announces exactly the 1 MiB regions of the image it
+/// touches: written across region boundaries after a commit (unaligned at
+/// both ends), the entry on the sidecar spans its first region's start to
+/// its last region's end, and after a death every block reads back — none
+/// past the first region left with its old checksum (`EIO`).
+#[test]
+fn an_overwrite_across_regions_announces_each_and_reads_back_after_a_death() {
+    let Some((scratch, path)) = image("regions", "16M", &[]) else { return };
+    let sums = scratch.0.join("u.csums");
+    let mut v = open(&path);
+    assert!(v.enable_data_checksums(&sums).unwrap());
+    let f = v.create(ROOT, b"f", FILE).unwrap().ino;
+    let len = 3usize << 20;
+    v.write(f, 0, &vec![1u8; len]).unwrap();
+    v.sync().unwrap(); // 3072 one-KiB blocks, their checksums committed
+    let runs = v.runs(&v.inode(f).unwrap()).unwrap();
+    assert_eq!(runs.len(), 1, "{runs:?}: one run in a fresh image");
+    // From inside the file's first block to 100 bytes before the last
+    // region boundary the file crosses: a block more announced at either
+    // end would be a region more.
+    let (region, physical) = (1024u64, runs[0].physical);
+    let boundary = (physical + 3072) / region * region;
+    let at = 1500usize;
+    let n = ((boundary - physical) * 1024) as usize - 100 - at;
+    v.write(f, at as u64, &vec![2u8; n]).unwrap();
+    let sidecar = std::fs::read(&sums).unwrap();
+    let le64 = |at: usize| u64::from_le_bytes(sidecar[at..at + 8].try_into().unwrap());
+    assert_eq!(le64(48), 1, "one intent entry");
+    let start = physical / region * region;
+    assert!(boundary - start >= 3 * region, "the write spans three regions");
+    assert_eq!((le64(64), le64(72)), (start, boundary - start), "the regions touched");
+    drop(v); // dies before the next commit
+    let mut v = open(&path);
+    assert!(v.enable_data_checksums(&sums).unwrap());
+    let mut want = vec![1u8; len];
+    want[at..at + n].fill(2);
+    assert!(v.read_all(&v.inode(f).unwrap()).unwrap() == want, "good data, not EIO");
+}
+
 /// The free-space trees the allocator searches stay the bitmaps' twins:
 /// filled by large then block-sized writes, the image runs out of space
 /// only when no block is free; freed and filled again (the trees merge the

@@ -5,10 +5,9 @@
 
 mod common;
 
-use common::{e2fsck_clean, mke2fs_with, tool, Scratch};
+use common::{assert_clean, e2fsck_clean, kernel_mount_with, mke2fs_with, tool, Scratch};
 use csumfs::{Checksums, Error, NewInode, Options, RenameMode, SetAttr, Timespec, Volume, XattrMode, ROOT};
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::process::Command;
@@ -145,22 +144,10 @@ fn assert_entry_types(dir: &Path) {
 }
 
 /// Runs `check` on `image` mounted read-only by the kernel (loop), then
-/// unmounts it; says SKIPPED where this machine cannot mount it.
+/// unmounts it; says SKIPPED where this machine cannot mount it (CI fails).
 fn with_kernel_mount(image: &Path, check: impl FnOnce(&Path)) {
     let mnt = image.with_extension("mnt");
-    std::fs::create_dir_all(&mnt).unwrap();
-    let out = Command::new("mount").args(["-t", "ext4", "-o", "loop,ro"]).arg(image).arg(&mnt).output();
-    if !matches!(&out, Ok(o) if o.status.success()) {
-        let why = out.map_or_else(|e| e.to_string(), |o| String::from_utf8_lossy(&o.stderr).trim().to_string());
-        let test = std::thread::current().name().unwrap_or("a test").to_string();
-        let _ = writeln!(std::io::stderr(), "SKIPPED {test} (kernel read-back): {why}");
-        return;
-    }
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check(&mnt)));
-    assert!(Command::new("umount").arg(&mnt).status().unwrap().success());
-    if let Err(panic) = result {
-        std::panic::resume_unwind(panic);
-    }
+    common::with_kernel_mount(image, &mnt, std::panic::AssertUnwindSafe(|| check(&mnt)));
 }
 
 fn mount_and_compare(image: &Path, model: &Model) {
@@ -724,4 +711,132 @@ fn small_structures_are_recomputed_and_large_ones_moved() {
     let [(full, moved), (full_checked, moved_checked)] = counts[..] else { unreachable!() };
     assert_eq!(full > full_checked, hardware, "recomputed: {full}, under check_updates {full_checked}");
     assert_eq!(moved < moved_checked, hardware, "moved: {moved}, under check_updates {moved_checked}");
+}
+
+/// The largest file: csumfs refuses a write, truncate or fallocate past
+/// the size where the kernel's ext4 refuses them (`s_maxbytes`: 2^32 - 1
+/// blocks, fewer without `huge_file`) and allows them up to it. The kernel,
+/// on a twin image, draws the line at the same byte (and cuts a write
+/// across it short), e2fsck passes the files csumfs grew to it, and the
+/// kernel reads them back.
+#[test]
+fn files_end_where_the_kernels_largest_file_ends() {
+    use std::os::unix::fs::FileExt;
+    if tool("mke2fs").is_none() {
+        return;
+    }
+    let huge_file_off: &[&str] = &["-O", "^huge_file"];
+    for (bs, extra) in [("1024", &[][..]), ("4096", &[]), ("1024", huge_file_off), ("4096", huge_file_off)] {
+        let label = format!("{bs}-byte blocks{}", if extra.is_empty() { "" } else { ", ^huge_file" });
+        let scratch = Scratch::new(&format!("maxsize-{bs}-{}", extra.len()));
+        let image = scratch.0.join("csumfs.img");
+        mke2fs_with(&image, bs, "8M", extra);
+        let twin = scratch.0.join("kernel.img");
+        std::fs::copy(&image, &twin).unwrap();
+
+        let mut v = Volume::open(&image, Options { write: true, ..Options::default() }).unwrap();
+        let (max, bs) = (v.max_file_size(), v.layout().block_size);
+        let file = NewInode { mode: 0o100_644, uid: 0, gid: 0 };
+        let [w, t, f] = [b"w", b"t", b"f"].map(|name| v.create(ROOT, name, file).unwrap().ino);
+        let efbig = |r: Result<csumfs::Inode, Error>| matches!(r, Err(e) if e.errno() == libc::EFBIG);
+        let free = v.statfs().free_blocks;
+        assert!(efbig(v.write(w, max - 1, b"ab")), "{label}: a write past the largest size");
+        assert!(efbig(v.write(w, max, b"a")), "{label}: a write at the largest size");
+        assert!(efbig(v.truncate(t, max + 1)), "{label}: a truncate past it");
+        assert!(efbig(v.fallocate(f, max - 1, 2, false)), "{label}: a fallocate past it");
+        assert_eq!(v.statfs().free_blocks, free, "{label}: nothing taken by the refusals");
+        assert_eq!(v.write(w, max - 1, b"z").unwrap().size, max, "{label}");
+        assert_eq!(v.truncate(t, max).unwrap().size, max, "{label}");
+        assert_eq!(v.fallocate(f, max - bs, bs, false).unwrap().size, max, "{label}");
+        v.sync().unwrap();
+        drop(v);
+        assert_clean(&image, &format!("{label}: files grown to the largest size"));
+
+        // The kernel, on the twin, refuses and allows at the same bytes.
+        let mnt = scratch.0.join("kernel.mnt");
+        if kernel_mount_with(&twin, &mnt, "loop") {
+            let result = std::panic::catch_unwind(|| {
+                let open = |name: &str| {
+                    std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(mnt.join(name)).unwrap()
+                };
+                let errno = |r: std::io::Result<()>| r.unwrap_err().raw_os_error();
+                let w = open("w");
+                assert_eq!(w.write_at(b"ab", max - 1).unwrap(), 1, "{label}: the kernel cuts the write short");
+                let two_blocks = vec![7u8; 2 * bs as usize];
+                assert_eq!(w.write_at(&two_blocks, max - bs).unwrap(), bs as usize, "{label}: at a block, too");
+                assert_eq!(errno(w.write_at(b"a", max).map(drop)), Some(libc::EFBIG), "{label}: kernel write");
+                let t = open("t");
+                assert_eq!(errno(t.set_len(max + 1)), Some(libc::EFBIG), "{label}: kernel truncate");
+                t.set_len(max).unwrap();
+                let f = open("f");
+                let fallocate = |at: u64, len: u64| {
+                    use std::os::fd::AsRawFd;
+                    let r = unsafe { libc::fallocate(f.as_raw_fd(), 0, at as i64, len as i64) };
+                    if r == 0 {
+                        Ok(())
+                    } else {
+                        Err(std::io::Error::last_os_error())
+                    }
+                };
+                assert_eq!(errno(fallocate(max - 1, 2)), Some(libc::EFBIG), "{label}: kernel fallocate");
+                fallocate(max - bs, bs).unwrap();
+            });
+            assert!(Command::new("umount").arg(&mnt).status().unwrap().success());
+            if let Err(panic) = result {
+                std::panic::resume_unwind(panic);
+            }
+        }
+        with_kernel_mount(&image, |mnt| {
+            for name in ["w", "t", "f"] {
+                assert_eq!(std::fs::metadata(mnt.join(name)).unwrap().len(), max, "{label}: kernel: {name}");
+            }
+            let mut last = [0u8; 2];
+            let w = std::fs::File::open(mnt.join("w")).unwrap();
+            assert_eq!(w.read_at(&mut last, max - 2).unwrap(), 2);
+            assert_eq!(&last, b"\0z", "{label}: kernel: the last byte of w");
+        });
+    }
+}
+
+/// Extents as long as the format allows: 32 768 blocks written, 32 767
+/// unwritten (the top bit of the length marks an unwritten extent). Runs
+/// are allocated within a group, so only a wholly free group of 4 KiB
+/// blocks (32 768) holds that much: groups 1 and 2 are taken by a
+/// fallocate (32 767 and one block each), group 3 whole by a write of
+/// 128 MiB and a block. e2fsck passes
+/// both files and the kernel reads them back.
+#[test]
+fn extents_are_as_long_as_the_format_allows() {
+    if tool("mke2fs").is_none() {
+        return;
+    }
+    let scratch = Scratch::new("longest-extents");
+    let image = scratch.0.join("img");
+    // Five groups, every group's metadata in group 0 (flex_bg), no backups.
+    mke2fs_with(&image, "4096", "640M", &["-O", "sparse_super2", "-E", "num_backup_sb=0"]);
+    let mut v = Volume::open(&image, Options { write: true, ..Options::default() }).unwrap();
+    let (group, bs) = (v.layout().blocks_per_group, v.layout().block_size);
+    assert_eq!((v.layout().groups, group), (5, 32768));
+    let file = NewInode { mode: 0o100_644, uid: 0, gid: 0 };
+    let [unwritten, written] = [&b"unwritten"[..], b"written"].map(|name| v.create(ROOT, name, file).unwrap().ino);
+    let lengths = |v: &Volume, ino: u32| -> Vec<(u64, bool)> {
+        v.runs(&v.inode(ino).unwrap()).unwrap().iter().map(|r| (r.len, r.uninit)).collect()
+    };
+    // Group 0's free blocks, group 1, group 2 but its last block: four
+    // extents, so they fit in the inode (no extent block is taken).
+    let free_in_group_0 = v.statfs().free_blocks - 4 * group;
+    let fallocated = free_in_group_0 + 2 * group - 1;
+    v.fallocate(unwritten, 0, fallocated * bs, false).unwrap();
+    assert_eq!(lengths(&v, unwritten), [(free_in_group_0, true), (32767, true), (1, true), (32767, true)]);
+    let data = content(5, (group * bs + bs) as usize);
+    v.write(written, 0, &data).unwrap();
+    assert_eq!(lengths(&v, written), [(32768, false), (1, false)], "group 3 whole, then group 4's first block");
+    v.sync().unwrap();
+    drop(v);
+    assert_clean(&image, "the longest extents");
+    with_kernel_mount(&image, |mnt| {
+        assert!(std::fs::read(mnt.join("written")).unwrap() == data, "kernel: the written file");
+        let read = std::fs::read(mnt.join("unwritten")).unwrap();
+        assert!(read.len() as u64 == fallocated * bs && read.iter().all(|&b| b == 0), "kernel: the unwritten file");
+    });
 }

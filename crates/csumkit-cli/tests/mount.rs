@@ -747,3 +747,31 @@ fn on_a_pi_device_a_flipped_data_or_guard_byte_reads_as_eio_and_the_image_stays_
     assert_eq!(code, Some(0), "{text}");
     assert!(text.contains("0 verified against their PI"), "{text}");
 }
+
+/// At the largest file size (ext4's `s_maxbytes`, 2^32 - 1 blocks; the
+/// FUSE mount's own limit is far larger), a write through the mount is
+/// cut short, one starting there and a truncate past it are `EFBIG` — as
+/// on the kernel's ext4 (csumfs's `files_end_where_the_kernels_largest_
+/// file_ends` compares the two) — and the image stays clean.
+#[test]
+fn writes_stop_at_the_largest_file_size_as_on_ext4() {
+    use std::os::unix::fs::FileExt;
+    if cannot_mount() {
+        return;
+    }
+    let scratch = Scratch::new("largest");
+    let image = scratch.image("16M", "4096");
+    let child = mount_foreground(&image, &scratch.mnt(), &[]);
+    let max = u64::from(u32::MAX) * 4096;
+    let path = scratch.mnt().join("f");
+    let f = std::fs::OpenOptions::new().create(true).truncate(true).write(true).open(&path).unwrap();
+    // Page-aligned, so the kernel sends it whole (it splits at a partial page).
+    assert_eq!(f.write_at(&[7u8; 8192], max - 4096).unwrap(), 4096, "cut short at the largest size");
+    assert_eq!(f.write_at(b"ab", max - 1).unwrap(), 1, "cut short at the largest size");
+    assert_eq!(f.write_at(b"a", max).unwrap_err().raw_os_error(), Some(libc::EFBIG));
+    assert_eq!(f.set_len(max + 1).unwrap_err().raw_os_error(), Some(libc::EFBIG));
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), max);
+    drop(f);
+    unmount_and_wait(child, &scratch.mnt());
+    e2fsck_clean(&image);
+}
