@@ -700,6 +700,47 @@ fn a_leaf_whose_checksum_tail_is_damaged_is_an_error() {
     }
 }
 
+/// A leaf is verified once per open, then trusted (csumfs's own writes keep
+/// its checksum right): every leaf of a directory of many blocks looked up
+/// once, then each leaf's stored checksum damaged behind the volume's back,
+/// the names are still found — every leaf was remembered, not just the last
+/// — and a volume opened afresh reports the damage.
+#[test]
+fn a_leaf_is_verified_once_per_open() {
+    use std::os::unix::fs::FileExt;
+    if !have_e2fsprogs() {
+        return;
+    }
+    let scratch = Scratch::new("verified-once");
+    let (image, mut v, dir) = dir_of_names(&scratch, &[], 300);
+    v.sync().unwrap();
+    drop(v);
+    let v = Volume::open(&image, Options::default()).unwrap();
+    let d = v.inode(dir).unwrap();
+    let lookup_all = |v: &Volume| (0..300).try_for_each(|i| v.lookup(&d, name(i, 20).as_bytes()).map(drop));
+    lookup_all(&v).unwrap();
+    let bytes = std::fs::read(&image).unwrap();
+    let file = std::fs::OpenOptions::new().write(true).open(&image).unwrap();
+    let mut leaves = 0;
+    for run in v.runs(&d).unwrap() {
+        for block in run.physical..run.physical + run.len {
+            let tail = (block * 1024 + 1024 - 12) as usize;
+            if bytes[tail..tail + 8] == [0, 0, 0, 0, 12, 0, 0, 0xDE] {
+                file.write_all_at(&[!bytes[tail + 11]], tail as u64 + 11).unwrap();
+                leaves += 1;
+            }
+        }
+    }
+    assert!(leaves >= 10, "{leaves} leaves");
+    lookup_all(&v).expect("leaves verified since this volume opened them are not verified again");
+    drop(v);
+    let v = Volume::open(&image, Options::default()).unwrap();
+    match lookup_all(&v) {
+        Err(csumfs::Error::Checksum { .. }) => {}
+        other => panic!("a fresh volume verifies the damaged leaves: {other:?}"),
+    }
+}
+
 /// A run of names sharing one hash can go on past the end of an index
 /// node: the next leaf is then reached through the parent's next entry
 /// (the kernel's `ext4_htree_next_block` walks up and down again). Built
