@@ -47,6 +47,7 @@ csumfs_files=(
   crates/csumfs/src/remove.rs
   crates/csumfs/src/namespace.rs
   crates/csumfs/src/dir.rs
+  crates/csumfs/src/htree.rs
   crates/csumfs/src/dir_write.rs
   crates/csumfs/src/write.rs
 )
