@@ -148,3 +148,46 @@ fn random_writes_leave_every_written_block_with_its_own_checksum() {
         }
     }
 }
+
+/// A sidecar serves only the image it was written for: another image of
+/// the same size (its own UUID) opened with it starts it afresh when
+/// writable — its blocks read back, none `EIO` against the other image's
+/// checksums — and leaves it unused read-only. A missing sidecar is no
+/// sidecar read-only; a sidecar that cannot be made is an error.
+#[test]
+fn a_sidecar_serves_only_its_own_image() {
+    if !have_e2fsprogs() {
+        return;
+    }
+    let scratch = Scratch::new("sidecar-identity");
+    let (a, b, sums) = (scratch.0.join("a.img"), scratch.0.join("b.img"), scratch.0.join("a.csums"));
+    // The same file at the same blocks of both: a's checksummed in the sidecar.
+    for (image, fill) in [(&a, 1u8), (&b, 2u8)] {
+        mke2fs_with(image, "4096", "16M", &[]);
+        let mut v = Volume::open(image, Options { write: true, ..Options::default() }).unwrap();
+        if image == &a {
+            assert!(v.enable_data_checksums(&sums).unwrap());
+        }
+        let f = v.create(ROOT, b"f", FILE).unwrap().ino;
+        v.write(f, 0, &[fill; 64 << 10]).unwrap();
+        v.sync().unwrap();
+    }
+    let v = open(&a, &sums);
+    assert_eq!(v.scrub().unwrap().bad.len(), 0);
+    assert_eq!(Stats::get(&v.stats().data_verified), 16, "a's 16 blocks checksummed");
+    drop(v);
+    let mut v = Volume::open(&b, Options::default()).unwrap();
+    assert!(!v.enable_data_checksums(&sums).unwrap(), "read-only: another image's sidecar is not used");
+    let v = open(&b, &sums);
+    let f = v.resolve("/f").unwrap();
+    assert_eq!(v.read_all(&f).unwrap(), vec![2u8; 64 << 10], "b's blocks, not a's checksums");
+    drop(v);
+
+    let mut v = Volume::open(&a, Options::default()).unwrap();
+    assert!(!v.enable_data_checksums(&scratch.0.join("none.csums")).unwrap(), "read-only, no sidecar");
+    let mut v = Volume::open(&a, Options { write: true, ..Options::default() }).unwrap();
+    match v.enable_data_checksums(&scratch.0.join("no-such-dir/a.csums")) {
+        Err(csumfs::Error::Io { .. }) => {}
+        other => panic!("a sidecar that cannot be created: {other:?}"),
+    }
+}
