@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{assert_clean, e2fsck_clean, kernel_mount_with, mke2fs_with, tool, Scratch};
+use common::{assert_clean, e2fsck_clean, mke2fs_with, tool, Scratch};
 use csumfs::{Checksums, Error, NewInode, Options, RenameMode, SetAttr, Timespec, Volume, XattrMode, ROOT};
 use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
@@ -754,38 +754,32 @@ fn files_end_where_the_kernels_largest_file_ends() {
 
         // The kernel, on the twin, refuses and allows at the same bytes.
         let mnt = scratch.0.join("kernel.mnt");
-        if kernel_mount_with(&twin, &mnt, "loop") {
-            let result = std::panic::catch_unwind(|| {
-                let open = |name: &str| {
-                    std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(mnt.join(name)).unwrap()
-                };
-                let errno = |r: std::io::Result<()>| r.unwrap_err().raw_os_error();
-                let w = open("w");
-                assert_eq!(w.write_at(b"ab", max - 1).unwrap(), 1, "{label}: the kernel cuts the write short");
-                let two_blocks = vec![7u8; 2 * bs as usize];
-                assert_eq!(w.write_at(&two_blocks, max - bs).unwrap(), bs as usize, "{label}: at a block, too");
-                assert_eq!(errno(w.write_at(b"a", max).map(drop)), Some(libc::EFBIG), "{label}: kernel write");
-                let t = open("t");
-                assert_eq!(errno(t.set_len(max + 1)), Some(libc::EFBIG), "{label}: kernel truncate");
-                t.set_len(max).unwrap();
-                let f = open("f");
-                let fallocate = |at: u64, len: u64| {
-                    use std::os::fd::AsRawFd;
-                    let r = unsafe { libc::fallocate(f.as_raw_fd(), 0, at as i64, len as i64) };
-                    if r == 0 {
-                        Ok(())
-                    } else {
-                        Err(std::io::Error::last_os_error())
-                    }
-                };
-                assert_eq!(errno(fallocate(max - 1, 2)), Some(libc::EFBIG), "{label}: kernel fallocate");
-                fallocate(max - bs, bs).unwrap();
-            });
-            assert!(Command::new("umount").arg(&mnt).status().unwrap().success());
-            if let Err(panic) = result {
-                std::panic::resume_unwind(panic);
-            }
-        }
+        common::with_kernel_mount_with(&twin, &mnt, "loop", || {
+            let open = |name: &str| {
+                std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(mnt.join(name)).unwrap()
+            };
+            let errno = |r: std::io::Result<()>| r.unwrap_err().raw_os_error();
+            let w = open("w");
+            assert_eq!(w.write_at(b"ab", max - 1).unwrap(), 1, "{label}: the kernel cuts the write short");
+            let two_blocks = vec![7u8; 2 * bs as usize];
+            assert_eq!(w.write_at(&two_blocks, max - bs).unwrap(), bs as usize, "{label}: at a block, too");
+            assert_eq!(errno(w.write_at(b"a", max).map(drop)), Some(libc::EFBIG), "{label}: kernel write");
+            let t = open("t");
+            assert_eq!(errno(t.set_len(max + 1)), Some(libc::EFBIG), "{label}: kernel truncate");
+            t.set_len(max).unwrap();
+            let f = open("f");
+            let fallocate = |at: u64, len: u64| {
+                use std::os::fd::AsRawFd;
+                let r = unsafe { libc::fallocate(f.as_raw_fd(), 0, at as i64, len as i64) };
+                if r == 0 {
+                    Ok(())
+                } else {
+                    Err(std::io::Error::last_os_error())
+                }
+            };
+            assert_eq!(errno(fallocate(max - 1, 2)), Some(libc::EFBIG), "{label}: kernel fallocate");
+            fallocate(max - bs, bs).unwrap();
+        });
         with_kernel_mount(&image, |mnt| {
             for name in ["w", "t", "f"] {
                 assert_eq!(std::fs::metadata(mnt.join(name)).unwrap().len(), max, "{label}: kernel: {name}");

@@ -115,10 +115,15 @@ pub fn kernel_mount_with(image: &Path, mnt: &Path, options: &str) -> bool {
     false
 }
 
-/// Runs `check` on the kernel's mount of `image` at `mnt`, unmounts, and
-/// passes a failure on.
+/// Runs `check` on the kernel's read-only mount of `image` at `mnt`,
+/// unmounts, and passes a failure on.
 pub fn with_kernel_mount(image: &Path, mnt: &Path, check: impl FnOnce() + std::panic::UnwindSafe) {
-    if !kernel_mount(image, mnt) {
+    with_kernel_mount_with(image, mnt, "loop,ro", check);
+}
+
+/// [`with_kernel_mount`] with mount `options` (`loop` for read-write).
+pub fn with_kernel_mount_with(image: &Path, mnt: &Path, options: &str, check: impl FnOnce() + std::panic::UnwindSafe) {
+    if !kernel_mount_with(image, mnt, options) {
         return;
     }
     let result = std::panic::catch_unwind(check);
