@@ -220,6 +220,111 @@ fn an_overwrite_across_regions_announces_each_and_reads_back_after_a_death() {
     assert!(v.read_all(&v.inode(f).unwrap()).unwrap() == want, "good data, not EIO");
 }
 
+/// The intent list's entries as the sidecar holds them: (first block,
+/// blocks) each.
+fn intent_entries(sums: &Path) -> Vec<(u64, u64)> {
+    let sidecar = std::fs::read(sums).unwrap();
+    let le64 = |at: usize| u64::from_le_bytes(sidecar[at..at + 8].try_into().unwrap());
+    (0..le64(48) as usize).map(|i| (le64(64 + 16 * i), le64(72 + 16 * i))).collect()
+}
+
+/// The intent list grows its last entry only for the region right after
+/// it: overwrites of single blocks at region starts, after a commit, in
+/// regions a + 1, a + 2 (grown), a (before it: a new entry), a + 5 (a gap:
+/// another) — three entries, each exactly its regions, none flushed by a
+/// commit on the way; after a death every byte reads back.
+#[test]
+fn the_intent_list_grows_its_last_entry_only_into_the_next_region() {
+    let Some((scratch, path)) = image("grow", "16M", &[]) else { return };
+    let sums = scratch.0.join("u.csums");
+    let mut v = open(&path);
+    assert!(v.enable_data_checksums(&sums).unwrap());
+    let f = v.create(ROOT, b"f", FILE).unwrap().ino;
+    let mut want = vec![1u8; 12 << 20];
+    v.write(f, 0, &want).unwrap();
+    v.sync().unwrap(); // every block's checksum committed
+    let runs = v.runs(&v.inode(f).unwrap()).unwrap();
+    let logical_of = |physical: u64| {
+        let run = runs.iter().find(|r| (r.physical..r.physical + r.len).contains(&physical))?;
+        Some(run.logical + physical - run.physical)
+    };
+    let region = 1024u64; // 1 MiB of 1 KiB blocks
+    let a = (1..)
+        .find(|a| (*a..*a + 6).all(|k| logical_of(k * region).is_some()))
+        .filter(|a| a + 6 <= v.layout().blocks_count / region)
+        .expect("six regions of f's blocks");
+    for (n, k) in [a + 1, a + 2, a, a + 5].into_iter().enumerate() {
+        let at = (logical_of(k * region).unwrap() * 1024) as usize;
+        want[at..at + 1024].fill(2 + n as u8);
+        v.write(f, at as u64, &want[at..at + 1024]).unwrap();
+    }
+    let r = |k: u64| k * region;
+    assert_eq!(intent_entries(&sums), [(r(a + 1), r(2)), (r(a), r(1)), (r(a + 5), r(1))]);
+    drop(v); // dies before the next commit
+    let mut v = open(&path);
+    assert!(v.enable_data_checksums(&sums).unwrap());
+    assert!(v.read_all(&v.inode(f).unwrap()).unwrap() == want, "good data, not EIO");
+}
+
+/// A freed block's checksum goes with it — but stays durable until the
+/// next commit: blocks freed and committed are new space (a write there
+/// announces nothing), blocks freed and written again before a commit are
+/// announced (after a death they read back, not `EIO` against the old
+/// file's checksums), and freeing one file forgets no other file's
+/// checksums (damage to the file after it is still caught).
+#[test]
+fn a_freed_blocks_checksum_is_forgotten_durably_only_at_the_next_commit() {
+    use csumfs::Stats;
+    let Some((scratch, path)) = image("freed", "16M", &[]) else { return };
+    let sums = scratch.0.join("u.csums");
+    let mut v = open(&path);
+    assert!(v.enable_data_checksums(&sums).unwrap());
+    let flushes = |v: &Volume| Stats::get(&v.stats().datasum_intent_flushes);
+    let physical = |v: &Volume, ino: u32| {
+        let runs = v.runs(&v.inode(ino).unwrap()).unwrap();
+        assert_eq!(runs.len(), 1, "{runs:?}");
+        (runs[0].physical, runs[0].len)
+    };
+    let a = v.create(ROOT, b"a", FILE).unwrap().ino;
+    v.write(a, 0, &[1u8; 64 << 10]).unwrap();
+    let c = v.create(ROOT, b"c", FILE).unwrap().ino;
+    v.write(c, 0, &[3u8; 64 << 10]).unwrap();
+    v.sync().unwrap();
+    let (a_at, a_len) = physical(&v, a);
+    let c_at = physical(&v, c).0;
+    assert!(a_at >= 2 && a_len >= 2 && c_at > a_at, "c after a");
+    // Freed and committed: the space is new.
+    v.unlink(ROOT, b"a").unwrap();
+    v.sync().unwrap();
+    let before = flushes(&v);
+    let b = v.create(ROOT, b"b", FILE).unwrap().ino;
+    v.write(b, 0, &[2u8; 64 << 10]).unwrap();
+    assert_eq!(physical(&v, b), (a_at, a_len), "b takes a's blocks");
+    assert_eq!(flushes(&v), before, "committed-free blocks have no checksum to announce");
+    assert_eq!(intent_entries(&sums), []);
+    // Freed, not committed: the sidecar still holds b's checksums.
+    v.sync().unwrap();
+    v.unlink(ROOT, b"b").unwrap();
+    let d = v.create(ROOT, b"d", FILE).unwrap().ino;
+    v.write(d, 0, &[4u8; 64 << 10]).unwrap();
+    assert_eq!(physical(&v, d), (a_at, a_len), "d takes b's blocks");
+    assert_eq!(flushes(&v), before + 1, "blocks whose checksums are durable are announced");
+    drop(v); // dies before the next commit
+    let mut v = open(&path);
+    assert!(v.enable_data_checksums(&sums).unwrap());
+    assert!(v.read_all(&v.inode(d).unwrap()).unwrap() == [4u8; 64 << 10], "good data, not EIO");
+    v.sync().unwrap();
+    drop(v);
+    // c's checksums outlived both frees.
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[(c_at * 1024 + 5) as usize] ^= 1;
+    std::fs::write(&path, &bytes).unwrap();
+    let mut v = Volume::open(&path, Options::default()).unwrap();
+    assert!(v.enable_data_checksums(&sums).unwrap());
+    let err = v.read_all(&v.inode(c).unwrap()).unwrap_err();
+    assert_eq!(err.errno(), libc::EIO, "{err}");
+}
+
 /// The free-space trees the allocator searches stay the bitmaps' twins:
 /// filled by large then block-sized writes, the image runs out of space
 /// only when no block is free; freed and filled again (the trees merge the
