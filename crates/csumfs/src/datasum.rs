@@ -32,7 +32,6 @@ use crate::stats::Stats;
 use crate::volume::Volume;
 use csumkit::crc32c;
 use csumkit::csum_tree::{ChecksumTree, NodeStore, NODE_BYTES};
-use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
@@ -65,7 +64,7 @@ const INTENT_REGION_BYTES: u64 = 1 << 20;
 /// Tree nodes at 4 KiB slots of the sidecar; the tree's flushes are
 /// `fdatasync`s (its superblock never names nodes that are not durable).
 struct FileStore {
-    file: File,
+    file: Box<dyn crate::SidecarFile>,
 }
 
 /// Node slot where the tree's area starts (its two superblock slots; the
@@ -85,7 +84,7 @@ impl NodeStore for FileStore {
 
     fn flush(&mut self) -> Result<(), csumkit::Error> {
         let io = |e: std::io::Error| csumkit::Error::Io { context: "checksum sidecar".into(), source: e };
-        self.file.sync_data().map_err(io)
+        self.file.sync().map_err(io)
     }
 
     fn read(&mut self, location: u64, node: &mut [u8; NODE_BYTES]) -> Result<(), csumkit::Error> {
@@ -111,7 +110,7 @@ impl FileStore {
     /// Makes the intent list durable before the data it announces.
     fn flush_intent(&mut self) -> Result<(), Error> {
         let io = |source| Error::Io { context: "checksum sidecar intent list".into(), source };
-        self.file.sync_data().map_err(io)
+        self.file.sync().map_err(io)
     }
 
     fn clear_intent(&mut self) -> Result<(), Error> {
@@ -177,13 +176,28 @@ impl Volume {
             Err(e) if !write && e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
             Err(e) => return Err(io(e)),
         };
+        self.enable_data_checksums_on(Box::new(file), path)
+    }
+
+    /// [`enable_data_checksums`](Self::enable_data_checksums) with the
+    /// sidecar in `file` (opened for writing when the volume is), named
+    /// `path` in messages.
+    ///
+    /// # Errors
+    /// As [`enable_data_checksums`](Self::enable_data_checksums).
+    pub fn enable_data_checksums_on(
+        &mut self,
+        mut file: Box<dyn crate::SidecarFile>,
+        path: &Path,
+    ) -> Result<bool, Error> {
+        let io = |source| Error::Io { context: path.display().to_string(), source };
+        let write = self.options.write;
         let blocks = self.layout.blocks_count;
         let area = ChecksumTree::area_blocks_for(blocks);
         let len = (TREE_START + area) * NODE_BYTES as u64;
         let id = identity(&self.map);
         let mut header = [0u8; 48];
-        let fresh =
-            file.metadata().map_err(io)?.len() != len || file.read_exact_at(&mut header, 0).is_err() || header != id;
+        let fresh = file.size().map_err(io)? != len || file.read_exact_at(&mut header, 0).is_err() || header != id;
         if fresh {
             let stale = header[..8] == *MAGIC;
             if !write {
@@ -201,7 +215,7 @@ impl Volume {
             file.set_len(0).map_err(io)?;
             file.set_len(len).map_err(io)?;
             file.write_all_at(&id, 0).map_err(io)?;
-            file.sync_all().map_err(io)?;
+            file.sync().map_err(io)?;
         }
         let mut store = FileStore { file };
         let mut tree = ChecksumTree::open(&mut store, blocks, TREE_START, area)?;

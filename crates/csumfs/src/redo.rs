@@ -577,13 +577,22 @@ impl Redo {
         for (start, end) in merged(&ranges) {
             self.backing.write_at(start as u64, &image[start..end]).map_err(io("image"))?;
         }
-        let keep_mark = self.marked && !final_;
-        self.backing.write_at(1024, &superblock_with(&image[1024..2048], keep_mark)).map_err(io("image"))?;
+        // The mark stays until the data checksums the log carried are in
+        // the tree: an image cut before that, unmarked, would have its log
+        // ignored, and blocks rewritten in place since the tree's last
+        // commit would fail their old checksums (the intent list that
+        // named them was emptied by the log's commit).
+        self.backing.write_at(1024, &superblock_with(&image[1024..2048], self.marked)).map_err(io("image"))?;
         self.backing.sync().map_err(io("fdatasync of the image"))?;
         self.data_unsynced = false;
-        // The data checksums the log carried go into the tree before the
-        // log is emptied.
+        // The tree after the data it names is durable, before the log is
+        // emptied or the mark goes.
         crate::datasum::commit(sums, stats)?;
+        let keep_mark = self.marked && !final_;
+        if self.marked && !keep_mark {
+            self.backing.write_at(1024, &superblock_with(&image[1024..2048], false)).map_err(io("image"))?;
+            self.backing.sync().map_err(io("fdatasync of the image"))?;
+        }
         self.log.checkpoint()?;
         self.marked = keep_mark;
         self.last_checkpoint = Instant::now();

@@ -191,3 +191,93 @@ fn a_sidecar_serves_only_its_own_image() {
         other => panic!("a sidecar that cannot be created: {other:?}"),
     }
 }
+
+/// `forget_data_checksums` (what a writer that keeps no checksums calls
+/// first) marks a sidecar stale once: read-only it is then unused (damage
+/// reads back unnoticed, not as a false `EIO` either way), writable it
+/// starts afresh. A missing file, a short one, one that is not a sidecar,
+/// or one forgotten already is left alone (`Ok(false)`, not a byte
+/// changed); one that cannot be opened is an error.
+#[test]
+fn a_forgotten_sidecar_is_stale_until_a_writable_open_starts_it_afresh() {
+    if !have_e2fsprogs() {
+        return;
+    }
+    let scratch = Scratch::new("sidecar-forget");
+    let (image, sums) = (scratch.0.join("a.img"), scratch.0.join("a.csums"));
+    mke2fs_with(&image, "4096", "16M", &[]);
+    let mut v = open(&image, &sums);
+    let f = v.create(ROOT, b"f", FILE).unwrap().ino;
+    v.write(f, 0, &[1u8; 64 << 10]).unwrap();
+    v.sync().unwrap();
+    let block = v.runs(&v.inode(f).unwrap()).unwrap()[0].physical;
+    drop(v);
+    assert!(csumfs::forget_data_checksums(&sums).unwrap(), "a sidecar: forgotten");
+    let forgotten = std::fs::read(&sums).unwrap();
+    assert!(!csumfs::forget_data_checksums(&sums).unwrap(), "forgotten already");
+    assert!(std::fs::read(&sums).unwrap() == forgotten);
+    // Not sidecars: left as they are.
+    let other = scratch.0.join("other");
+    for bytes in [&b"not a sidecar, but long enough to hold its header (48 bytes)"[..], b"CSFSDSUM", b""] {
+        std::fs::write(&other, bytes).unwrap();
+        assert!(!csumfs::forget_data_checksums(&other).unwrap(), "{bytes:?}");
+        assert_eq!(std::fs::read(&other).unwrap(), bytes);
+    }
+    assert!(!csumfs::forget_data_checksums(&scratch.0.join("missing")).unwrap());
+    match csumfs::forget_data_checksums(&scratch.0) {
+        Err(csumfs::Error::Io { .. }) => {}
+        other => panic!("a directory: {other:?}"),
+    }
+    // Damage f, then open: read-only the stale sidecar is unused…
+    let mut bytes = std::fs::read(&image).unwrap();
+    bytes[(block * 4096 + 9) as usize] ^= 1;
+    std::fs::write(&image, &bytes).unwrap();
+    let mut v = Volume::open(&image, Options::default()).unwrap();
+    assert!(!v.enable_data_checksums(&sums).unwrap(), "read-only: a stale sidecar is not used");
+    let mut want = vec![1u8; 64 << 10];
+    want[9] ^= 1;
+    assert!(v.read_all(&v.inode(f).unwrap()).unwrap() == want);
+    // …writable it starts afresh: no block has a checksum until written.
+    let v = open(&image, &sums);
+    assert!(v.read_all(&v.inode(f).unwrap()).unwrap() == want);
+    assert_eq!(v.scrub().unwrap().blocks, 16);
+    assert_eq!(Stats::get(&v.stats().data_verified), 0, "no checksums kept");
+}
+
+/// Scrub walks every file once (a hard link is not a second file),
+/// subdirectories included, and names each damaged block by the path it
+/// was reached by, its block in the file and its block on disk; every
+/// other block it read counts as good.
+#[test]
+fn scrub_names_each_damaged_block_by_path_file_block_and_disk_block() {
+    if !have_e2fsprogs() {
+        return;
+    }
+    let scratch = Scratch::new("scrub-names");
+    let (image, sums) = (scratch.0.join("a.img"), scratch.0.join("a.csums"));
+    mke2fs_with(&image, "4096", "16M", &[]);
+    let mut v = open(&image, &sums);
+    let f = v.create(ROOT, b"f", FILE).unwrap().ino;
+    v.write(f, 0, &bytes(64 << 10, 1)).unwrap();
+    let d = v.mkdir(ROOT, b"d", NewInode { mode: 0o40_755, uid: 0, gid: 0 }).unwrap().ino;
+    let g = v.create(d, b"g", FILE).unwrap().ino;
+    v.write(g, 0, &bytes(8 << 10, 2)).unwrap();
+    v.link(g, d, b"h").unwrap();
+    v.sync().unwrap();
+    let first = |v: &Volume, ino: u32| v.runs(&v.inode(ino).unwrap()).unwrap()[0].physical;
+    let (pf, pg) = (first(&v, f), first(&v, g));
+    let report = v.scrub().unwrap();
+    assert_eq!((report.files, report.blocks, report.bad.len()), (2, 18, 0), "{report:?}");
+    drop(v);
+    let mut damaged = std::fs::read(&image).unwrap();
+    for block in [pf + 5, pg + 1] {
+        damaged[(block * 4096 + 77) as usize] ^= 4;
+    }
+    std::fs::write(&image, &damaged).unwrap();
+    let v = open(&image, &sums);
+    let mut report = v.scrub().unwrap();
+    report.bad.sort();
+    let g_path = if report.bad[0].0 == "/d/g" { "/d/g" } else { "/d/h" };
+    assert_eq!(report.bad, [(g_path.to_string(), 1, pg + 1), ("/f".to_string(), 5, pf + 5)]);
+    assert_eq!((report.files, report.blocks), (2, 16));
+}

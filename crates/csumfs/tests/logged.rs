@@ -690,3 +690,65 @@ fn files_of_a_block(volume: &mut Volume, count: u32) -> Vec<u32> {
         })
         .collect()
 }
+
+/// The data checksums' intent list: blocks overwritten in place after a
+/// checkpoint are announced (the sidecar lists them); the log commit that
+/// carries their new checksums empties the list, so that the sidecar lists
+/// nothing and an overwrite after it is announced again — and after a
+/// death there, every block reads back.
+#[test]
+fn a_log_commit_empties_the_intent_list() {
+    use csumfs::Stats;
+    if !have_e2fsprogs() {
+        return;
+    }
+    let scratch = Scratch::new("logged-intent");
+    let (image, log, sums) = (scratch.0.join("img"), scratch.0.join("img.bytelog"), scratch.0.join("img.csums"));
+    mke2fs_with(&image, "4096", "64M", &[]);
+    let (mut volume, _) = Volume::open_logged(&image, &log, 4 << 20, Options::default(), Some(&sums)).unwrap();
+    let f = volume.create(ROOT, b"f", NewInode { mode: 0o100_644, uid: 0, gid: 0 }).unwrap().ino;
+    volume.write(f, 0, &vec![1u8; 2 << 20]).unwrap();
+    volume.checkpoint().unwrap(); // the tree holds f's checksums
+    let listed = || {
+        let sidecar = std::fs::read(&sums).unwrap();
+        u64::from_le_bytes(sidecar[48..56].try_into().unwrap())
+    };
+    let flushes = |v: &Volume| Stats::get(&v.stats().datasum_intent_flushes);
+    let before = flushes(&volume);
+    volume.write(f, 0, &[2u8; 8192]).unwrap(); // whole pages: in place
+    assert_eq!((flushes(&volume), listed()), (before + 1, 1), "announced");
+    volume.sync().unwrap(); // the log carries the new checksums
+    assert_eq!(listed(), 0, "the log commit empties the list");
+    volume.write(f, 0, &[3u8; 8192]).unwrap();
+    assert_eq!((flushes(&volume), listed()), (before + 2, 1), "announced again after the commit");
+    drop(volume); // dies before the next commit
+    let (volume, _) = Volume::open_logged(&image, &log, 4 << 20, Options::default(), Some(&sums)).unwrap();
+    let mut want = vec![1u8; 2 << 20];
+    want[..8192].fill(3);
+    assert!(volume.read_all(&volume.inode(f).unwrap()).unwrap() == want, "good data, not EIO");
+}
+
+/// A commit logs up to 4 064 new data checksums (four log records' worth)
+/// and writes the tree to the sidecar instead past that: files of exactly
+/// 4 064 and 4 065 blocks, each synced.
+#[test]
+fn a_commit_logs_up_to_four_records_of_checksums() {
+    use csumfs::Stats;
+    if !have_e2fsprogs() {
+        return;
+    }
+    let scratch = Scratch::new("logged-sums-bound");
+    let (image, log, sums) = (scratch.0.join("img"), scratch.0.join("img.bytelog"), scratch.0.join("img.csums"));
+    mke2fs_with(&image, "4096", "64M", &[]);
+    let (mut volume, _) = Volume::open_logged(&image, &log, 4 << 20, Options::default(), Some(&sums)).unwrap();
+    let stats = |v: &Volume| (Stats::get(&v.stats().datasum_commits), Stats::get(&v.stats().log_datasums));
+    for (name, blocks, tree) in [(&b"at"[..], 4064usize, false), (b"past", 4065, true)] {
+        let f = volume.create(ROOT, name, NewInode { mode: 0o100_644, uid: 0, gid: 0 }).unwrap().ino;
+        let before = stats(&volume);
+        volume.write(f, 0, &vec![5u8; blocks * 4096]).unwrap();
+        volume.sync().unwrap();
+        let after = stats(&volume);
+        let want = if tree { (before.0 + 1, before.1) } else { (before.0, before.1 + blocks as u64) };
+        assert_eq!(after, want, "{blocks} new checksums: (tree commits, checksums logged)");
+    }
+}

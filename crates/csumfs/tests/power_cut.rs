@@ -9,17 +9,22 @@
 //! does, and must be a tree the workload had at an operation boundary at
 //! or after the last acknowledged `sync`, with every file the workload had
 //! not changed since that `sync` byte for byte; `e2fsck -fn` judges the
-//! image for a sample of the cuts.
+//! image for a sample of the cuts. The data checksum sidecar is a simulated
+//! disk of its own, cut too (a random subset of its unsynced sectors kept)
+//! at every log fence and before each of its own flushes lands: reopened
+//! with what the log carried, no file block may fail its checksum — good
+//! data is never `EIO` — and blocks must still be verified.
 
 mod common;
 
 use common::model::{apply, op, Model, Node, Op};
 use common::{assert_clean, have_e2fsprogs, mke2fs, Scratch};
-use csumfs::{Backing, Options, Stats, Volume};
+use csumfs::{Backing, Options, SidecarFile, Stats, Volume};
 use csumkit::bytelog::{Medium, SimMedium};
 use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 const SECTOR: usize = 512;
@@ -52,6 +57,80 @@ impl Backing for SimDisk {
     }
 }
 
+impl Disk {
+    fn new(bytes: Vec<u8>) -> Disk {
+        Disk { current: bytes.clone(), durable: bytes, unsynced: Vec::new() }
+    }
+
+    /// What a power cut leaves: the durable bytes and a random subset of
+    /// the sectors written since the last flush.
+    fn crash_image(&self, rng: &mut u64) -> Vec<u8> {
+        let mut image = self.durable.clone();
+        let sectors: Vec<usize> =
+            self.unsynced.iter().flat_map(|&(s, e)| (s / SECTOR..e.div_ceil(SECTOR)).collect::<Vec<_>>()).collect();
+        for sector in random_subset(rng, &sectors) {
+            let (s, e) = (sector * SECTOR, ((sector + 1) * SECTOR).min(image.len()));
+            image[s..e].copy_from_slice(&self.current[s..e]);
+        }
+        image
+    }
+}
+
+/// The data checksum sidecar's disk; the power is cut before each of its
+/// flushes lands.
+struct SimSidecar {
+    disk: Arc<Mutex<Disk>>,
+    world: Arc<Mutex<World>>,
+}
+
+impl SidecarFile for SimSidecar {
+    fn size(&self) -> std::io::Result<u64> {
+        Ok(self.disk.lock().unwrap().current.len() as u64)
+    }
+    fn set_len(&mut self, len: u64) -> std::io::Result<()> {
+        // The new length is taken as durable at once (zeros either way).
+        let mut disk = self.disk.lock().unwrap();
+        let len = len as usize;
+        disk.current.resize(len, 0);
+        disk.durable.resize(len, 0);
+        disk.unsynced.retain(|&(_, end)| end <= len);
+        Ok(())
+    }
+    fn read_exact_at(&self, buf: &mut [u8], at: u64) -> std::io::Result<()> {
+        let disk = self.disk.lock().unwrap();
+        let bytes = disk.current.get(at as usize..at as usize + buf.len());
+        buf.copy_from_slice(bytes.ok_or(std::io::ErrorKind::UnexpectedEof)?);
+        Ok(())
+    }
+    fn write_all_at(&mut self, bytes: &[u8], at: u64) -> std::io::Result<()> {
+        let mut disk = self.disk.lock().unwrap();
+        let (start, end) = (at as usize, at as usize + bytes.len());
+        assert!(end <= disk.current.len(), "the sidecar is sized before it is written");
+        disk.current[start..end].copy_from_slice(bytes);
+        disk.unsynced.push((start, end));
+        Ok(())
+    }
+    fn sync(&mut self) -> std::io::Result<()> {
+        let log = self.world.lock().unwrap().log_durable.clone();
+        cut(log, &mut self.world.lock().unwrap(), SIDECAR_FLUSH);
+        SimDisk(Arc::clone(&self.disk)).sync()
+    }
+}
+
+const SIDECAR_FLUSH: &str = "before a sidecar flush";
+
+/// An image file that keeps nothing (the cut's replay needs no copy).
+struct Discard;
+
+impl Backing for Discard {
+    fn write_at(&mut self, _: u64, _: &[u8]) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn sync(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// The workload's trees: from the last acknowledged `sync` on.
 struct History {
     trees: Vec<Model>,
@@ -60,10 +139,17 @@ struct History {
 /// Everything a cut needs, shared with the medium.
 struct World {
     disk: Arc<Mutex<Disk>>,
+    sidecar: Arc<Mutex<Disk>>,
+    /// The log as the last fence left it durable.
+    log_durable: Vec<u8>,
     history: Arc<Mutex<History>>,
     rng: u64,
     cuts: u64,
+    /// Of those, cuts before a sidecar flush landed.
+    sidecar_cuts: u64,
     judged: u64,
+    /// Blocks the cuts' replays verified against a checksum.
+    verified: u64,
     scratch: std::path::PathBuf,
 }
 
@@ -87,8 +173,17 @@ impl Medium for CuttingMedium {
         self.sim.flush(offset, len)
     }
     fn fence(&mut self) -> Result<(), csumkit::Error> {
-        cut(&self.sim, &mut self.world.lock().unwrap());
-        self.sim.fence()
+        let mut world = self.world.lock().unwrap();
+        let dirty = self.sim.dirty_lines();
+        let reached = random_subset(&mut world.rng, &dirty);
+        let torn = (!reached.is_empty()).then(|| {
+            let line = reached[next(&mut world.rng) as usize % reached.len()];
+            (line, next(&mut world.rng) as u8)
+        });
+        cut(self.sim.crash_image(&reached, torn), &mut world, "at a log fence");
+        self.sim.fence()?;
+        world.log_durable = self.sim.crash_image(&[], None);
+        Ok(())
     }
 }
 
@@ -105,39 +200,50 @@ fn random_subset<T: Copy>(rng: &mut u64, all: &[T]) -> Vec<T> {
     all.iter().copied().filter(|_| next(rng) & 1 == 1).collect()
 }
 
-/// Cuts the power now: replays what a random crash leaves and judges it.
-fn cut(log: &SimMedium, world: &mut World) {
+/// `image` without the superblock's "log pending" bit, which a mount
+/// clears in its private copy before replaying the log into it.
+fn without_pending_bit(mut image: Vec<u8>) -> Vec<u8> {
+    let sb = &mut image[1024..2048];
+    let incompat = u32::from_le_bytes(sb[0x60..0x64].try_into().unwrap()) & !csumfs::LOG_PENDING;
+    sb[0x60..0x64].copy_from_slice(&incompat.to_le_bytes());
+    let crc = csumkit::crc32c::raw_update(!0, &sb[..0x3FC]);
+    sb[0x3FC..].copy_from_slice(&crc.to_le_bytes());
+    image
+}
+
+/// Cuts the power now, the log left as `log_image`: replays what a random
+/// crash leaves and judges it.
+fn cut(log_image: Vec<u8>, world: &mut World, when: &str) {
     world.cuts += 1;
-    let mut image = {
-        let disk = world.disk.lock().unwrap();
-        let mut image = disk.durable.clone();
-        let sectors: Vec<usize> =
-            disk.unsynced.iter().flat_map(|&(s, e)| (s / SECTOR..e.div_ceil(SECTOR)).collect::<Vec<_>>()).collect();
-        for sector in random_subset(&mut world.rng, &sectors) {
-            let (s, e) = (sector * SECTOR, ((sector + 1) * SECTOR).min(image.len()));
-            image[s..e].copy_from_slice(&disk.current[s..e]);
-        }
-        image
-    };
-    let dirty = log.dirty_lines();
-    let reached = random_subset(&mut world.rng, &dirty);
-    let torn = (!reached.is_empty()).then(|| {
-        let line = reached[next(&mut world.rng) as usize % reached.len()];
-        (line, next(&mut world.rng) as u8)
-    });
-    let log_image = log.crash_image(&reached, torn);
-    let (replayed, _) = Volume::replayed_image(std::mem::take(&mut image), log_image)
-        .unwrap_or_else(|e| panic!("cut {}: replay failed: {e}", world.cuts));
-    let volume = Volume::from_bytes(replayed.clone(), Options::default()).unwrap();
-    let found = tree(&volume).unwrap_or_else(|e| panic!("cut {}: the replayed tree is unreadable: {e}", world.cuts));
-    let history = world.history.lock().unwrap();
-    judge(&found, &history.trees).unwrap_or_else(|e| panic!("cut {}: {e}", world.cuts));
+    world.sidecar_cuts += u64::from(when == SIDECAR_FLUSH);
+    let image = world.disk.lock().unwrap().crash_image(&mut world.rng);
+    let sidecar = world.sidecar.lock().unwrap().crash_image(&mut world.rng);
+    let mut log_image = log_image;
+    log_image.resize(log_image.len().next_multiple_of(64), 0);
     if world.cuts % 8 == 1 {
         world.judged += 1;
+        let (replayed, _) = Volume::replayed_image(image.clone(), log_image.clone())
+            .unwrap_or_else(|e| panic!("cut {}: replay failed: {e}", world.cuts));
         let path = world.scratch.join("cut.img");
         std::fs::write(&path, &replayed).unwrap();
         assert_clean(&path, &format!("after power cut {}", world.cuts));
     }
+    // Replayed as a mount does: the log into the image, the checksums it
+    // carried into the sidecar.
+    let sums = world.scratch.join("cut.csums");
+    std::fs::write(&sums, &sidecar).unwrap();
+    let pending = csumfs::log_pending(&image);
+    let mut volume = Volume::from_bytes(without_pending_bit(image), Options { write: true, ..Options::default() })
+        .unwrap_or_else(|e| panic!("cut {}: {e}", world.cuts));
+    volume
+        .enable_log(Box::new(Discard), Box::new(SimMedium::from_image(log_image)), pending, Some(&sums))
+        .unwrap_or_else(|e| panic!("cut {}: replay failed: {e}", world.cuts));
+    let before = Stats::get(&volume.stats().data_verified);
+    let found =
+        tree(&volume).unwrap_or_else(|e| panic!("cut {} {when}: the replayed tree is unreadable: {e}", world.cuts));
+    world.verified += Stats::get(&volume.stats().data_verified) - before;
+    let history = world.history.lock().unwrap();
+    judge(&found, &history.trees).unwrap_or_else(|e| panic!("cut {}: {e}", world.cuts));
 }
 
 /// The tree a volume holds (lost+found left out), as the model writes it.
@@ -204,21 +310,26 @@ fn judge(found: &Model, trees: &[Model]) -> Result<(), String> {
     Ok(())
 }
 
-fn run(seed: u64, block_size: &str, ops: usize, sync_every: usize) -> (u64, u64) {
+fn run(seed: u64, block_size: &str, ops: usize, sync_every: usize) -> [u64; 5] {
     let scratch = Scratch::new(&format!("power-cut-{seed}-{block_size}"));
     let path = scratch.0.join("fresh.img");
     mke2fs(&path, block_size, "8M");
     let fresh = std::fs::read(&path).unwrap();
-    let disk = Arc::new(Mutex::new(Disk { current: fresh.clone(), durable: fresh.clone(), unsynced: Vec::new() }));
+    let disk = Arc::new(Mutex::new(Disk::new(fresh.clone())));
+    let sidecar = Arc::new(Mutex::new(Disk::new(Vec::new())));
     let history = Arc::new(Mutex::new(History { trees: vec![Model::from([("/".to_string(), Node::Dir)])] }));
     let mut seed_bytes = [0u8; 32];
     seed_bytes[..8].copy_from_slice(&seed.to_le_bytes());
     let world = Arc::new(Mutex::new(World {
         disk: Arc::clone(&disk),
+        sidecar: Arc::clone(&sidecar),
+        log_durable: Vec::new(),
         history: Arc::clone(&history),
         rng: seed,
         cuts: 0,
+        sidecar_cuts: 0,
         judged: 0,
+        verified: 0,
         scratch: scratch.0.clone(),
     }));
     // A small ring, so that checkpoints and wrap-around happen under cuts.
@@ -226,9 +337,19 @@ fn run(seed: u64, block_size: &str, ops: usize, sync_every: usize) -> (u64, u64)
     let options = Options { write: true, check_updates: true, ..Options::default() };
     let mut volume = Volume::from_bytes(fresh, options).unwrap();
     volume.enable_log(Box::new(SimDisk(Arc::clone(&disk))), Box::new(medium), false, None).unwrap();
+    let sums = SimSidecar { disk: Arc::clone(&sidecar), world: Arc::clone(&world) };
+    assert!(volume.enable_data_checksums_on(Box::new(sums), Path::new("sim.csums")).unwrap());
 
     let mut runner = TestRunner::new_with_rng(Config::default(), TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes));
-    let workload: Vec<Op> = (0..ops).map(|_| op().new_tree(&mut runner).unwrap().current()).collect();
+    // Half the writes made whole pages over a file's first two, which go
+    // in place (not through the log): overwrites of checksummed blocks,
+    // announced on the sidecar's intent list first.
+    let workload: Vec<Op> = (0..ops)
+        .map(|_| match op().new_tree(&mut runner).unwrap().current() {
+            Op::Write { file, len, .. } if len > 2500 => Op::Write { file, offset: len % 2 * 4096, len: 8192 },
+            op => op,
+        })
+        .collect();
     let mut model = Model::from([("/".to_string(), Node::Dir)]);
     for (step, op) in workload.iter().enumerate() {
         volume.begin();
@@ -246,6 +367,8 @@ fn run(seed: u64, block_size: &str, ops: usize, sync_every: usize) -> (u64, u64)
     }
     let stats = volume.stats();
     let (logged, checkpoints) = (Stats::get(&stats.log_commit_bytes), Stats::get(&stats.log_checkpoints));
+    let announced = Stats::get(&stats.datasum_intent_flushes);
+    assert!(announced > 10, "{announced} overwrites announced on the intent list");
     assert!(logged > 2 * (64 << 10), "{logged} bytes of log: the ring never wrapped");
     assert!(checkpoints > 2, "{checkpoints} checkpoints under cuts");
     volume.checkpoint().unwrap();
@@ -255,10 +378,15 @@ fn run(seed: u64, block_size: &str, ops: usize, sync_every: usize) -> (u64, u64)
     std::fs::write(&final_path, &durable).unwrap();
     assert_clean(&final_path, "after the final checkpoint");
     assert!(!csumfs::log_pending(&durable), "a checkpointed image still says its log holds changes");
-    let found = tree(&Volume::open(&final_path, Options::default()).unwrap()).unwrap();
+    let final_sums = scratch.0.join("final.csums");
+    std::fs::write(&final_sums, &sidecar.lock().unwrap().durable).unwrap();
+    let mut volume = Volume::open(&final_path, Options::default()).unwrap();
+    assert!(volume.enable_data_checksums(&final_sums).unwrap(), "the sidecar belongs to the final image");
+    let found = tree(&volume).unwrap();
     assert_eq!(found, model, "the checkpointed image differs from the workload's tree");
+    assert!(Stats::get(&volume.stats().data_verified) > 0, "no block of the final image has a checksum");
     let world = world.lock().unwrap();
-    (world.cuts, world.judged)
+    [world.cuts, world.sidecar_cuts, world.judged, world.verified, announced]
 }
 
 #[test]
@@ -266,12 +394,18 @@ fn every_fence_of_the_log_survives_a_power_cut() {
     if !have_e2fsprogs() {
         return;
     }
-    let (mut cuts, mut judged) = (0, 0);
+    let mut counts = [0u64; 5];
     for (seed, block_size) in [(1, "1024"), (2, "4096"), (3, "1024"), (4, "4096")] {
-        let (c, j) = run(seed, block_size, 700, 2 + seed as usize % 3);
-        cuts += c;
-        judged += j;
+        let run = run(seed, block_size, 700, 2 + seed as usize % 3);
+        counts.iter_mut().zip(run).for_each(|(total, n)| *total += n);
     }
-    eprintln!("power cuts: {cuts} replayed and compared with the workload, {judged} judged by e2fsck -fn");
+    let [cuts, sidecar_cuts, judged, verified, announced] = counts;
+    eprintln!(
+        "power cuts: {cuts} replayed and compared with the workload ({sidecar_cuts} before a sidecar flush), \
+         {judged} judged by e2fsck -fn, {verified} blocks read back verified against their checksums; \
+         {announced} in-place overwrites announced on the intent list"
+    );
     assert!(cuts > 1000, "only {cuts} power cuts happened");
+    assert!(sidecar_cuts > 50, "only {sidecar_cuts} cuts before a sidecar flush");
+    assert!(verified > 10 * cuts, "{verified} blocks verified in {cuts} cuts: the checksums were lost");
 }
