@@ -50,6 +50,9 @@ csumfs_files=(
   crates/csumfs/src/htree.rs
   crates/csumfs/src/dir_write.rs
   crates/csumfs/src/write.rs
+  crates/csumfs/src/datasum.rs
+  crates/csumfs/src/undo.rs
+  crates/csumfs/src/orphan.rs
 )
 # The `mutants` profile (Cargo.toml): optimised like release, without LTO
 # and with incremental builds, so each mutant rebuilds in seconds and the

@@ -214,3 +214,35 @@ impl crate::volume::Volume {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A log by hand: the header, then each (image offset, old bytes)
+    /// record padded to 8 bytes.
+    fn log_of(records: &[(u64, &[u8])]) -> Vec<u8> {
+        let mut log = vec![0u8; HEADER];
+        log[..8].copy_from_slice(MAGIC);
+        for (at, old) in records {
+            log.extend_from_slice(&at.to_le_bytes());
+            log.extend_from_slice(&(old.len() as u32).to_le_bytes());
+            log.extend_from_slice(&[0; 4]);
+            log.extend_from_slice(old);
+            log.resize(log.len().next_multiple_of(8), 0);
+        }
+        let used = log.len() as u64;
+        log[8..16].copy_from_slice(&(records.len() as u64).to_le_bytes());
+        log[16..24].copy_from_slice(&used.to_le_bytes());
+        log.resize(used as usize + 64, 0);
+        log
+    }
+
+    #[test]
+    fn a_record_of_no_bytes_is_a_record_like_any_other() {
+        let log = log_of(&[(100, b"abc"), (200, b"")]);
+        assert_eq!(pending(&log).unwrap(), [(200, Vec::new()), (100, b"abc".to_vec())]);
+        let log = log_of(&[(300, b""), (100, b"12345678")]);
+        assert_eq!(pending(&log).unwrap(), [(100, b"12345678".to_vec()), (300, Vec::new())]);
+    }
+}

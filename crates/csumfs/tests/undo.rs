@@ -83,6 +83,90 @@ fn a_failed_or_interrupted_operation_leaves_the_image_as_before() {
     assert_clean(&path, "the operations above");
 }
 
+/// What the undo log file holds is trusted only when it is one: a file of
+/// something else at its path is started afresh (nothing put back), and a
+/// log whose count names a record past its bytes used is refused as
+/// corrupt, the image untouched.
+#[test]
+fn only_a_whole_undo_log_is_put_back() {
+    let Some((scratch, path)) = image("foreign", "8M", &[]) else { return };
+    let undo = scratch.0.join("u.undo");
+    std::fs::write(&undo, vec![0xA5u8; 1 << 20]).unwrap();
+    let before = std::fs::read(&path).unwrap();
+    let mut v = open(&path);
+    assert!(!v.enable_undo(&undo).unwrap(), "not a log: nothing to undo");
+    assert!(std::fs::read(&path).unwrap() == before, "nothing put back");
+    // A never-ended operation, then one record more counted than written.
+    v.begin();
+    v.mkdir(ROOT, b"d", DIR).unwrap();
+    drop(v);
+    let mut log = std::fs::read(&undo).unwrap();
+    let count = u64::from_le_bytes(log[8..16].try_into().unwrap());
+    assert!(count > 0);
+    log[8..16].copy_from_slice(&(count + 1).to_le_bytes());
+    std::fs::write(&undo, &log).unwrap();
+    let interrupted = std::fs::read(&path).unwrap();
+    let mut v = open(&path);
+    match v.enable_undo(&undo) {
+        Err(err @ csumfs::Error::Corrupt { .. }) => assert!(err.to_string().contains("past the"), "{err}"),
+        other => panic!("a log counting a record it lacks: {other:?}"),
+    }
+    drop(v);
+    assert!(std::fs::read(&path).unwrap() == interrupted, "a refused log puts nothing back");
+}
+
+/// An operation whose old metadata bytes pass the log's first megabyte
+/// (the log file grows) is rolled back whole when it fails, and undone
+/// whole after a death.
+#[test]
+fn an_operation_past_the_logs_first_megabyte_is_undone_whole() {
+    let Some((scratch, path)) = image("large", "32M", &[]) else { return };
+    let undo = scratch.0.join("u.undo");
+    let mut v = open(&path);
+    assert!(!v.enable_undo(&undo).unwrap());
+    let before = std::fs::read(&path).unwrap();
+    let work = |v: &mut Volume| {
+        v.begin();
+        let d = v.mkdir(ROOT, b"many", DIR).unwrap().ino;
+        for i in 0..3000 {
+            v.create(d, format!("a-rather-long-file-name-{i:05}").as_bytes(), FILE).unwrap();
+        }
+    };
+    work(&mut v);
+    let logged = std::fs::metadata(&undo).unwrap().len();
+    assert!(logged > 1 << 20, "the log grew past its first megabyte: {logged} bytes");
+    v.end(false).unwrap();
+    v.sync().unwrap();
+    assert!(std::fs::read(&path).unwrap() == before, "rolled back byte for byte");
+    work(&mut v);
+    drop(v); // dies mid-operation
+    let mut v = open(&path);
+    assert!(v.enable_undo(&undo).unwrap());
+    drop(v);
+    assert!(std::fs::read(&path).unwrap() == before, "undone byte for byte");
+}
+
+/// Nested operations are one: an inner `end(true)` keeps nothing by
+/// itself — the outer operation failing puts back the inner one's changes
+/// too.
+#[test]
+fn a_failed_operation_puts_back_what_its_inner_operations_did() {
+    let Some((scratch, path)) = image("nested", "8M", &[]) else { return };
+    let mut v = open(&path);
+    assert!(!v.enable_undo(&scratch.0.join("u.undo")).unwrap());
+    v.sync().unwrap();
+    let before = std::fs::read(&path).unwrap();
+    v.begin();
+    v.begin();
+    v.mkdir(ROOT, b"inner", DIR).unwrap();
+    v.end(true).unwrap();
+    v.create(ROOT, b"outer", FILE).unwrap();
+    v.end(false).unwrap();
+    v.sync().unwrap();
+    assert!(v.resolve("/inner").is_err(), "the inner operation's directory is gone");
+    assert!(std::fs::read(&path).unwrap() == before, "rolled back byte for byte");
+}
+
 #[test]
 fn a_write_that_runs_out_of_space_is_undone_whole() {
     let Some((scratch, path)) = image("enospc", "8M", &[]) else { return };
