@@ -588,13 +588,12 @@ impl Redo {
         // The tree after the data it names is durable, before the log is
         // emptied or the mark goes.
         crate::datasum::commit(sums, stats)?;
-        let keep_mark = self.marked && !final_;
-        if self.marked && !keep_mark {
+        if self.marked && final_ {
             self.backing.write_at(1024, &superblock_with(&image[1024..2048], false)).map_err(io("image"))?;
             self.backing.sync().map_err(io("fdatasync of the image"))?;
+            self.marked = false;
         }
         self.log.checkpoint()?;
-        self.marked = keep_mark;
         self.last_checkpoint = Instant::now();
         Stats::bump(&stats.log_checkpoints);
         Ok(())
