@@ -107,4 +107,114 @@ fn pi_is_refused_where_it_cannot_work_and_a_stale_file_is_not_used_read_only() {
     let mut volume = Volume::open(&image, Options { write: true, ..Options::default() }).unwrap();
     let opened = volume.enable_pi(&image, &pi, protection("512+8", GuardSize::Crc16)).unwrap();
     assert!(opened.started_afresh);
+    drop(volume);
+    // Another image of the same size (its own UUID) with this image's PI
+    // file: stale, refused read-only.
+    let other = scratch.0.join("other");
+    mke2fs(&other, "1024", "8M");
+    let mut volume = Volume::open(&other, Options::default()).unwrap();
+    let err = volume.enable_pi(&other, &pi, protection("512+8", GuardSize::Crc16)).unwrap_err();
+    assert!(err.to_string().contains("stale"), "{err}");
+}
+
+/// A write larger than one device command (16 MiB) is split into commands
+/// that each land where they belong: 20 MiB written, checkpointed, read
+/// back checked against the PI of every block.
+#[test]
+fn a_write_larger_than_one_device_command_reads_back_checked() {
+    if !have_e2fsprogs() {
+        return;
+    }
+    let scratch = Scratch::new("pi-large");
+    let image = scratch.0.join("img");
+    let (log, pi) = (scratch.0.join("img.bytelog"), scratch.0.join("img.pi"));
+    mke2fs(&image, "4096", "64M");
+    let p = protection("4096+8", GuardSize::Crc16);
+    let (mut volume, _, _) = Volume::open_logged_pi(&image, &log, 1 << 20, Options::default(), &pi, p, None).unwrap();
+    let f = volume.create(ROOT, b"large", FILE).unwrap().ino;
+    let data: Vec<u8> = (0..20u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
+    volume.write(f, 0, &data).unwrap();
+    // A file after it: written past the device's first command's worth.
+    let g = volume.create(ROOT, b"after", FILE).unwrap().ino;
+    volume.write(g, 0, &data[..1 << 20]).unwrap();
+    assert!(volume.runs(&volume.inode(g).unwrap()).unwrap()[0].physical * 4096 >= 16 << 20);
+    volume.checkpoint().unwrap();
+    drop(volume);
+    let mut volume = Volume::open(&image, Options::default()).unwrap();
+    volume.enable_pi(&image, &pi, p).unwrap();
+    assert!(volume.read_all(&volume.inode(f).unwrap()).unwrap() == data, "the 20 MiB read back");
+    assert!(volume.read_all(&volume.inode(g).unwrap()).unwrap() == data[..1 << 20]);
+    assert!(Stats::get(&volume.stats().pi_blocks_verified) >= 5120 + 256, "every block checked");
+}
+
+/// A write that covers a damaged block whole replaces it (its old bytes
+/// are not read, so their failed check stops nothing), and the block then
+/// reads back checked; the partial blocks at the write's ends are read and
+/// checked as ever.
+#[test]
+fn a_write_covering_a_damaged_block_whole_replaces_it() {
+    if !have_e2fsprogs() {
+        return;
+    }
+    let scratch = Scratch::new("pi-replace");
+    let image = scratch.0.join("img");
+    let (log, pi) = (scratch.0.join("img.bytelog"), scratch.0.join("img.pi"));
+    mke2fs(&image, "4096", "16M");
+    let p = protection("4096+8", GuardSize::Crc16);
+    let open = || Volume::open_logged_pi(&image, &log, 1 << 20, Options::default(), &pi, p, None).unwrap().0;
+    let mut volume = open();
+    let f = volume.create(ROOT, b"f", FILE).unwrap().ino;
+    volume.write(f, 0, &[1u8; 12288]).unwrap();
+    volume.checkpoint().unwrap();
+    let block = volume.runs(&volume.inode(f).unwrap()).unwrap()[0].physical;
+    drop(volume);
+    let mut want = vec![1u8; 12288];
+    // File block 1 rots; then a write covers it whole, ending at its end
+    // (block 0 in part), and again starting at its start (block 2 in part).
+    for (at, len) in [(100, 8092), (4096, 4196)] {
+        let mut bytes = std::fs::read(&image).unwrap();
+        bytes[((block + 1) * 4096 + 9) as usize] ^= 1;
+        std::fs::write(&image, &bytes).unwrap();
+        let mut volume = open();
+        assert_eq!(volume.read_all(&volume.inode(f).unwrap()).unwrap_err().errno(), libc::EIO);
+        volume.write(f, at as u64, &vec![at as u8; len]).unwrap();
+        volume.checkpoint().unwrap();
+        want[at..at + len].fill(at as u8);
+        assert_eq!(volume.read_all(&volume.inode(f).unwrap()).unwrap(), want);
+    }
+    let mut volume = Volume::open(&image, Options::default()).unwrap();
+    volume.enable_pi(&image, &pi, p).unwrap();
+    assert_eq!(volume.read_all(&volume.inode(f).unwrap()).unwrap(), want, "checked against the new PI");
+}
+
+/// Metadata written in place without the device (`log=off`: the image's
+/// map, no PI generated) over a block the device wrote has stale PI; a
+/// logged PI volume rewriting part of such a block later reads the rest of
+/// it unchecked (metadata has checksums of its own) — the checkpoint
+/// succeeds and e2fsck is clean.
+#[test]
+fn metadata_written_without_the_device_is_rewritten_through_it_unchecked() {
+    if !have_e2fsprogs() {
+        return;
+    }
+    let scratch = Scratch::new("pi-metadata");
+    let image = scratch.0.join("img");
+    let (log, pi) = (scratch.0.join("img.bytelog"), scratch.0.join("img.pi"));
+    mke2fs(&image, "4096", "16M");
+    let p = protection("4096+8", GuardSize::Crc16);
+    let logged = || Volume::open_logged_pi(&image, &log, 1 << 20, Options::default(), &pi, p, None).unwrap().0;
+    let mut volume = logged();
+    volume.create(ROOT, b"first", FILE).unwrap(); // its inode's block through the device
+    volume.checkpoint().unwrap();
+    drop(volume);
+    let mut volume = Volume::open(&image, Options { write: true, ..Options::default() }).unwrap();
+    volume.enable_pi(&image, &pi, p).unwrap();
+    volume.create(ROOT, b"in-place", FILE).unwrap(); // the same block, its PI now stale
+    volume.sync().unwrap();
+    drop(volume);
+    let mut volume = logged();
+    volume.create(ROOT, b"last", FILE).unwrap(); // the same block, in part
+    volume.checkpoint().unwrap();
+    drop(volume);
+    assert_clean(&image, "metadata rewritten through the device");
 }
