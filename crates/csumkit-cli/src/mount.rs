@@ -374,11 +374,22 @@ fn serve(volume: Volume, image: &Path, mountpoint: &Path, options: &MountOptions
         }
     };
     // SIGINT and SIGTERM unmount; the session then ends and the volume is
-    // synced below, as after `fusermount3 -u`.
+    // synced below, as after `fusermount3 -u`. A mount busy for a moment
+    // (a file being closed; one a forked process holds until its exec) is
+    // retried for up to 5 s; busy past that it stays mounted, as `umount`
+    // leaves it, and the next signal exits.
     let unmounter = std::sync::Mutex::new(session.unmount_callable());
     crate::files::on_interrupt(Box::new(move || {
         if let Ok(mut unmounter) = unmounter.lock() {
-            if let Err(e) = unmounter.unmount() {
+            let mut result = unmounter.unmount();
+            for _ in 0..50 {
+                if !matches!(&result, Err(e) if e.raw_os_error() == Some(libc::EBUSY)) {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                result = unmounter.unmount();
+            }
+            if let Err(e) = result {
                 eprintln!("csumkit mount: unmount: {e}");
             }
         }

@@ -109,6 +109,20 @@ fn mount_foreground_env(image: &Path, mnt: &Path, options: &[&str], env: &[(&str
     child
 }
 
+/// The child's exit status, waited for at most 30 s (killed then, and the
+/// test fails: a hang would stall the whole run).
+fn exit_status(child: &mut Child, what: &str) -> std::process::ExitStatus {
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(30) {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    panic!("timed out waiting for {what}");
+}
+
 /// `fusermount3 -u`, then the daemon's exit. A busy mount is retried for a
 /// moment, as [`unmount_kernel`] retries: a process another test forks
 /// holds this test's open files until its exec (seen under load: "Device or
@@ -123,7 +137,7 @@ fn unmount_and_wait(mut child: Child, mnt: &Path) {
         out = Command::new("/usr/bin/fusermount3").arg("-u").arg(mnt).output().unwrap();
     }
     assert!(out.status.success(), "fusermount3 -u: {}", String::from_utf8_lossy(&out.stderr));
-    let status = child.wait().unwrap();
+    let status = exit_status(&mut child, "the daemon to exit after its unmount");
     assert!(status.success(), "csumkit mount exited with {status}");
 }
 
@@ -556,7 +570,7 @@ fn sigterm_and_sigint_unmount_and_exit_zero_and_the_default_is_a_daemon() {
         std::fs::write(scratch.mnt().join(format!("written-before-{signal}")), b"kept").unwrap();
         // SAFETY: sending a signal to our own child.
         assert_eq!(unsafe { libc::kill(child.id() as i32, signal) }, 0);
-        let status = child.wait().unwrap();
+        let status = exit_status(&mut child, &format!("the daemon to exit after signal {signal}"));
         assert!(status.success(), "after signal {signal}: {status}");
         assert!(!is_mounted(&scratch.mnt()), "still mounted after signal {signal}");
     }
