@@ -903,6 +903,21 @@ impl Volume {
         }
     }
 
+    /// A volume over an image in memory whose metadata a ByteLog may hold
+    /// (a copy of a logged mount's image): the log-pending mark is cleared in
+    /// this copy, as [`open_logged`](Self::open_logged) clears it in its
+    /// private map, and returned — pass it to [`enable_log`](Self::enable_log)
+    /// as `expect_log` before anything else touches the volume.
+    ///
+    /// # Errors
+    /// As [`from_bytes`](Self::from_bytes).
+    pub fn from_logged_bytes(image: Vec<u8>, options: crate::Options) -> Result<(Volume, bool), Error> {
+        let mut image = image;
+        let was_pending = log_pending(&image);
+        clear_pending_bit(&mut image);
+        Ok((Volume::new(Bytes::Owned(image), options)?, was_pending))
+    }
+
     /// What `image` holds once the ByteLog `log` (a copy of its file) is
     /// replayed into it, without writing either: how `csumkit ext4 check`
     /// judges an image a stopped mount left.
@@ -910,12 +925,10 @@ impl Volume {
     /// # Errors
     /// As [`enable_log`](Self::enable_log).
     pub fn replayed_image(image: Vec<u8>, log: Vec<u8>) -> Result<(Vec<u8>, Replayed), Error> {
-        let mut image = image;
-        let expect_log = log_pending(&image);
-        clear_pending_bit(&mut image);
         let mut log = log;
         log.resize(log.len().next_multiple_of(64), 0);
-        let mut volume = Volume::new(Bytes::Owned(image), crate::Options { write: true, ..crate::Options::default() })?;
+        let (mut volume, expect_log) =
+            Volume::from_logged_bytes(image, crate::Options { write: true, ..crate::Options::default() })?;
         let medium = csumkit::bytelog::SimMedium::from_image(log);
         let replayed = volume.enable_log(Box::new(Nowhere), Box::new(medium), expect_log, None)?;
         let Bytes::Owned(image) = std::mem::replace(&mut volume.map, Bytes::Owned(Vec::new())) else {

@@ -215,17 +215,6 @@ fn random_subset<T: Copy>(rng: &mut u64, all: &[T]) -> Vec<T> {
     all.iter().copied().filter(|_| next(rng) & 1 == 1).collect()
 }
 
-/// `image` without the superblock's "log pending" bit, which a mount
-/// clears in its private copy before replaying the log into it.
-fn without_pending_bit(mut image: Vec<u8>) -> Vec<u8> {
-    let sb = &mut image[1024..2048];
-    let incompat = u32::from_le_bytes(sb[0x60..0x64].try_into().unwrap()) & !csumfs::LOG_PENDING;
-    sb[0x60..0x64].copy_from_slice(&incompat.to_le_bytes());
-    let crc = csumkit::crc32c::raw_update(!0, &sb[..0x3FC]);
-    sb[0x3FC..].copy_from_slice(&crc.to_le_bytes());
-    image
-}
-
 /// Cuts the power now, the log left as `log_image`: replays what a random
 /// crash leaves and judges it.
 fn cut(log_image: Vec<u8>, world: &mut World, when: &str) {
@@ -247,8 +236,7 @@ fn cut(log_image: Vec<u8>, world: &mut World, when: &str) {
     // carried into the sidecar.
     let sums = world.scratch.join("cut.csums");
     std::fs::write(&sums, &sidecar).unwrap();
-    let pending = csumfs::log_pending(&image);
-    let mut volume = Volume::from_bytes(without_pending_bit(image), Options { write: true, ..Options::default() })
+    let (mut volume, pending) = Volume::from_logged_bytes(image, Options { write: true, ..Options::default() })
         .unwrap_or_else(|e| panic!("cut {}: {e}", world.cuts));
     volume
         .enable_log(Box::new(Discard), Box::new(SimMedium::from_image(log_image)), pending, Some(&sums))
