@@ -39,6 +39,11 @@ pub struct PiOpened {
     /// The PI file belonged to the image before another driver wrote it,
     /// and was started afresh.
     pub started_afresh: bool,
+    /// Blocks a power cut may have left with PI torn from their data,
+    /// whose guard failed: their PI was forgotten (unchecked until
+    /// rewritten), as a drive's atomic block write would have left them
+    /// old or new.
+    pub forgotten_blocks: u64,
 }
 
 fn owner_tag(image: &[u8]) -> [u8; OWNER_TAG_BYTES] {
@@ -67,7 +72,7 @@ pub(crate) fn open_device(
         )));
     }
     let existed = metadata.exists();
-    let (device, finished_write) = Device::open_split(path, metadata, protection)?;
+    let (device, split) = Device::open_split(path, metadata, protection)?;
     let ours = owner_tag(image);
     let mut started_afresh = false;
     if device.owner_tag()? != ours {
@@ -83,7 +88,8 @@ pub(crate) fn open_device(
         }
         device.set_owner_tag(&ours)?;
     }
-    Ok((Arc::new(device), PiOpened { finished_write, started_afresh }))
+    let (finished_write, forgotten_blocks) = (split.finished_write, split.forgotten_blocks);
+    Ok((Arc::new(device), PiOpened { finished_write, started_afresh, forgotten_blocks }))
 }
 
 /// Writes `bytes` at byte `at` of the device's data, whole blocks at a

@@ -299,6 +299,14 @@ fn say_pi_opened(image: &Path, opened: csumfs::PiOpened) {
     if opened.finished_write {
         eprintln!("csumkit mount: {}: finished a write a stopped mount left half stored", pi.display());
     }
+    if opened.forgotten_blocks > 0 {
+        eprintln!(
+            "csumkit mount: {}: {} blocks written before a power cut hold PI that does not match their data; \
+             their PI is forgotten (unchecked until rewritten)",
+            pi.display(),
+            opened.forgotten_blocks
+        );
+    }
     if opened.started_afresh {
         eprintln!(
             "csumkit mount: {}: the image was written since without it; its PI starts afresh (blocks unchecked until rewritten)",

@@ -21,7 +21,7 @@
 use super::format::PiType;
 use super::layout::{LbaFormat, Protection};
 use super::protect::{self, Checks, Tags};
-use super::storage::{Storage, OWNER_TAG_BYTES};
+use super::storage::{SplitFile, SplitOpened, Storage, OWNER_TAG_BYTES};
 use crate::Error;
 use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
@@ -141,26 +141,58 @@ impl Device {
     /// whole blocks: an existing image stays readable by other tools as it
     /// is) and whose metadata is the file at `metadata`, created when
     /// missing (every block's PI the escape: unchecked until written).
-    /// Returns the device and whether a write a stopped process left
-    /// half stored was finished (its blocks' PI regenerated from their data).
+    /// Returns the device and what opening it finished: a write a stopped
+    /// process left half stored (its blocks' PI regenerated from their
+    /// data), and blocks a power cut left with PI torn from their data
+    /// (forgotten: unchecked until written).
     ///
     /// # Errors
     /// [`Error::Io`]; [`Error::Invalid`] when the metadata file is for
     /// another format or size (it names both); [`Error::Corrupt`] when it
     /// is not one.
-    pub fn open_split(data: &Path, metadata: &Path, protection: Protection) -> Result<(Self, bool), Error> {
+    pub fn open_split(data: &Path, metadata: &Path, protection: Protection) -> Result<(Self, SplitOpened), Error> {
+        let io_err = |path: &Path, context: &str, source| Error::Io {
+            context: format!("{}: {context}", path.display()),
+            source,
+        };
+        let file =
+            OpenOptions::new().read(true).write(true).open(data).map_err(|e| io_err(data, "open data file", e))?;
+        let metadata_file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(metadata)
+            .map_err(|e| io_err(metadata, "open metadata file", e))?;
+        Device::open_split_on(Box::new(file), Box::new(metadata_file), data, metadata, protection)
+    }
+
+    /// [`open_split`](Self::open_split) over files given as [`SplitFile`]s
+    /// (a test's simulated disk); `data_path` and `metadata_path` name them
+    /// in messages. An empty metadata file is formatted.
+    ///
+    /// # Errors
+    /// As [`open_split`](Self::open_split).
+    pub fn open_split_on(
+        data: Box<dyn SplitFile>,
+        metadata: Box<dyn SplitFile>,
+        data_path: &Path,
+        metadata_path: &Path,
+        protection: Protection,
+    ) -> Result<(Self, SplitOpened), Error> {
         let lba = protection.lba();
-        let io_err = |context: &str, source| Error::Io { context: format!("{}: {context}", data.display()), source };
-        let file = OpenOptions::new().read(true).write(true).open(data).map_err(|e| io_err("open data file", e))?;
-        let blocks = file.metadata().map_err(|e| io_err("stat data file", e))?.len() / lba.data_bytes() as u64;
+        let len = data
+            .size()
+            .map_err(|e| Error::Io { context: format!("{}: stat data file", data_path.display()), source: e })?;
+        let blocks = len / lba.data_bytes() as u64;
         if blocks == 0 || blocks > DEVICE_BLOCKS_MAX {
             return Err(Error::Invalid {
                 what: "device size",
-                detail: format!("{}: {blocks} blocks of {lba} (1..={DEVICE_BLOCKS_MAX})", data.display()),
+                detail: format!("{}: {blocks} blocks of {lba} (1..={DEVICE_BLOCKS_MAX})", data_path.display()),
             });
         }
-        let (storage, finished) = Storage::open_split(file, metadata, &protection, blocks)?;
-        Ok((Device::with_storage(storage, data, lba, Some(protection), blocks), finished))
+        let (storage, opened) = Storage::open_split(data, metadata, metadata_path, &protection, blocks)?;
+        Ok((Device::with_storage(storage, data_path, lba, Some(protection), blocks), opened))
     }
 
     fn with_storage(
@@ -404,8 +436,9 @@ impl Device {
             }
             self.faults_pending.store(!faults.is_empty(), Ordering::Release);
         }
-        let _command = self.storage.command_lock();
+        let mut command = self.storage.command_lock();
         if targets.iter().enumerate().all(|(i, t)| *t == Some(lba + i as u64)) {
+            self.storage.mark_written(command.as_deref_mut(), lba, n)?;
             self.storage.set_in_flight(Some((lba, n, tags)))?;
             self.storage.write_raw(self.lba, lba, data, metadata)?;
             self.storage.set_in_flight(None)?;
@@ -416,6 +449,7 @@ impl Device {
             if let Some(to) = target {
                 // A misdirected block carries the PI of where it was meant
                 // to go (that is what its reference tag catches).
+                self.storage.mark_written(command.as_deref_mut(), to, 1)?;
                 self.storage.write_raw(self.lba, to, &data[i * db..][..db], &metadata[i * md..][..md])?;
                 self.medium_bytes_written.fetch_add((db + md) as u64, Ordering::Relaxed);
             }

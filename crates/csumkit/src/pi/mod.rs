@@ -26,6 +26,8 @@
 #[cfg(unix)]
 mod device;
 mod format;
+#[cfg(unix)]
+mod intent;
 mod layout;
 mod protect;
 #[cfg(unix)]
@@ -41,4 +43,4 @@ pub use protect::{
     PiField, Tags,
 };
 #[cfg(unix)]
-pub use storage::{clear_split_owner_tag, split_protection, OWNER_TAG_BYTES};
+pub use storage::{clear_split_owner_tag, split_protection, SplitFile, SplitOpened, OWNER_TAG_BYTES};

@@ -15,15 +15,18 @@
 //! them: each write first records itself in the header, and opening the
 //! device again regenerates the PI of the blocks it names from the data
 //! they hold — each block ends either old or new, never failing its guard,
-//! as a real drive's atomic block write ends. A power cut reorders pages;
-//! after one, a block written since the last flush may fail its check.
+//! as a real drive's atomic block write ends. A power cut reorders pages:
+//! the regions being written are marked durably first (`intent.rs`), and
+//! opening the device forgets the PI of blocks there whose guard fails.
+//!
+//! The two files are [`SplitFile`]s: `File`s, or a test's simulated disk.
 
 use super::format::{GuardSize, PiFormat, PiType};
+use super::intent::{self, Intent};
 use super::layout::{LbaFormat, PiLocation, Protection};
-use super::protect::{self, Tags};
+use super::protect::{self, Checks, Tags};
 use crate::Error;
 use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -39,7 +42,68 @@ const BLOCKS_AT: usize = 24;
 /// storage tag, application tag.
 const IN_FLIGHT_AT: usize = 32;
 const OWNER_AT: usize = 128;
-const _: () = assert!(IN_FLIGHT_AT + 34 <= OWNER_AT && OWNER_AT + OWNER_TAG_BYTES <= SPLIT_HEADER_BYTES as usize);
+const _: () = assert!(IN_FLIGHT_AT + 34 <= OWNER_AT && OWNER_AT + OWNER_TAG_BYTES <= intent::BITMAP_AT);
+const _: () = assert!(intent::BITMAP_AT + intent::BITMAP_BYTES <= SPLIT_HEADER_BYTES as usize);
+
+/// A file a split device keeps its data or its metadata in: positioned
+/// reads and writes, and a flush that makes the writes before it durable.
+pub trait SplitFile: Send + Sync {
+    /// Its size in bytes.
+    ///
+    /// # Errors
+    /// As the file system's.
+    fn size(&self) -> std::io::Result<u64>;
+    /// Sets its length (new bytes read as zeros).
+    ///
+    /// # Errors
+    /// As the file system's.
+    fn set_len(&self, len: u64) -> std::io::Result<()>;
+    /// Fills `buf` from byte `at`.
+    ///
+    /// # Errors
+    /// As the file system's; `UnexpectedEof` past the end.
+    fn read_exact_at(&self, buf: &mut [u8], at: u64) -> std::io::Result<()>;
+    /// Writes `buf` at byte `at`.
+    ///
+    /// # Errors
+    /// As the file system's.
+    fn write_all_at(&self, buf: &[u8], at: u64) -> std::io::Result<()>;
+    /// Makes every write before it durable (`fdatasync`).
+    ///
+    /// # Errors
+    /// As the file system's.
+    fn sync_data(&self) -> std::io::Result<()>;
+}
+
+impl SplitFile for File {
+    fn size(&self) -> std::io::Result<u64> {
+        Ok(self.metadata()?.len())
+    }
+    fn set_len(&self, len: u64) -> std::io::Result<()> {
+        File::set_len(self, len)
+    }
+    fn read_exact_at(&self, buf: &mut [u8], at: u64) -> std::io::Result<()> {
+        std::os::unix::fs::FileExt::read_exact_at(self, buf, at)
+    }
+    fn write_all_at(&self, buf: &[u8], at: u64) -> std::io::Result<()> {
+        std::os::unix::fs::FileExt::write_all_at(self, buf, at)
+    }
+    fn sync_data(&self) -> std::io::Result<()> {
+        File::sync_data(self)
+    }
+}
+
+/// What opening a split device found and did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SplitOpened {
+    /// A write a stopped process left half stored was finished (its
+    /// blocks' PI regenerated from their data).
+    pub finished_write: bool,
+    /// Blocks whose PI a power cut may have torn from their data and
+    /// whose guard failed: their PI was forgotten (unchecked until
+    /// written again).
+    pub forgotten_blocks: u64,
+}
 
 pub(super) enum Storage {
     /// `lba × extended_bytes` in one file; which blocks were ever written
@@ -47,8 +111,9 @@ pub(super) enum Storage {
     Interleaved { file: File, written: Vec<AtomicU64> },
     /// Data at `lba × data_bytes` of `data`; metadata, inverted, after the
     /// header of `metadata`. Commands are serialised by `command` (the
-    /// header holds one command in flight).
-    Split { data: File, metadata: File, command: Mutex<()> },
+    /// header holds one command in flight), which guards the regions
+    /// marked as being written.
+    Split { data: Box<dyn SplitFile>, metadata: Box<dyn SplitFile>, command: Mutex<Intent> },
 }
 
 impl std::fmt::Debug for Storage {
@@ -94,33 +159,28 @@ impl Storage {
         Storage::Interleaved { file, written: (0..blocks.div_ceil(64)).map(|_| AtomicU64::new(0)).collect() }
     }
 
-    /// Opens (creating when missing) the metadata file of a split device
-    /// whose data file has `blocks` blocks; finishes a command a stopped
-    /// process left in flight.
+    /// Opens the metadata file `metadata` (named `metadata_path`; empty:
+    /// formatted here) of a split device whose data file has `blocks`
+    /// blocks; finishes a command a stopped process left in flight and
+    /// forgets the PI a power cut tore from its data.
     pub(super) fn open_split(
-        data: File,
+        data: Box<dyn SplitFile>,
+        metadata: Box<dyn SplitFile>,
         metadata_path: &Path,
         p: &Protection,
         blocks: u64,
-    ) -> Result<(Storage, bool), Error> {
+    ) -> Result<(Storage, SplitOpened), Error> {
         let io = |context| io_err(metadata_path, context);
-        let metadata = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(metadata_path)
-            .map_err(io("open metadata file"))?;
         let len = SPLIT_HEADER_BYTES + blocks * p.lba().metadata_bytes() as u64;
         let mut header = vec![0u8; SPLIT_HEADER_BYTES as usize];
-        let existing = metadata.metadata().map_err(io("stat metadata file"))?.len();
+        let existing = metadata.size().map_err(io("stat metadata file"))?;
         if existing == 0 {
             header[..8].copy_from_slice(MAGIC);
             header[8..20].copy_from_slice(&format_bytes(p));
             header[BLOCKS_AT..BLOCKS_AT + 8].copy_from_slice(&blocks.to_le_bytes());
             metadata.set_len(len).map_err(io("size metadata file"))?;
             metadata.write_all_at(&header, 0).map_err(io("write header"))?;
-            metadata.sync_all().map_err(io("sync metadata file"))?;
+            metadata.sync_data().map_err(io("sync metadata file"))?;
         } else {
             metadata.read_exact_at(&mut header, 0).map_err(|e| match e.kind() {
                 std::io::ErrorKind::UnexpectedEof => Error::Corrupt {
@@ -157,9 +217,49 @@ impl Storage {
                 });
             }
         }
-        let storage = Storage::Split { data, metadata, command: Mutex::new(()) };
-        let finished = storage.finish_in_flight(p, &header)?;
-        Ok((storage, finished))
+        let storage = Storage::Split { data, metadata, command: Mutex::new(Intent::new(blocks)) };
+        let finished_write = storage.finish_in_flight(p, &header)?;
+        let bitmap = &header[intent::BITMAP_AT..][..intent::BITMAP_BYTES];
+        let forgotten_blocks = storage.forget_torn(p, &intent::marked_ranges(bitmap, blocks)).map_err(io("recover"))?;
+        Ok((storage, SplitOpened { finished_write, forgotten_blocks }))
+    }
+
+    /// Sets the PI of each block in `ranges` whose guard fails to the
+    /// escape, then unmarks every region durably; the count forgotten.
+    fn forget_torn(&self, p: &Protection, ranges: &[(u64, u64)]) -> std::io::Result<u64> {
+        let Storage::Split { metadata, .. } = self else { unreachable!("only split storage marks regions") };
+        if ranges.is_empty() {
+            return Ok(0);
+        }
+        let (format, at, md) = (p.format(), p.tuple_offset(), p.lba().metadata_bytes());
+        let checks = Checks { guard: true, app_tag: false, ref_tag: false, storage_tag: false, ..Checks::default() };
+        let per_piece = (super::device::COMMAND_DATA_BYTES_MAX / p.lba().data_bytes()) as u64;
+        let mut forgotten = 0;
+        for &(first, end) in ranges {
+            let mut lba = first;
+            while lba < end {
+                let n = per_piece.min(end - lba);
+                let mut data = vec![0u8; n as usize * p.lba().data_bytes()];
+                let mut meta = self.read(p.lba(), lba, &mut data).map_err(std::io::Error::other)?;
+                let failed: Vec<u64> = protect::verify_separate_each(p, &data, &meta, &Tags::for_lba(lba), checks)
+                    .filter_map(|f| f.ok().map(|f| f.block))
+                    .collect();
+                for &block in &failed {
+                    let i = block as usize * md + at;
+                    meta[i..i + format.tuple_bytes()].fill(0xFF);
+                }
+                if !failed.is_empty() {
+                    invert(&mut meta);
+                    metadata.write_all_at(&meta, SPLIT_HEADER_BYTES + lba * md as u64)?;
+                }
+                forgotten += failed.len() as u64;
+                lba += n;
+            }
+        }
+        metadata.sync_data()?;
+        metadata.write_all_at(&[0u8; intent::BITMAP_BYTES], intent::BITMAP_AT as u64)?;
+        metadata.sync_data()?;
+        Ok(forgotten)
     }
 
     /// Regenerates the PI of the command the header names, if any, from
@@ -178,7 +278,7 @@ impl Storage {
         };
         let blocks = match self {
             Storage::Split { data, .. } => {
-                data.metadata().map_err(|e| Error::Io { context: "stat data file".into(), source: e })?.len()
+                data.size().map_err(|e| Error::Io { context: "stat data file".into(), source: e })?
                     / p.lba().data_bytes() as u64
             }
             Storage::Interleaved { .. } => unreachable!("only split storage records commands"),
@@ -221,11 +321,25 @@ impl Storage {
     }
 
     /// The lock a split device's commands hold while stored.
-    pub(super) fn command_lock(&self) -> Option<std::sync::MutexGuard<'_, ()>> {
+    pub(super) fn command_lock(&self) -> Option<std::sync::MutexGuard<'_, Intent>> {
         match self {
             Storage::Split { command, .. } => Some(command.lock().unwrap_or_else(|e| e.into_inner())),
             Storage::Interleaved { .. } => None,
         }
+    }
+
+    /// Marks the regions of blocks `lba..lba + n` as being written (split
+    /// storage, under its command lock `intent`), durably before the write
+    /// when one was not marked: a power cut can then only tear blocks in
+    /// marked regions.
+    pub(super) fn mark_written(&self, intent: Option<&mut Intent>, lba: u64, n: u64) -> Result<(), Error> {
+        let (Storage::Split { metadata, .. }, Some(intent)) = (self, intent) else { return Ok(()) };
+        if intent.note_write(lba, n) {
+            let io = |source| Error::Io { context: "PI metadata file: mark the regions being written".into(), source };
+            metadata.write_all_at(intent.bitmap(), intent::BITMAP_AT as u64).map_err(io)?;
+            metadata.sync_data().map_err(io)?;
+        }
+        Ok(())
     }
 
     /// Reads blocks at `lba` into `data` (whole blocks) and returns their
@@ -291,13 +405,13 @@ impl Storage {
     /// Flips stored bit `bit` of block `lba` (bits past the data are metadata).
     pub(super) fn flip_bit(&self, lba_format: LbaFormat, lba: u64, bit: u64) -> Result<(), Error> {
         let (db, md) = (lba_format.data_bytes() as u64, lba_format.metadata_bytes() as u64);
-        let (file, offset) = match self {
+        let (file, offset): (&dyn SplitFile, u64) = match self {
             Storage::Interleaved { file, written } => {
                 written[(lba / 64) as usize].fetch_or(1 << (lba % 64), Ordering::Relaxed);
                 (file, lba * (db + md) + bit / 8)
             }
-            Storage::Split { data, .. } if bit / 8 < db => (data, lba * db + bit / 8),
-            Storage::Split { metadata, .. } => (metadata, SPLIT_HEADER_BYTES + lba * md + bit / 8 - db),
+            Storage::Split { data, .. } if bit / 8 < db => (data.as_ref(), lba * db + bit / 8),
+            Storage::Split { metadata, .. } => (metadata.as_ref(), SPLIT_HEADER_BYTES + lba * md + bit / 8 - db),
         };
         let io = |source| Error::Io { context: "PI device: inject bit rot".into(), source };
         let mut byte = [0u8];
@@ -306,13 +420,21 @@ impl Storage {
         file.write_all_at(&byte, offset).map_err(io)
     }
 
-    /// `fdatasync` of every file.
+    /// `fdatasync` of every file; a split device then unmarks the regions
+    /// not written since the flush began (durable at the next flush or
+    /// mark: a region left marked only costs a check at the next open).
     pub(super) fn flush(&self) -> std::io::Result<()> {
         match self {
             Storage::Interleaved { file, .. } => file.sync_data(),
-            Storage::Split { data, metadata, .. } => {
+            Storage::Split { data, metadata, command } => {
+                let epoch = command.lock().unwrap_or_else(|e| e.into_inner()).begin_flush();
                 data.sync_data()?;
-                metadata.sync_data()
+                metadata.sync_data()?;
+                let mut intent = command.lock().unwrap_or_else(|e| e.into_inner());
+                if intent.end_flush(epoch) {
+                    metadata.write_all_at(intent.bitmap(), intent::BITMAP_AT as u64)?;
+                }
+                Ok(())
             }
         }
     }
@@ -349,7 +471,7 @@ impl Storage {
                 let len = SPLIT_HEADER_BYTES + blocks * lba_format.metadata_bytes() as u64;
                 metadata.set_len(SPLIT_HEADER_BYTES).map_err(io)?;
                 metadata.set_len(len).map_err(io)?;
-                metadata.sync_all().map_err(io)?;
+                metadata.sync_data().map_err(io)?;
             }
         }
         Ok(())
