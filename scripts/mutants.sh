@@ -53,6 +53,7 @@ csumfs_files=(
   crates/csumfs/src/datasum.rs
   crates/csumfs/src/undo.rs
   crates/csumfs/src/orphan.rs
+  crates/csumfs/src/extent_tree.rs
 )
 # The `mutants` profile (Cargo.toml): optimised like release, without LTO
 # and with incremental builds, so each mutant rebuilds in seconds and the

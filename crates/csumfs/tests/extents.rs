@@ -10,8 +10,9 @@
 
 mod common;
 
-use common::{assert_clean, have_e2fsprogs, mke2fs, with_kernel_mount, Scratch};
-use csumfs::{NewInode, Options, Volume, ROOT};
+use common::{assert_clean, have_e2fsprogs, mke2fs, tool, with_kernel_mount, Scratch};
+use csumfs::{Error, NewInode, Options, Volume, ROOT};
+use std::path::Path;
 
 /// A small deterministic generator (xorshift64*): the sequence is the same
 /// on every run, so a failure is reproduced by running the test again.
@@ -135,5 +136,160 @@ fn deep_extent_trees_are_reshaped_as_e2fsck_and_the_kernel_expect() {
         v.sync().unwrap();
         drop(v);
         assert_clean(&image, &format!("{bs}: truncated to three blocks"));
+    }
+}
+
+/// Byte offset of inode `ino`'s record in `image` (debugfs `imap`).
+fn inode_at(image: &Path, ino: u32, bs: u64) -> usize {
+    let out = std::process::Command::new(tool("debugfs").unwrap())
+        .args(["-R", &format!("imap <{ino}>")])
+        .arg(image)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let block: u64 = text.split("located at block ").nth(1).unwrap().split(',').next().unwrap().trim().parse().unwrap();
+    let offset = u64::from_str_radix(text.split("offset 0x").nth(1).unwrap().trim(), 16).unwrap();
+    (block * bs + offset) as usize
+}
+
+fn put16(b: &mut [u8], at: usize, v: u16) {
+    b[at..at + 2].copy_from_slice(&v.to_le_bytes());
+}
+
+fn put32(b: &mut [u8], at: usize, v: u32) {
+    b[at..at + 4].copy_from_slice(&v.to_le_bytes());
+}
+
+/// Reads all of `path` from an image copy, checksums not verified (the
+/// damage below is to structure, not to checksums).
+fn read_back(image: Vec<u8>, path: &str) -> Result<Vec<u8>, Error> {
+    let v = Volume::from_bytes(image, Options { verify_checksums: false, ..Options::default() })?;
+    let inode = v.resolve(path)?;
+    let mut buf = vec![0u8; inode.size as usize];
+    v.read(&inode, 0, &mut buf)?;
+    Ok(buf)
+}
+
+/// Each check of the extent tree reader, on a file whose tree csumfs
+/// wrote: a damaged root or node header, a root deeper than ext4 allows
+/// and extents outside the filesystem are refused as corrupt, naming what
+/// is wrong; the edges (an extent at the first data block, one ending at
+/// the last block) are read.
+#[test]
+fn damaged_extent_trees_are_refused_and_their_edges_read() {
+    if !have_e2fsprogs() {
+        return;
+    }
+    let scratch = Scratch::new("extent-damage");
+    let image = scratch.0.join("d.img");
+    mke2fs(&image, "1024", "8M");
+    let bs = 1024u64;
+    let (deep, flat) = {
+        let mut v = Volume::open(&image, Options { write: true, ..Options::default() }).unwrap();
+        let new = NewInode { mode: 0o100_644, uid: 0, gid: 0 };
+        let deep = v.create(ROOT, b"deep", new).unwrap().ino;
+        v.write(deep, 0, &pattern(1, 20 * bs as usize)).unwrap();
+        for k in (0..20).step_by(2) {
+            v.punch_hole(deep, k * bs, bs).unwrap();
+        }
+        assert_eq!(depth(&v, deep), 1);
+        let flat = v.create(ROOT, b"flat", new).unwrap().ino;
+        v.write(flat, 0, &pattern(2, 2 * bs as usize)).unwrap();
+        assert_eq!(depth(&v, flat), 0);
+        v.sync().unwrap();
+        (deep, flat)
+    };
+    assert_clean(&image, "the two files");
+    let clean = std::fs::read(&image).unwrap();
+    let blocks_count = u64::from(u32::from_le_bytes(clean[1024 + 4..1024 + 8].try_into().unwrap()));
+    let (deep_at, flat_at) = (inode_at(&image, deep, bs) + 0x28, inode_at(&image, flat, bs) + 0x28);
+    let leaf = u32::from_le_bytes(clean[deep_at + 12 + 4..deep_at + 12 + 8].try_into().unwrap()) as usize * bs as usize;
+    let refused = |edit: &dyn Fn(&mut Vec<u8>), path: &str, expect: &str| {
+        let mut bytes = clean.clone();
+        edit(&mut bytes);
+        match read_back(bytes, path) {
+            Err(Error::Corrupt { detail, .. }) => assert!(detail.contains(expect), "{expect}: {detail}"),
+            other => panic!("{expect}: {:?}", other.map(|b| b.len())),
+        }
+    };
+    refused(&|b| put16(b, deep_at, 0xF30B), "/deep", "bad root header");
+    refused(&|b| put16(b, deep_at + 2, 5), "/deep", "bad root header"); // entries > max
+    refused(&|b| put16(b, deep_at + 4, 5), "/deep", "bad root header"); // max > 4
+    refused(&|b| put16(b, deep_at + 6, 6), "/deep", "depth 6");
+    refused(&|b| put16(b, deep_at + 6, 5), "/deep", "bad header"); // allowed, but not this tree's
+    refused(&|b| put16(b, leaf, 0xF30B), "/deep", "bad header");
+    refused(&|b| put16(b, leaf + 2, 85), "/deep", "bad header"); // entries > max
+    refused(&|b| put16(b, leaf + 4, 85), "/deep", "bad header"); // the tail past the block
+    refused(&|b| put16(b, leaf + 6, 1), "/deep", "bad header"); // not the depth its parent says
+    let extent = flat_at + 12;
+    refused(&|b| put32(b, extent + 8, 0), "/flat", "outside the filesystem"); // before the first data block
+    let last = blocks_count as u32 - 1;
+    refused(&|b| put32(b, extent + 8, last), "/flat", "outside the filesystem"); // two blocks past the end
+
+    // The edges: the first data block (the superblock, at 1 KiB blocks) and
+    // the last two blocks of the filesystem.
+    let mut bytes = clean.clone();
+    put32(&mut bytes, extent + 8, 1);
+    assert_eq!(read_back(bytes, "/flat").unwrap()[..1024], clean[1024..2048]);
+    let mut bytes = clean.clone();
+    put32(&mut bytes, extent + 8, last - 1);
+    let end = (blocks_count * bs) as usize;
+    assert_eq!(read_back(bytes, "/flat").unwrap(), clean[end - 2048..end]);
+}
+
+/// A leaf whose `eh_max` is two below what its block holds (e2fsck allows
+/// that; its checksum sits after `eh_max` entries) is rewritten whole when
+/// csumfs changes it, not patched as if its checksum were at the usual
+/// place.
+#[test]
+fn a_narrower_leaf_is_rewritten_whole_when_changed() {
+    if !have_e2fsprogs() {
+        return;
+    }
+    let scratch = Scratch::new("extent-narrow");
+    // At 4 KiB a changed leaf's checksum is moved, not recomputed: from
+    // where its eh_max says it is.
+    for bs in [1024u64, 4096] {
+        let image = scratch.0.join(format!("n-{bs}.img"));
+        mke2fs(&image, &bs.to_string(), "8M");
+        let mut model = pattern(3, 20 * bs as usize);
+        let ino = {
+            let mut v = Volume::open(&image, Options { write: true, ..Options::default() }).unwrap();
+            let ino = v.create(ROOT, b"f", NewInode { mode: 0o100_644, uid: 0, gid: 0 }).unwrap().ino;
+            v.write(ino, 0, &model).unwrap();
+            for k in (0..20).step_by(2) {
+                v.punch_hole(ino, k * bs, bs).unwrap();
+                zero(&mut model, k * bs, (k + 1) * bs);
+            }
+            assert_eq!(depth(&v, ino), 1);
+            v.sync().unwrap();
+            ino
+        };
+        let seed = Volume::open(&image, Options::default()).unwrap().inode(ino).unwrap().csum_seed;
+        let mut bytes = std::fs::read(&image).unwrap();
+        let root = inode_at(&image, ino, bs) + 0x28;
+        let leaf = u32::from_le_bytes(bytes[root + 16..root + 20].try_into().unwrap()) as usize * bs as usize;
+        let narrow = (bs as u16 - 12) / 12 - 2; // e2fsck allows eh_max down to two below what fits
+        put16(&mut bytes, leaf + 4, narrow);
+        let tail = 12 + 12 * usize::from(narrow);
+        // Past its checksum, bytes no reader looks at (not zeros: a raw
+        // CRC followed by zeros is a CRC of 0, the value zeros store).
+        bytes[leaf + tail..leaf + bs as usize].fill(0xA5);
+        let crc = csumkit::crc32c::raw_update(seed, &bytes[leaf..leaf + tail]);
+        put32(&mut bytes, leaf + tail, crc);
+        std::fs::write(&image, &bytes).unwrap();
+        assert_clean(&image, &format!("{bs}: a leaf two entries narrower"));
+
+        let mut v = Volume::open(&image, Options { write: true, ..Options::default() }).unwrap();
+        let data = pattern(4, bs as usize);
+        v.write(ino, 4 * bs, &data).unwrap(); // fills a hole: the leaf changes
+        model[4 * bs as usize..5 * bs as usize].copy_from_slice(&data);
+        v.sync().unwrap();
+        drop(v);
+        assert_clean(&image, &format!("{bs}: the narrower leaf changed"));
+        let v = Volume::open(&image, Options::default()).unwrap();
+        let mut back = vec![0u8; model.len()];
+        v.read(&v.inode(ino).unwrap(), 0, &mut back).unwrap();
+        assert_eq!(back, model, "{bs}");
     }
 }
