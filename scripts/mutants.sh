@@ -54,6 +54,8 @@ csumfs_files=(
   crates/csumfs/src/undo.rs
   crates/csumfs/src/orphan.rs
   crates/csumfs/src/extent_tree.rs
+  crates/csumfs/src/migrate.rs
+  crates/csumfs/src/ea_inode.rs
 )
 # The `mutants` profile (Cargo.toml): optimised like release, without LTO
 # and with incremental builds, so each mutant rebuilds in seconds and the

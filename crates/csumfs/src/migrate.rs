@@ -9,11 +9,7 @@
 use crate::error::Error;
 use crate::inode::{Inode, FLAG_EXTENTS, FLAG_INLINE_DATA};
 use crate::le::{le32, put16, put32};
-use crate::map::Run;
 use crate::volume::Volume;
-
-/// Blocks one extent maps at most (an initialised one).
-const EXTENT_BLOCKS_MAX: u64 = 32_768;
 
 impl Volume {
     /// Inode `ino` extent-mapped: inline content moved to a block, a block
@@ -31,7 +27,8 @@ impl Volume {
         if inode.flags & (FLAG_EXTENTS | FLAG_INLINE_DATA) != 0 || !mapped {
             return Ok(inode);
         }
-        let runs = merged(&self.runs(&inode)?);
+        // One run per block: remapping joins those that continue on disk.
+        let runs = self.runs(&inode)?;
         let indirect = self.tree_blocks(&inode)?;
         let before = inode.raw.clone();
         let converted = self.edit_inode(&inode, |r| {
@@ -70,23 +67,4 @@ impl Volume {
         }
         Ok(inode)
     }
-}
-
-/// Block-map runs (one block each) joined where both the file and the
-/// disk continue, up to an extent's length.
-fn merged(runs: &[Run]) -> Vec<Run> {
-    let mut out: Vec<Run> = Vec::new();
-    for &run in runs {
-        match out.last_mut() {
-            Some(last)
-                if last.logical + last.len == run.logical
-                    && last.physical + last.len == run.physical
-                    && last.len + run.len <= EXTENT_BLOCKS_MAX =>
-            {
-                last.len += run.len;
-            }
-            _ => out.push(Run { uninit: false, ..run }),
-        }
-    }
-    out
 }

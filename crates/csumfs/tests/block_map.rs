@@ -49,8 +49,23 @@ fn block_mapped_files_and_directories_become_extent_mapped_when_changed() {
         }
         let (big_ino, mid_ino, alloc_ino, d) = (ino(&v, "/big"), ino(&v, "/mid"), ino(&v, "/alloc"), ino(&v, "/d"));
         let free_before = v.statfs().free_blocks;
-        v.write(big_ino, big.len() as u64, b"appended").unwrap();
+        // Converted by an overwrite in place: the extents are exactly the
+        // block map's runs, joined where file and disk both continue (up
+        // to an extent's 32 768 blocks), none left unwritten.
+        let mut want_runs: Vec<(u64, u64, u64)> = Vec::new();
+        for r in v.runs(&v.inode(big_ino).unwrap()).unwrap() {
+            assert_eq!(r.len, 1, "{bs}: a block map's runs are single blocks");
+            match want_runs.last_mut() {
+                Some((l, n, p)) if *l + *n == r.logical && *p + *n == r.physical && *n < 32_768 => *n += 1,
+                _ => want_runs.push((r.logical, 1, r.physical)),
+            }
+        }
+        assert!(want_runs.len() > 1, "{bs}: the indirect blocks split the data");
         v.write(big_ino, 1 << 20, b"overwritten").unwrap();
+        let got: Vec<_> = v.runs(&v.inode(big_ino).unwrap()).unwrap();
+        assert!(got.iter().all(|r| !r.uninit), "{bs}");
+        assert_eq!(got.iter().map(|r| (r.logical, r.len, r.physical)).collect::<Vec<_>>(), want_runs, "{bs}");
+        v.write(big_ino, big.len() as u64, b"appended").unwrap();
         v.punch_hole(mid_ino, 8192, 16384).unwrap();
         v.truncate(mid_ino, 50_000).unwrap();
         let new = v.create(ROOT, b"new", FILE).unwrap();

@@ -307,3 +307,82 @@ fn a_kernel_made_value_inode_is_kept_through_a_new_entry_and_freed_with_its_own(
     v.sync().unwrap();
     assert_clean(&image, "the kernel's value inode freed with its entry");
 }
+
+fn debugfs_write(image: &Path, request: &str) {
+    let out = Command::new(common::tool("debugfs").unwrap()).args(["-w", "-R", request]).arg(image).output().unwrap();
+    assert!(out.status.success(), "debugfs {request}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// The edges of values in inodes of their own: a value of exactly a block
+/// less 56 bytes still goes in the xattr block (the kernel's
+/// `EXT4_XATTR_MIN_LARGE_EA_SIZE` is a strict bound), 4 more bytes do not;
+/// a value just past two blocks is charged three (e2fsck checks
+/// `i_blocks`); an entry naming an inode that lost its `EA_INODE` flag is
+/// refused as corrupt by a removal and an unlink, nothing changed; an inode whose extra fields fill
+/// its whole tail (`i_extra_isize` 128 of 256: no in-inode xattrs) takes
+/// a new one in its block.
+#[test]
+fn value_inode_edges_match_the_kernel_and_e2fsck() {
+    if !have_e2fsprogs() || common::tool("debugfs").is_none() {
+        return;
+    }
+    let scratch = Scratch::new("xattr-ea-edges");
+    let image = scratch.0.join("ea.img");
+    common::mke2fs_with(&image, "4096", "64M", &["-O", "ea_inode"]);
+    let file = NewInode { mode: 0o100_644, uid: 0, gid: 0 };
+    let (exact, over) = {
+        let mut v = Volume::open(&image, Options { write: true, check_updates: true, ..Options::default() }).unwrap();
+        let free = v.statfs().free_inodes;
+        let exact = v.create(ROOT, b"exact", file).unwrap().ino;
+        v.setxattr(exact, "user.a", &pattern(1, 4096 - 56), XattrMode::Create).unwrap();
+        assert_eq!(v.statfs().free_inodes, free - 1, "a block less 56 bytes: in the block");
+        assert_ne!(v.inode(exact).unwrap().file_acl, 0);
+        let over = v.create(ROOT, b"over", file).unwrap().ino;
+        v.setxattr(over, "user.b", &pattern(2, 4096 - 55), XattrMode::Create).unwrap();
+        assert_eq!(v.statfs().free_inodes, free - 3, "4 bytes more (padded): an inode of its own");
+        let charged = v.create(ROOT, b"charged", file).unwrap().ino;
+        v.setxattr(charged, "user.c", &pattern(3, 2 * 4096 + 1), XattrMode::Create).unwrap();
+        assert_eq!(v.inode(charged).unwrap().blocks, 24, "three blocks for 8 193 bytes");
+        v.create(ROOT, b"wide", file).unwrap();
+        v.sync().unwrap();
+        (exact, over)
+    };
+    assert_clean(&image, "values at the edges");
+    let value_inode = {
+        let v = Volume::open(&image, Options::default()).unwrap();
+        (over + 1..over + 8).find(|&i| v.inode(i).is_ok_and(|n| n.flags & 0x20_0000 != 0)).unwrap()
+    };
+    let damaged = scratch.0.join("damaged.img");
+    std::fs::copy(&image, &damaged).unwrap();
+    debugfs_write(&damaged, &format!("sif <{value_inode}> flags 0x80000"));
+    let before = std::fs::read(&damaged).unwrap();
+    let mut v = Volume::open(&damaged, Options { write: true, ..Options::default() }).unwrap();
+    v.enable_undo(&scratch.0.join("damaged.undo")).unwrap();
+    match v.removexattr(over, "user.b") {
+        Err(Error::Corrupt { detail, .. }) => assert!(detail.contains("not an ea_inode"), "{detail}"),
+        other => panic!("removing an entry naming an inode without EA_INODE: {:?}", other.map(|i| i.ino)),
+    }
+    // Unlinking drops the value's count without reading it: refused there.
+    // (In an operation, as a mount runs each: the unlink took the entry
+    // out before it met the value inode, and is undone.)
+    v.begin();
+    let unlinked = v.unlink(ROOT, b"over");
+    v.end(unlinked.is_ok()).unwrap();
+    match unlinked {
+        Err(Error::Corrupt { detail, .. }) => assert!(detail.contains("EA_INODE"), "{detail}"),
+        other => panic!("unlinking a file whose entry names an inode without EA_INODE: {other:?}"),
+    }
+    drop(v);
+    assert!(std::fs::read(&damaged).unwrap() == before, "the refusal changed nothing");
+
+    debugfs_write(&image, "sif /wide extra_isize 128");
+    assert_clean(&image, "an inode with no room for xattrs");
+    let mut v = Volume::open(&image, Options { write: true, ..Options::default() }).unwrap();
+    let wide = v.resolve("/wide").unwrap().ino;
+    v.setxattr(wide, "user.d", b"in the block", XattrMode::Create).unwrap();
+    assert_eq!(v.getxattr(&v.inode(wide).unwrap(), "user.d").unwrap(), b"in the block");
+    assert_eq!(v.getxattr(&v.inode(exact).unwrap(), "user.a").unwrap(), pattern(1, 4096 - 56));
+    v.sync().unwrap();
+    drop(v);
+    assert_clean(&image, "a new xattr of an inode with no room for xattrs");
+}
