@@ -56,6 +56,7 @@ csumfs_files=(
   crates/csumfs/src/extent_tree.rs
   crates/csumfs/src/migrate.rs
   crates/csumfs/src/ea_inode.rs
+  crates/csumfs/src/inline.rs
 )
 # The `mutants` profile (Cargo.toml): optimised like release, without LTO
 # and with incremental builds, so each mutant rebuilds in seconds and the

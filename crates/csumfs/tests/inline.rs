@@ -1,6 +1,7 @@
 //! Inline data (`inline_data`): files and directories mke2fs wrote inline
 //! (`mke2fs -d`), changed through csumfs — written, truncated, given
-//! xattrs, entries added, removed and moved, a directory moved to another
+//! xattrs (one named as the inline content is, kept), entries added,
+//! removed and moved, a directory moved to another
 //! parent — each moving its content to a block first as the kernel does;
 //! then `e2fsck -fn` clean and the kernel reading the result.
 
@@ -34,6 +35,12 @@ fn inline_files_and_directories_mke2fs_wrote_are_changed_and_stay_valid() {
         std::fs::write(src.join("d/x"), b"x").unwrap();
         std::fs::write(src.join("d/y"), b"y").unwrap();
         std::fs::write(src.join("d2/z"), b"z").unwrap();
+        // An xattr whose name is the inline content's (in another
+        // namespace): mke2fs copies it; moving the content out keeps it.
+        let a_path = std::ffi::CString::new(src.join("a").into_os_string().into_encoded_bytes()).unwrap();
+        // SAFETY: a valid path, name and value.
+        let rc = unsafe { libc::setxattr(a_path.as_ptr(), c"user.data".as_ptr(), b"kept".as_ptr().cast(), 4, 0) };
+        assert_eq!(rc, 0, "setxattr on the source: {}", std::io::Error::last_os_error());
         let image = scratch.0.join("img");
         let out = Command::new(tool("mke2fs").unwrap())
             .args(["-q", "-F", "-t", "ext4", "-O", "metadata_csum,^has_journal,inline_data", "-I", "256", "-b", bs])
@@ -53,7 +60,9 @@ fn inline_files_and_directories_mke2fs_wrote_are_changed_and_stay_valid() {
         let (a, b, c, e) = (ino(&v, "/a"), ino(&v, "/b"), ino(&v, "/c"), ino(&v, "/e"));
         let (d, d2, sub) = (ino(&v, "/d"), ino(&v, "/d2"), ino(&v, "/d/sub"));
         let mtime_before = v.inode(b).unwrap().mtime;
+        assert_eq!(v.getxattr(&v.inode(a).unwrap(), "user.data").unwrap(), b"kept", "{bs}: mke2fs copied it");
         v.write(a, 30, b" and more").unwrap();
+        assert_eq!(v.getxattr(&v.inode(a).unwrap(), "user.data").unwrap(), b"kept", "{bs}: kept past uninlining");
         v.write(b, 10, b"XYZ").unwrap();
         v.truncate(e, 5000).unwrap();
         v.setxattr(c, "user.k", b"value", XattrMode::Create).unwrap();
