@@ -7,7 +7,9 @@
 
 mod common;
 
-use common::{assert_clean, e2fsck_clean, have_e2fsprogs, kernel_mount_with, tool, with_kernel_mount, Scratch};
+use common::{
+    assert_clean, debugfs_write, e2fsck_clean, have_e2fsprogs, kernel_mount_with, tool, with_kernel_mount, Scratch,
+};
 use csumfs::{Options, Volume};
 use std::path::Path;
 use std::process::Command;
@@ -100,11 +102,8 @@ fn a_linked_orphan_loses_its_blocks_past_its_size() {
     // As a stopped truncate leaves it: the size already cut to 20 000
     // bytes, the 49 blocks past it still mapped, the inode on the chain
     // (debugfs sets the fields and re-seals the checksums).
-    let debugfs = tool("debugfs").unwrap();
-    for request in [format!("sif <{ino}> size 20000"), format!("ssv last_orphan {ino}")] {
-        let out = Command::new(&debugfs).args(["-w", "-R", &request]).arg(&image).output().unwrap();
-        assert!(out.status.success(), "debugfs {request}: {}", String::from_utf8_lossy(&out.stderr));
-    }
+    debugfs_write(&image, &format!("sif <{ino}> size 20000"));
+    debugfs_write(&image, &format!("ssv last_orphan {ino}"));
     assert!(e2fsck_clean(&image).is_err(), "blocks past the size of an orphan are a finding");
     let mut v = Volume::open(&image, Options { write: true, check_updates: true, ..Options::default() }).unwrap();
     let free = v.statfs().free_blocks;
@@ -118,11 +117,6 @@ fn a_linked_orphan_loses_its_blocks_past_its_size() {
 }
 
 const FILE: csumfs::NewInode = csumfs::NewInode { mode: 0o100_644, uid: 0, gid: 0 };
-
-fn debugfs(image: &Path, request: &str) {
-    let out = Command::new(tool("debugfs").unwrap()).args(["-w", "-R", request]).arg(image).output().unwrap();
-    assert!(out.status.success(), "debugfs {request}: {}", String::from_utf8_lossy(&out.stderr));
-}
 
 /// Three files unlinked while held are chained c → b → a; b's last unhold
 /// takes it out of the middle (c then names a). After a crash with a and
@@ -190,7 +184,7 @@ fn the_orphan_list_names_the_first_to_the_last_inode_and_nothing_else() {
     drop(v);
     assert_clean(&image, "the first and last inodes freed");
     for named in [10, last + 1] {
-        debugfs(&image, &format!("ssv last_orphan {named}"));
+        debugfs_write(&image, &format!("ssv last_orphan {named}"));
         let before = std::fs::read(&image).unwrap();
         let mut v = open();
         let err = v.release_orphans_left().unwrap_err();
@@ -229,8 +223,8 @@ fn a_block_mapped_linked_orphan_is_left_as_it_is() {
     let out = Command::new(tool("tune2fs").unwrap()).args(["-O", "extent"]).arg(&image).output().unwrap();
     assert!(out.status.success(), "tune2fs: {}", String::from_utf8_lossy(&out.stderr));
     let ino = Volume::open(&image, Options::default()).unwrap().resolve("/cut").unwrap().ino;
-    debugfs(&image, &format!("sif <{ino}> size 20000"));
-    debugfs(&image, &format!("ssv last_orphan {ino}"));
+    debugfs_write(&image, &format!("sif <{ino}> size 20000"));
+    debugfs_write(&image, &format!("ssv last_orphan {ino}"));
     assert!(e2fsck_clean(&image).is_err(), "blocks past the size of an orphan are a finding");
     let mut v = Volume::open(&image, Options { write: true, check_updates: true, ..Options::default() }).unwrap();
     let free = v.statfs().free_blocks;

@@ -308,11 +308,6 @@ fn a_kernel_made_value_inode_is_kept_through_a_new_entry_and_freed_with_its_own(
     assert_clean(&image, "the kernel's value inode freed with its entry");
 }
 
-fn debugfs_write(image: &Path, request: &str) {
-    let out = Command::new(common::tool("debugfs").unwrap()).args(["-w", "-R", request]).arg(image).output().unwrap();
-    assert!(out.status.success(), "debugfs {request}: {}", String::from_utf8_lossy(&out.stderr));
-}
-
 /// The edges of values in inodes of their own: a value of exactly a block
 /// less 56 bytes still goes in the xattr block (the kernel's
 /// `EXT4_XATTR_MIN_LARGE_EA_SIZE` is a strict bound), 4 more bytes do not;
@@ -354,7 +349,7 @@ fn value_inode_edges_match_the_kernel_and_e2fsck() {
     };
     let damaged = scratch.0.join("damaged.img");
     std::fs::copy(&image, &damaged).unwrap();
-    debugfs_write(&damaged, &format!("sif <{value_inode}> flags 0x80000"));
+    common::debugfs_write(&damaged, &format!("sif <{value_inode}> flags 0x80000"));
     let before = std::fs::read(&damaged).unwrap();
     let mut v = Volume::open(&damaged, Options { write: true, ..Options::default() }).unwrap();
     v.enable_undo(&scratch.0.join("damaged.undo")).unwrap();
@@ -375,7 +370,7 @@ fn value_inode_edges_match_the_kernel_and_e2fsck() {
     drop(v);
     assert!(std::fs::read(&damaged).unwrap() == before, "the refusal changed nothing");
 
-    debugfs_write(&image, "sif /wide extra_isize 128");
+    common::debugfs_write(&image, "sif /wide extra_isize 128");
     assert_clean(&image, "an inode with no room for xattrs");
     let mut v = Volume::open(&image, Options { write: true, ..Options::default() }).unwrap();
     let wide = v.resolve("/wide").unwrap().ino;

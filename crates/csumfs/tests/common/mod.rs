@@ -74,6 +74,13 @@ pub fn mke2fs_with(path: &Path, block_size: &str, size: &str, extra: &[&str]) {
     assert!(out.status.success(), "mke2fs: {}", String::from_utf8_lossy(&out.stderr));
 }
 
+/// Runs debugfs `request` on `image`, writable (debugfs re-seals the
+/// checksums of what it sets).
+pub fn debugfs_write(image: &Path, request: &str) {
+    let out = Command::new(tool("debugfs").unwrap()).args(["-w", "-R", request]).arg(image).output().unwrap();
+    assert!(out.status.success(), "debugfs {request}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
 /// `Ok` when `e2fsck -fn` finds nothing; its report otherwise.
 pub fn e2fsck_clean(image: &Path) -> Result<(), String> {
     let out = Command::new(tool("e2fsck").unwrap()).arg("-fn").arg(image).output().unwrap();
