@@ -64,7 +64,7 @@ const INTENT_REGION_BYTES: u64 = 1 << 20;
 /// Tree nodes at 4 KiB slots of the sidecar; the tree's flushes are
 /// `fdatasync`s (its superblock never names nodes that are not durable).
 struct FileStore {
-    file: Box<dyn crate::SidecarFile>,
+    file: Box<dyn csumkit::DurableFile>,
 }
 
 /// Node slot where the tree's area starts (its two superblock slots; the
@@ -84,7 +84,7 @@ impl NodeStore for FileStore {
 
     fn flush(&mut self) -> Result<(), csumkit::Error> {
         let io = |e: std::io::Error| csumkit::Error::Io { context: "checksum sidecar".into(), source: e };
-        self.file.sync().map_err(io)
+        self.file.sync_data().map_err(io)
     }
 
     fn read(&mut self, location: u64, node: &mut [u8; NODE_BYTES]) -> Result<(), csumkit::Error> {
@@ -110,7 +110,7 @@ impl FileStore {
     /// Makes the intent list durable before the data it announces.
     fn flush_intent(&mut self) -> Result<(), Error> {
         let io = |source| Error::Io { context: "checksum sidecar intent list".into(), source };
-        self.file.sync().map_err(io)
+        self.file.sync_data().map_err(io)
     }
 
     fn clear_intent(&mut self) -> Result<(), Error> {
@@ -187,7 +187,7 @@ impl Volume {
     /// As [`enable_data_checksums`](Self::enable_data_checksums).
     pub fn enable_data_checksums_on(
         &mut self,
-        mut file: Box<dyn crate::SidecarFile>,
+        file: Box<dyn csumkit::DurableFile>,
         path: &Path,
     ) -> Result<bool, Error> {
         let io = |source| Error::Io { context: path.display().to_string(), source };
@@ -215,7 +215,7 @@ impl Volume {
             file.set_len(0).map_err(io)?;
             file.set_len(len).map_err(io)?;
             file.write_all_at(&id, 0).map_err(io)?;
-            file.sync().map_err(io)?;
+            file.sync_data().map_err(io)?;
         }
         let mut store = FileStore { file };
         let mut tree = ChecksumTree::open(&mut store, blocks, TREE_START, area)?;

@@ -45,7 +45,6 @@ mod pi;
 mod ranges;
 mod redo;
 mod remove;
-mod sidecar;
 mod stats;
 mod undo;
 mod volume;
@@ -64,7 +63,6 @@ pub use pi::PiOpened;
 pub use redo::{
     log_pending, Backing, LogMedium, Replayed, LOG_ON_DAX, LOG_ON_FILE, LOG_ON_TMPFS, LOG_PENDING, TAG_LAST, TAG_PART,
 };
-pub use sidecar::SidecarFile;
 pub use stats::Stats;
 pub use volume::{Checksums, Options, StatFs, Volume};
 pub use write::NewInode;

@@ -19,8 +19,9 @@ mod common;
 
 use common::model::{apply, op, pick, Model, Node, Op};
 use common::{assert_clean, have_e2fsprogs, mke2fs, Scratch};
-use csumfs::{Backing, Options, SidecarFile, Stats, Volume};
+use csumfs::{Backing, Options, Stats, Volume};
 use csumkit::bytelog::{Medium, SimMedium};
+use csumkit::DurableFile;
 use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 use std::collections::BTreeMap;
@@ -83,11 +84,11 @@ struct SimSidecar {
     world: Arc<Mutex<World>>,
 }
 
-impl SidecarFile for SimSidecar {
+impl DurableFile for SimSidecar {
     fn size(&self) -> std::io::Result<u64> {
         Ok(self.disk.lock().unwrap().current.len() as u64)
     }
-    fn set_len(&mut self, len: u64) -> std::io::Result<()> {
+    fn set_len(&self, len: u64) -> std::io::Result<()> {
         // The new length is taken as durable at once (zeros either way).
         let mut disk = self.disk.lock().unwrap();
         let len = len as usize;
@@ -102,7 +103,7 @@ impl SidecarFile for SimSidecar {
         buf.copy_from_slice(bytes.ok_or(std::io::ErrorKind::UnexpectedEof)?);
         Ok(())
     }
-    fn write_all_at(&mut self, bytes: &[u8], at: u64) -> std::io::Result<()> {
+    fn write_all_at(&self, bytes: &[u8], at: u64) -> std::io::Result<()> {
         let mut disk = self.disk.lock().unwrap();
         let (start, end) = (at as usize, at as usize + bytes.len());
         assert!(end <= disk.current.len(), "the sidecar is sized before it is written");
@@ -110,7 +111,7 @@ impl SidecarFile for SimSidecar {
         disk.unsynced.push((start, end));
         Ok(())
     }
-    fn sync(&mut self) -> std::io::Result<()> {
+    fn sync_data(&self) -> std::io::Result<()> {
         let log = self.world.lock().unwrap().log_durable.clone();
         cut(log, &mut self.world.lock().unwrap(), SIDECAR_FLUSH);
         SimDisk(Arc::clone(&self.disk)).sync()

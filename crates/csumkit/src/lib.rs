@@ -28,6 +28,7 @@ pub mod crc16t10dif;
 pub mod crc32c;
 pub mod crc64nvme;
 pub mod csum_tree;
+pub mod durable;
 pub mod erofs;
 mod error;
 pub mod ext4;
@@ -40,6 +41,7 @@ pub mod xattr_filter;
 
 pub use arch::{Backend, BACKEND_ENV_VAR};
 pub use crc::Algorithm;
+pub use durable::DurableFile;
 pub use error::Error;
 
 /// The README's Rust example, compiled and run by `cargo test --doc`.

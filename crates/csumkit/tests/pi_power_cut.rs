@@ -11,7 +11,8 @@
 //! erased from the metadata file's header must show torn blocks — so the
 //! test would catch a device that did not mark, or did not recover.
 
-use csumkit::pi::{Device, GuardSize, Io, PiFormat, PiLocation, PiType, Protection, SplitFile};
+use csumkit::pi::{Device, GuardSize, Io, PiFormat, PiLocation, PiType, Protection};
+use csumkit::DurableFile;
 use csumkit::Error;
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -81,7 +82,7 @@ impl SimFile {
     }
 }
 
-impl SplitFile for SimFile {
+impl DurableFile for SimFile {
     fn size(&self) -> std::io::Result<u64> {
         Ok(self.0.lock().unwrap().disks[self.1].current.len() as u64)
     }

@@ -21,8 +21,8 @@
 use super::format::PiType;
 use super::layout::{LbaFormat, Protection};
 use super::protect::{self, Checks, Tags};
-use super::storage::{SplitFile, SplitOpened, Storage, OWNER_TAG_BYTES};
-use crate::Error;
+use super::storage::{SplitOpened, Storage, OWNER_TAG_BYTES};
+use crate::{DurableFile, Error};
 use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -167,15 +167,15 @@ impl Device {
         Device::open_split_on(Box::new(file), Box::new(metadata_file), data, metadata, protection)
     }
 
-    /// [`open_split`](Self::open_split) over files given as [`SplitFile`]s
+    /// [`open_split`](Self::open_split) over files given as [`DurableFile`]s
     /// (a test's simulated disk); `data_path` and `metadata_path` name them
     /// in messages. An empty metadata file is formatted.
     ///
     /// # Errors
     /// As [`open_split`](Self::open_split).
     pub fn open_split_on(
-        data: Box<dyn SplitFile>,
-        metadata: Box<dyn SplitFile>,
+        data: Box<dyn DurableFile>,
+        metadata: Box<dyn DurableFile>,
         data_path: &Path,
         metadata_path: &Path,
         protection: Protection,

@@ -43,4 +43,4 @@ pub use protect::{
     PiField, Tags,
 };
 #[cfg(unix)]
-pub use storage::{clear_split_owner_tag, split_protection, SplitFile, SplitOpened, OWNER_TAG_BYTES};
+pub use storage::{clear_split_owner_tag, split_protection, SplitOpened, OWNER_TAG_BYTES};

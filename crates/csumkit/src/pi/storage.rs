@@ -19,13 +19,13 @@
 //! the regions being written are marked durably first (`intent.rs`), and
 //! opening the device forgets the PI of blocks there whose guard fails.
 //!
-//! The two files are [`SplitFile`]s: `File`s, or a test's simulated disk.
+//! The two files are [`DurableFile`]s: `File`s, or a test's simulated disk.
 
 use super::format::{GuardSize, PiFormat, PiType};
 use super::intent::{self, Intent};
 use super::layout::{LbaFormat, PiLocation, Protection};
 use super::protect::{self, Checks, Tags};
-use crate::Error;
+use crate::{DurableFile, Error};
 use std::fs::File;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -44,54 +44,6 @@ const IN_FLIGHT_AT: usize = 32;
 const OWNER_AT: usize = 128;
 const _: () = assert!(IN_FLIGHT_AT + 34 <= OWNER_AT && OWNER_AT + OWNER_TAG_BYTES <= intent::BITMAP_AT);
 const _: () = assert!(intent::BITMAP_AT + intent::BITMAP_BYTES <= SPLIT_HEADER_BYTES as usize);
-
-/// A file a split device keeps its data or its metadata in: positioned
-/// reads and writes, and a flush that makes the writes before it durable.
-pub trait SplitFile: Send + Sync {
-    /// Its size in bytes.
-    ///
-    /// # Errors
-    /// As the file system's.
-    fn size(&self) -> std::io::Result<u64>;
-    /// Sets its length (new bytes read as zeros).
-    ///
-    /// # Errors
-    /// As the file system's.
-    fn set_len(&self, len: u64) -> std::io::Result<()>;
-    /// Fills `buf` from byte `at`.
-    ///
-    /// # Errors
-    /// As the file system's; `UnexpectedEof` past the end.
-    fn read_exact_at(&self, buf: &mut [u8], at: u64) -> std::io::Result<()>;
-    /// Writes `buf` at byte `at`.
-    ///
-    /// # Errors
-    /// As the file system's.
-    fn write_all_at(&self, buf: &[u8], at: u64) -> std::io::Result<()>;
-    /// Makes every write before it durable (`fdatasync`).
-    ///
-    /// # Errors
-    /// As the file system's.
-    fn sync_data(&self) -> std::io::Result<()>;
-}
-
-impl SplitFile for File {
-    fn size(&self) -> std::io::Result<u64> {
-        Ok(self.metadata()?.len())
-    }
-    fn set_len(&self, len: u64) -> std::io::Result<()> {
-        File::set_len(self, len)
-    }
-    fn read_exact_at(&self, buf: &mut [u8], at: u64) -> std::io::Result<()> {
-        std::os::unix::fs::FileExt::read_exact_at(self, buf, at)
-    }
-    fn write_all_at(&self, buf: &[u8], at: u64) -> std::io::Result<()> {
-        std::os::unix::fs::FileExt::write_all_at(self, buf, at)
-    }
-    fn sync_data(&self) -> std::io::Result<()> {
-        File::sync_data(self)
-    }
-}
 
 /// What opening a split device found and did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -113,7 +65,7 @@ pub(super) enum Storage {
     /// header of `metadata`. Commands are serialised by `command` (the
     /// header holds one command in flight), which guards the regions
     /// marked as being written.
-    Split { data: Box<dyn SplitFile>, metadata: Box<dyn SplitFile>, command: Mutex<Intent> },
+    Split { data: Box<dyn DurableFile>, metadata: Box<dyn DurableFile>, command: Mutex<Intent> },
 }
 
 impl std::fmt::Debug for Storage {
@@ -164,8 +116,8 @@ impl Storage {
     /// blocks; finishes a command a stopped process left in flight and
     /// forgets the PI a power cut tore from its data.
     pub(super) fn open_split(
-        data: Box<dyn SplitFile>,
-        metadata: Box<dyn SplitFile>,
+        data: Box<dyn DurableFile>,
+        metadata: Box<dyn DurableFile>,
         metadata_path: &Path,
         p: &Protection,
         blocks: u64,
@@ -405,7 +357,7 @@ impl Storage {
     /// Flips stored bit `bit` of block `lba` (bits past the data are metadata).
     pub(super) fn flip_bit(&self, lba_format: LbaFormat, lba: u64, bit: u64) -> Result<(), Error> {
         let (db, md) = (lba_format.data_bytes() as u64, lba_format.metadata_bytes() as u64);
-        let (file, offset): (&dyn SplitFile, u64) = match self {
+        let (file, offset): (&dyn DurableFile, u64) = match self {
             Storage::Interleaved { file, written } => {
                 written[(lba / 64) as usize].fetch_or(1 << (lba % 64), Ordering::Relaxed);
                 (file, lba * (db + md) + bit / 8)

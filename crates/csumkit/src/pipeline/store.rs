@@ -11,11 +11,10 @@
 //! little-endian u64 state, 1 = valid, anything else = no checksum. Blocks
 //! never written read as no checksum (a sparse hole is zeros).
 
-use crate::Error;
+use crate::{DurableFile, Error};
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 /// A per-block checksum store.
@@ -31,6 +30,13 @@ pub trait ChecksumStore: Send {
     /// # Errors
     /// The I/O error.
     fn invalidate(&mut self, first_block: u64, blocks: u64) -> io::Result<()>;
+
+    /// Makes what was recorded and invalidated durable, for a store that
+    /// keeps its checksums on a medium.
+    ///
+    /// # Errors
+    /// The I/O error.
+    fn sync(&mut self) -> io::Result<()>;
 }
 
 /// Checksums in memory (tests, and callers with their own persistence).
@@ -71,15 +77,21 @@ impl ChecksumStore for MemoryStore {
         }
         Ok(())
     }
+
+    fn sync(&mut self) -> io::Result<()> {
+        Ok(()) // memory only: nothing to make durable
+    }
 }
 
 const ENTRY: u64 = 16;
 const VALID: u64 = 1;
 
-/// Checksums in a file beside the data (see the module docs for the layout).
+/// Checksums in a file beside the data (see the module docs for the layout):
+/// an ordinary [`File`], or any [`DurableFile`] (a power-cut test's
+/// simulated disk).
 #[derive(Debug)]
-pub struct ChecksumFile {
-    file: File,
+pub struct ChecksumFile<F: DurableFile = File> {
+    file: F,
 }
 
 impl ChecksumFile {
@@ -94,6 +106,13 @@ impl ChecksumFile {
             })?;
         Ok(ChecksumFile { file })
     }
+}
+
+impl<F: DurableFile> ChecksumFile<F> {
+    /// The checksum file kept in `file`.
+    pub fn on(file: F) -> Self {
+        ChecksumFile { file }
+    }
 
     /// The checksum of `block`, if one is recorded.
     ///
@@ -101,10 +120,10 @@ impl ChecksumFile {
     /// The I/O error.
     pub fn get(&self, block: u64) -> io::Result<Option<u64>> {
         let mut entry = [0u8; ENTRY as usize];
-        let n = self.file.read_at(&mut entry, block * ENTRY)?;
-        if n < entry.len() {
+        if self.file.size()? < (block + 1) * ENTRY {
             return Ok(None); // past the end: never written
         }
+        self.file.read_exact_at(&mut entry, block * ENTRY)?;
         let state = u64::from_le_bytes(entry[8..].try_into().expect("8 bytes"));
         Ok((state == VALID).then(|| u64::from_le_bytes(entry[..8].try_into().expect("8 bytes"))))
     }
@@ -118,7 +137,7 @@ impl ChecksumFile {
     }
 }
 
-impl ChecksumStore for ChecksumFile {
+impl<F: DurableFile> ChecksumStore for ChecksumFile<F> {
     fn record(&mut self, first_block: u64, checksums: &[u64]) -> io::Result<()> {
         let mut entries = Vec::with_capacity(checksums.len() * ENTRY as usize);
         for &c in checksums {
@@ -131,6 +150,10 @@ impl ChecksumStore for ChecksumFile {
     fn invalidate(&mut self, first_block: u64, blocks: u64) -> io::Result<()> {
         let zeros = vec![0u8; (blocks * ENTRY) as usize];
         self.file.write_all_at(&zeros, first_block * ENTRY)
+    }
+
+    fn sync(&mut self) -> io::Result<()> {
+        ChecksumFile::sync(self)
     }
 }
 
@@ -156,6 +179,13 @@ impl ChecksumStore for crate::csum_tree::ChecksumTree {
         for block in first_block..first_block + blocks {
             self.remove(block);
         }
+        Ok(())
+    }
+
+    /// Nothing here: the tree's items reach its medium at the caller's next
+    /// [`commit`](crate::csum_tree::ChecksumTree::commit), which needs the
+    /// tree's node store.
+    fn sync(&mut self) -> io::Result<()> {
         Ok(())
     }
 }

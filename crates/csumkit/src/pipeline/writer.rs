@@ -406,12 +406,16 @@ impl<S: Sink, T: ChecksumStore> Writer<S, T> {
         }
     }
 
-    /// Makes the data durable ([`Sink::sync`]).
+    /// Makes the completed writes durable: the data ([`Sink::sync`]), then
+    /// their checksums ([`ChecksumStore::sync`]), in that order, as a file
+    /// system commits data before the checksums naming it. Writes still in
+    /// flight are not covered: complete them first.
     ///
     /// # Errors
     /// [`Error::Io`].
     pub fn sync(&mut self) -> Result<(), Error> {
-        self.sink.sync().map_err(|source| Error::Io { context: "syncing written data".into(), source })
+        self.sink.sync().map_err(|source| Error::Io { context: "syncing written data".into(), source })?;
+        self.store.sync().map_err(|source| Error::Io { context: "syncing checksums".into(), source })
     }
 }
 
