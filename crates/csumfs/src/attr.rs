@@ -43,7 +43,7 @@ impl Volume {
         let ctime = encode_time(attr.ctime.unwrap_or_else(now));
         let time = |t: Option<Timespec>| t.map(encode_time);
         let (atime, mtime) = (time(attr.atime), time(attr.mtime));
-        self.edit_inode(&inode, |r| {
+        let inode = self.edit_inode(&inode, |r| {
             if let Some(mode) = attr.mode {
                 let kept = u16::from_le_bytes([r[0], r[1]]) & 0o170_000;
                 put16(r, 0x00, kept | mode & 0o7777);
@@ -62,6 +62,22 @@ impl Volume {
                     put32(r, extra, e);
                 }
             }
+        })?;
+        match attr.mode {
+            Some(_) => self.chmod_acl(inode),
+            None => Ok(inode),
+        }
+    }
+
+    /// Sets `inode`'s permission bits (`0o7777`) to `mode`'s, and ctime to
+    /// now.
+    pub(crate) fn set_mode_bits(&mut self, inode: &Inode, mode: u16) -> Result<Inode, Error> {
+        let (sec, e) = encode_time(now());
+        self.edit_inode(inode, |r| {
+            let kept = u16::from_le_bytes([r[0], r[1]]) & 0o170_000;
+            put16(r, 0x00, kept | mode & 0o7777);
+            put32(r, 0x0C, sec);
+            put32(r, 0x84, e);
         })
     }
 

@@ -284,6 +284,14 @@ impl Filesystem for Fs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         // Larger writes per request: fewer round trips for sequential I/O.
         let _ = config.set_max_write(1 << 20);
+        // POSIX ACLs: the kernel enforces and caches them, and leaves their
+        // upkeep to csumfs (acl.rs: the mode in step, inheritance); with
+        // DONT_MASK a new inode's mode comes unmasked, with the umask
+        // beside it, as a default ACL replaces the umask.
+        let acls = fuser::InitFlags::FUSE_POSIX_ACL | fuser::InitFlags::FUSE_DONT_MASK;
+        if config.add_capabilities(acls).is_err() {
+            eprintln!("csumfs: this kernel offers no POSIX ACLs over FUSE: ACLs are kept but not enforced");
+        }
         if self.writeback_cache && config.add_capabilities(fuser::InitFlags::FUSE_WRITEBACK_CACHE).is_err() {
             eprintln!("csumfs: this kernel offers no FUSE writeback cache: writes go through");
         }
@@ -349,23 +357,27 @@ impl Filesystem for Fs {
     }
 
     fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
-        let (parent, mode) = (from_fuse(parent), (mode & !(umask & 0o777)) as u16);
+        let parent = from_fuse(parent);
         let made = self.change(|v| {
+            let (mode, acls) = v.acl_create(parent, mode as u16, umask as u16)?;
             let new = Self::new_inode(v, req, parent, mode)?;
-            if mode & 0o170_000 == 0o100_000 || mode & 0o170_000 == 0 {
-                v.create(parent, name.as_bytes(), NewInode { mode: new.mode | 0o100_000, ..new })
+            let inode = if mode & 0o170_000 == 0o100_000 || mode & 0o170_000 == 0 {
+                v.create(parent, name.as_bytes(), NewInode { mode: new.mode | 0o100_000, ..new })?
             } else {
-                v.mknod(parent, name.as_bytes(), new, rdev)
-            }
+                v.mknod(parent, name.as_bytes(), new, rdev)?
+            };
+            v.store_inherited_acls(inode.ino, &acls)
         });
         reply_entry!(self, made, reply);
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
-        let (parent, mode) = (from_fuse(parent), (mode & !umask & 0o7777) as u16 | 0o040_000);
+        let (parent, mode) = (from_fuse(parent), (mode & 0o7777) as u16 | 0o040_000);
         let made = self.change(|v| {
+            let (mode, acls) = v.acl_create(parent, mode, umask as u16)?;
             let new = Self::new_inode(v, req, parent, mode)?;
-            v.mkdir(parent, name.as_bytes(), new)
+            let inode = v.mkdir(parent, name.as_bytes(), new)?;
+            v.store_inherited_acls(inode.ino, &acls)
         });
         reply_entry!(self, made, reply);
     }
@@ -678,10 +690,12 @@ impl Filesystem for Fs {
         _flags: i32,
         reply: ReplyCreate,
     ) {
-        let (parent, mode) = (from_fuse(parent), (mode & !(umask & 0o777)) as u16);
+        let parent = from_fuse(parent);
         let made = self.change(|v| {
+            let (mode, acls) = v.acl_create(parent, mode as u16, umask as u16)?;
             let new = Self::new_inode(v, req, parent, mode)?;
             let inode = v.create(parent, name.as_bytes(), NewInode { mode: new.mode | 0o100_000, ..new })?;
+            let inode = v.store_inherited_acls(inode.ino, &acls)?;
             v.hold(inode.ino);
             Ok(inode)
         });

@@ -22,6 +22,7 @@
 //! # Ok::<(), csumfs::Error>(())
 //! ```
 
+mod acl;
 mod attr;
 mod data;
 mod datasum;
@@ -52,6 +53,7 @@ mod write;
 mod xattr;
 mod xattr_write;
 
+pub use acl::InheritedAcls;
 pub use attr::SetAttr;
 pub use datasum::{forget_data_checksums, ScrubReport};
 pub use dir::DirEntry;

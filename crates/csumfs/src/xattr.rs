@@ -5,6 +5,7 @@
 //! seed-003 name filter is kept per inode in memory, so a lookup of an
 //! absent name (the ACL probes of `ls -l`) reads no xattr block.
 
+use crate::acl::Acl;
 use crate::error::{corrupt, Error};
 use crate::inode::Inode;
 use crate::le::{le16, le32};
@@ -70,7 +71,7 @@ impl Volume {
             }
             let Some(name) = entry.full_name() else { continue };
             let value = match entry.index {
-                2 | 3 => acl_to_vfs(&entry.value, inode.ino)?,
+                2 | 3 => Acl::from_disk(&entry.value, inode.ino)?.to_vfs(),
                 _ => entry.value,
             };
             out.push((name, value));
@@ -100,7 +101,7 @@ impl Volume {
         self.filters.lock().expect("filter cache").insert(inode.ino, filter);
         let entry = entries.into_iter().find(|e| e.index == index && e.suffix == suffix).ok_or_else(absent)?;
         match index {
-            2 | 3 => acl_to_vfs(&entry.value, inode.ino),
+            2 | 3 => Acl::from_disk(&entry.value, inode.ino).map(|acl| acl.to_vfs()),
             _ => Ok(entry.value),
         }
     }
@@ -183,32 +184,4 @@ impl Volume {
         }
         Ok((self.read_all(&ea)?, le32(&ea.raw, crate::ea_inode::I_ATIME)))
     }
-}
-
-/// ext4's ACL encoding (version 1; 4-byte entries for the owner, group,
-/// mask and other, 8-byte ones with an id for named users and groups) to
-/// the VFS's (version 2, 8-byte entries, id 0xFFFFFFFF where none).
-fn acl_to_vfs(value: &[u8], ino: u32) -> Result<Vec<u8>, Error> {
-    let bad = |detail: String| corrupt(format!("inode {ino} ACL"), detail);
-    if value.len() < 4 || le32(value, 0) != 1 {
-        return Err(bad(format!("{} bytes, not an ext4 ACL (version 1)", value.len())));
-    }
-    let mut out = 2u32.to_le_bytes().to_vec();
-    let mut at = 4;
-    while at < value.len() {
-        let entry = value.get(at..at + 4).ok_or_else(|| bad(format!("truncated entry at {at}")))?;
-        let tag = le16(entry, 0);
-        let (id, size) = match tag {
-            0x02 | 0x08 => {
-                let id = value.get(at + 4..at + 8).ok_or_else(|| bad(format!("truncated entry at {at}")))?;
-                (le32(id, 0), 8)
-            }
-            0x01 | 0x04 | 0x10 | 0x20 => (u32::MAX, 4),
-            other => return Err(bad(format!("tag {other:#x} at {at}"))),
-        };
-        out.extend_from_slice(&entry[..4]);
-        out.extend_from_slice(&id.to_le_bytes());
-        at += size;
-    }
-    Ok(out)
 }

@@ -8,10 +8,11 @@
 //! ext4's compact one. The inode's checksum moves by splice; a rewritten
 //! block's by splice over the bytes that changed.
 
+use crate::acl;
 use crate::ea_inode;
 use crate::error::{corrupt, Error};
 use crate::inode::{Inode, FLAG_INLINE_DATA};
-use crate::le::{le16, le32, put16, put32};
+use crate::le::{le32, put16, put32};
 use crate::volume::Volume;
 use crate::write::{encode_time, now, splice_all};
 use crate::xattr::{split, Entry, MAGIC};
@@ -62,9 +63,10 @@ fn entry_hash(e: &Entry) -> u32 {
 }
 
 /// Writes `entries` into `area` as an entry table from `start` with values
-/// packed down from `area.len()`, their offsets counted from `base`.
+/// packed down from `area.len()`, their offsets counted from the area's
+/// start (a block's first byte; in an inode, the first entry's).
 /// `hashes`: whether entries carry their hash (blocks do, inodes do not).
-fn lay_out(area: &mut [u8], start: usize, base: usize, entries: &[Entry], hashes: bool) -> Vec<u32> {
+fn lay_out(area: &mut [u8], start: usize, entries: &[Entry], hashes: bool) -> Vec<u32> {
     let (mut at, mut value_end) = (start, area.len());
     let mut out = Vec::with_capacity(entries.len());
     for e in entries {
@@ -78,7 +80,7 @@ fn lay_out(area: &mut [u8], start: usize, base: usize, entries: &[Entry], hashes
         let hash = if hashes || e.value_inum != 0 { entry_hash(e) } else { 0 };
         area[at] = e.suffix.len() as u8;
         area[at + 1] = e.index;
-        put16(area, at + 2, if in_table { (value_end - base) as u16 } else { 0 });
+        put16(area, at + 2, if in_table { value_end as u16 } else { 0 });
         put32(area, at + 4, e.value_inum);
         put32(area, at + 8, e.value.len() as u32);
         put32(area, at + 12, hash);
@@ -111,33 +113,21 @@ fn place(inode: &Inode, block_size: usize, entries: Vec<Entry>) -> Option<(Vec<E
     (block_need <= block_size).then_some((in_inode, in_block))
 }
 
-/// VFS ACL encoding (version 2, 8-byte entries) to ext4's (version 1;
-/// 4-byte entries for owner, group, mask, other).
-fn acl_from_vfs(value: &[u8]) -> Result<Vec<u8>, Error> {
-    if value.len() < 4 || le32(value, 0) != 2 || !(value.len() - 4).is_multiple_of(8) {
-        return Err(Error::Invalid(format!("{} bytes are not a POSIX ACL (version 2)", value.len())));
-    }
-    let mut out = 1u32.to_le_bytes().to_vec();
-    for entry in value[4..].chunks_exact(8) {
-        out.extend_from_slice(&entry[..4]);
-        match le16(entry, 0) {
-            0x02 | 0x08 => out.extend_from_slice(&entry[4..8]),
-            0x01 | 0x04 | 0x10 | 0x20 => {}
-            tag => return Err(Error::Invalid(format!("ACL entry tag {tag:#x}"))),
-        }
-    }
-    Ok(out)
-}
-
 impl Volume {
-    /// Sets xattr `name` of inode `ino` to `value`.
+    /// Sets xattr `name` of inode `ino` to `value`. A POSIX ACL name
+    /// takes the VFS encoding and keeps the mode in step, as ext4 does
+    /// (see `acl.rs`; `mode` does not apply to it, and an empty ACL
+    /// removes it).
     ///
     /// # Errors
     /// `EEXIST` ([`XattrMode::Create`]), `ENODATA` ([`XattrMode::Replace`]),
-    /// `EOPNOTSUPP` for a name with no ext4 prefix, `ENOSPC` when the inode
-    /// and one block cannot hold the list, `E2BIG` for a value larger than a block.
+    /// `EOPNOTSUPP` for a name with no ext4 prefix, `ENAMETOOLONG` for a
+    /// name over 255 bytes, `ENOSPC` when the inode and one block cannot hold
+    /// the list (the kernel's answer for any value too large for a block,
+    /// without `ea_inode`), `E2BIG` for a value over 64 KiB (the VFS's
+    /// limit); for an ACL, `EINVAL` or `EOPNOTSUPP` as the kernel parses
+    /// it, `EACCES` for a default ACL on a non-directory.
     pub fn setxattr(&mut self, ino: u32, name: &str, value: &[u8], mode: XattrMode) -> Result<Inode, Error> {
-        let inode = self.uninline(ino)?;
         let (index, suffix) = split(name).ok_or(Error::Unsupported {
             feature: "this xattr namespace",
             remedy: "ext4 stores user., trusted., security., system. and POSIX ACL names only",
@@ -145,21 +135,40 @@ impl Volume {
         if suffix.len() > 255 {
             return Err(Error::NameTooLong(name.into()));
         }
-        let value = if matches!(index, 2 | 3) { acl_from_vfs(value)? } else { value.to_vec() };
-        let bs = self.layout.block_size as usize;
-        let value_inodes = self.layout.features.incompat & Features::INCOMPAT_EA_INODE != 0;
-        let limit = if value_inodes { ea_inode::VALUE_BYTES_MAX } else { bs - 32 - 20 - suffix.len() };
-        if value.len() > limit {
+        if value.len() > ea_inode::VALUE_BYTES_MAX {
             return Err(Error::Io {
                 context: format!("xattr {name}"),
                 source: std::io::Error::from_raw_os_error(libc::E2BIG),
             });
         }
+        let inode = self.uninline(ino)?;
+        if matches!(index, acl::ACCESS | acl::DEFAULT) {
+            return self.set_acl(inode, index, value);
+        }
+        self.set_xattr_entry(inode, index, suffix, value.to_vec(), mode).map_err(|e| match e {
+            Error::Exists(_) => Error::Exists(name.into()),
+            Error::NoData(_) => Error::NoData(name.into()),
+            other => other,
+        })
+    }
+
+    /// Sets entry (`index`, `suffix`) of `inode` to `value` (as stored).
+    pub(crate) fn set_xattr_entry(
+        &mut self,
+        inode: Inode,
+        index: u8,
+        suffix: &[u8],
+        value: Vec<u8>,
+        mode: XattrMode,
+    ) -> Result<Inode, Error> {
+        let bs = self.layout.block_size as usize;
+        let value_inodes = self.layout.features.incompat & Features::INCOMPAT_EA_INODE != 0;
         let mut entries = self.editable_entries(&inode)?;
         let found = entries.iter().position(|e| e.index == index && e.suffix == suffix);
+        let name = || String::from_utf8_lossy(suffix).into_owned();
         match (found, mode) {
-            (Some(_), XattrMode::Create) => return Err(Error::Exists(name.into())),
-            (None, XattrMode::Replace) => return Err(Error::NoData(name.into())),
+            (Some(_), XattrMode::Create) => return Err(Error::Exists(name())),
+            (None, XattrMode::Replace) => return Err(Error::NoData(name())),
             _ => {}
         }
         let mut new = Entry { index, suffix: suffix.to_vec(), value, value_inum: 0, value_hash: 0 };
@@ -198,12 +207,27 @@ impl Volume {
             return Err(Error::NoData(name.into()));
         }
         let inode = self.uninline(ino)?;
-        let absent = || Error::NoData(name.into());
-        let (index, suffix) = split(name).ok_or_else(absent)?;
+        let (index, suffix) = split(name).ok_or_else(|| Error::NoData(name.into()))?;
+        match self.remove_xattr_entry(inode, index, suffix)? {
+            (inode, true) => Ok(inode),
+            (_, false) => Err(Error::NoData(name.into())),
+        }
+    }
+
+    /// Removes entry (`index`, `suffix`) of `inode`; whether it was there
+    /// (nothing changes when not).
+    pub(crate) fn remove_xattr_entry(
+        &mut self,
+        inode: Inode,
+        index: u8,
+        suffix: &[u8],
+    ) -> Result<(Inode, bool), Error> {
         let mut entries = self.editable_entries(&inode)?;
-        let i = entries.iter().position(|e| e.index == index && e.suffix == suffix).ok_or_else(absent)?;
+        let Some(i) = entries.iter().position(|e| e.index == index && e.suffix == suffix) else {
+            return Ok((inode, false));
+        };
         entries.remove(i);
-        self.store_xattrs(&inode, entries)
+        self.store_xattrs(&inode, entries).map(|inode| (inode, true))
     }
 
     /// The entries of an inode this writer can lay out again.
@@ -269,7 +293,7 @@ impl Volume {
             put32(&mut block, 0, MAGIC);
             put32(&mut block, 4, 1);
             put32(&mut block, 8, 1);
-            let hashes = lay_out(&mut block, 32, 0, &in_block, true);
+            let hashes = lay_out(&mut block, 32, &in_block, true);
             let mut h = 0u32;
             for hash in hashes {
                 if hash == 0 {
@@ -293,7 +317,7 @@ impl Volume {
         let mut area = vec![0u8; region];
         if !in_inode.is_empty() {
             put32(&mut area, 0, MAGIC);
-            lay_out(&mut area[4..], 0, 0, &in_inode, false);
+            lay_out(&mut area[4..], 0, &in_inode, false);
         }
         let wide = self.layout.desc_size >= 64;
         let (sec, e) = encode_time(now());

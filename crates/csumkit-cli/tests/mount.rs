@@ -800,3 +800,69 @@ fn writes_stop_at_the_largest_file_size_as_on_ext4() {
     unmount_and_wait(child, &scratch.mnt());
     e2fsck_clean(&image);
 }
+
+/// An ACL in the VFS encoding: (tag, perm, id) entries.
+fn vfs_acl(entries: &[(u16, u16, u32)]) -> Vec<u8> {
+    let mut out = 2u32.to_le_bytes().to_vec();
+    for &(tag, perm, id) in entries {
+        out.extend_from_slice(&tag.to_le_bytes());
+        out.extend_from_slice(&perm.to_le_bytes());
+        out.extend_from_slice(&id.to_le_bytes());
+    }
+    out
+}
+
+fn xattr(path: &Path, name: &str) -> Option<Vec<u8>> {
+    let (c, name) = (CString::new(path.as_os_str().as_bytes()).unwrap(), CString::new(name).unwrap());
+    let mut value = vec![0u8; 1024];
+    // SAFETY: valid path, name and buffer.
+    let len = unsafe { libc::getxattr(c.as_ptr(), name.as_ptr(), value.as_mut_ptr().cast(), value.len()) };
+    (len >= 0).then(|| value[..len as usize].to_vec())
+}
+
+fn set_xattr(path: &Path, name: &str, value: &[u8]) {
+    let (c, name) = (CString::new(path.as_os_str().as_bytes()).unwrap(), CString::new(name).unwrap());
+    // SAFETY: valid path, name and value of the given length.
+    let rc = unsafe { libc::setxattr(c.as_ptr(), name.as_ptr(), value.as_ptr().cast(), value.len(), 0) };
+    assert_eq!(rc, 0, "setxattr {}: {}", path.display(), std::io::Error::last_os_error());
+}
+
+/// Under FUSE the kernel leaves ACL upkeep to the file system (csumfs's
+/// acl.rs, proven against the kernel's ext4 in csumfs's tests/acl.rs):
+/// through the mount, an access ACL sets the mode, `chmod` empties the
+/// mask a named user's access goes through, and a file made in a directory
+/// with a default ACL inherits it instead of the umask.
+#[test]
+fn acls_through_the_mount_keep_the_mode_in_step() {
+    if cannot_mount() {
+        return;
+    }
+    let scratch = Scratch::new("acl");
+    let image = scratch.image("16M", "4096");
+    let child = mount_foreground(&image, &scratch.mnt(), &[]);
+    let (mnt, none) = (scratch.mnt(), u32::MAX);
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+    let g = mnt.join("g");
+    std::fs::write(&g, b"").unwrap();
+    std::fs::set_permissions(&g, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let access = "system.posix_acl_access";
+    set_xattr(&g, access, &vfs_acl(&[(1, 6, none), (2, 6, 1000), (4, 4, none), (0x10, 6, none), (0x20, 4, none)]));
+    assert_eq!(mode(&g), 0o664, "the group bits are the mask's");
+    std::fs::set_permissions(&g, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let want = vfs_acl(&[(1, 6, none), (2, 6, 1000), (4, 4, none), (0x10, 0, none), (0x20, 0, none)]);
+    assert_eq!(xattr(&g, access), Some(want), "chmod 600: mask and other emptied");
+    let d = mnt.join("d");
+    std::fs::create_dir(&d).unwrap();
+    set_xattr(
+        &d,
+        "system.posix_acl_default",
+        &vfs_acl(&[(1, 7, none), (2, 7, 1000), (4, 5, none), (0x10, 7, none), (0x20, 0, none)]),
+    );
+    let made = Command::new("sh").args(["-c", "umask 077 && touch \"$1\"", "sh"]).arg(d.join("f")).status().unwrap();
+    assert!(made.success());
+    assert_eq!(mode(&d.join("f")), 0o660, "touch's 0666 narrowed by the default ACL, not the umask");
+    let inherited = vfs_acl(&[(1, 6, none), (2, 7, 1000), (4, 5, none), (0x10, 6, none), (0x20, 0, none)]);
+    assert_eq!(xattr(&d.join("f"), access), Some(inherited));
+    unmount_and_wait(child, &mnt);
+    e2fsck_clean(&image);
+}

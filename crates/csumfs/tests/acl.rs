@@ -1,0 +1,245 @@
+//! POSIX ACLs kept in step with the mode, judged against the kernel's
+//! ext4: the same steps run on two twin images — csumfs's library on one,
+//! the kernel (a read-write loop mount, syscalls) on the other — and each
+//! step's errno, then every file's mode and xattrs as the kernel reads
+//! them back, must agree; `e2fsck -fn` judges csumfs's image. The steps:
+//! access ACLs that set the mode (one the mode says exactly is not
+//! stored), `chmod` under an ACL with a named user (the mask must follow,
+//! or the user keeps access), default ACLs inherited by new files and
+//! directories instead of the umask, a default ACL on a file, and the
+//! kernel's refusals of malformed values.
+
+mod common;
+
+use common::{assert_clean, have_e2fsprogs, kernel_mount_with, mke2fs, with_kernel_mount, Scratch};
+use csumfs::{NewInode, Options, SetAttr, Volume, XattrMode};
+use std::collections::BTreeMap;
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::Command;
+
+const ACCESS: &str = "system.posix_acl_access";
+const DEFAULT: &str = "system.posix_acl_default";
+const NO_ID: u32 = u32::MAX;
+
+/// An ACL in the VFS encoding: (tag, perm, id) entries.
+fn acl(entries: &[(u16, u16, u32)]) -> Vec<u8> {
+    let mut out = 2u32.to_le_bytes().to_vec();
+    for &(tag, perm, id) in entries {
+        out.extend_from_slice(&tag.to_le_bytes());
+        out.extend_from_slice(&perm.to_le_bytes());
+        out.extend_from_slice(&id.to_le_bytes());
+    }
+    out
+}
+
+enum Step {
+    /// A file (`touch`: mode 0666) or directory (`mkdir`: 0777) at a path,
+    /// under a umask.
+    File(&'static str, u16),
+    Dir(&'static str, u16),
+    SetXattr(&'static str, &'static str, Vec<u8>),
+    Chmod(&'static str, u16),
+}
+
+fn steps() -> Vec<Step> {
+    use Step::*;
+    let (u, g, m, o) = (0x01, 0x04, 0x10, 0x20);
+    let named = |tag: u16, perm: u16, id: u32| (tag, perm, id);
+    vec![
+        File("same", 0o022),
+        // Says what the mode can: the mode becomes 0740, nothing stored.
+        SetXattr("same", ACCESS, acl(&[(u, 7, NO_ID), (g, 4, NO_ID), (o, 0, NO_ID)])),
+        File("named", 0o022),
+        // A named user: stored; the group bits are the mask's (rw).
+        SetXattr(
+            "named",
+            ACCESS,
+            acl(&[(u, 6, NO_ID), named(0x02, 6, 1000), (g, 4, NO_ID), (m, 6, NO_ID), (o, 4, NO_ID)]),
+        ),
+        // The mask must become ---: user 1000 loses access.
+        Chmod("named", 0o600),
+        Dir("inherit", 0o022),
+        SetXattr(
+            "inherit",
+            DEFAULT,
+            acl(&[(u, 7, NO_ID), named(0x02, 7, 1000), (g, 5, NO_ID), (m, 7, NO_ID), (o, 0, NO_ID)]),
+        ),
+        // No umask under a default ACL: the ACL narrowed to 0666 / 0777.
+        File("inherit/file", 0o077),
+        Dir("inherit/dir", 0o077),
+        File("inherit/dir/deeper", 0o022),
+        Dir("plain", 0o027),
+        // A default ACL whose entries the mode can say: a new file stores none.
+        SetXattr("plain", DEFAULT, acl(&[(u, 6, NO_ID), (g, 4, NO_ID), (o, 0, NO_ID)])),
+        File("plain/file", 0o022),
+        // A default ACL on a file: EACCES; empty, nothing to do.
+        SetXattr("same", DEFAULT, acl(&[(u, 7, NO_ID), (g, 4, NO_ID), (o, 0, NO_ID)])),
+        SetXattr("same", DEFAULT, Vec::new()),
+        // Malformed: too short, another version, a partial entry, no
+        // other, a named user who is no one, bits past rwx, out of order.
+        SetXattr("named", ACCESS, vec![2, 0]),
+        SetXattr("named", ACCESS, {
+            let mut v = acl(&[(u, 6, NO_ID), (g, 4, NO_ID), (o, 4, NO_ID)]);
+            v[0] = 1;
+            v
+        }),
+        SetXattr("named", ACCESS, [acl(&[(u, 6, NO_ID), (g, 4, NO_ID), (o, 4, NO_ID)]), vec![0; 7]].concat()),
+        SetXattr("named", ACCESS, acl(&[(u, 6, NO_ID), (g, 4, NO_ID)])),
+        SetXattr(
+            "named",
+            ACCESS,
+            acl(&[(u, 6, NO_ID), named(0x02, 6, NO_ID), (g, 4, NO_ID), (m, 6, NO_ID), (o, 4, NO_ID)]),
+        ),
+        SetXattr("named", ACCESS, acl(&[(u, 0o16, NO_ID), (g, 4, NO_ID), (o, 4, NO_ID)])),
+        SetXattr("named", ACCESS, acl(&[(g, 4, NO_ID), (u, 6, NO_ID), (o, 4, NO_ID)])),
+        SetXattr("named", ACCESS, acl(&[(u, 6, NO_ID), named(0x02, 6, 7), (g, 4, NO_ID), (o, 4, NO_ID)])),
+        // The header alone removes the ACL; the mode stays.
+        File("cleared", 0o022),
+        SetXattr(
+            "cleared",
+            ACCESS,
+            acl(&[(u, 6, NO_ID), named(0x08, 4, 100), (g, 4, NO_ID), (m, 4, NO_ID), (o, 0, NO_ID)]),
+        ),
+        SetXattr("cleared", ACCESS, acl(&[])),
+    ]
+}
+
+/// Runs the steps through csumfs's library; each step's errno (0: done).
+fn run_csumfs(image: &Path) -> Vec<i32> {
+    let mut v = Volume::open(image, Options { write: true, check_updates: true, ..Options::default() }).unwrap();
+    let mut results = Vec::new();
+    for step in steps() {
+        let result = match step {
+            Step::File(path, umask) | Step::Dir(path, umask) => {
+                let dir = matches!(step, Step::Dir(..));
+                let (parent, name) = path.rsplit_once('/').map_or(("", path), |(p, n)| (p, n));
+                let parent = v.resolve(&format!("/{parent}")).unwrap().ino;
+                let asked = if dir { 0o040_777 } else { 0o100_666 };
+                let (mode, acls) = v.acl_create(parent, asked, umask).unwrap();
+                let new = NewInode { mode, uid: 0, gid: 0 };
+                let made =
+                    if dir { v.mkdir(parent, name.as_bytes(), new) } else { v.create(parent, name.as_bytes(), new) };
+                v.store_inherited_acls(made.unwrap().ino, &acls).map(drop)
+            }
+            Step::SetXattr(path, name, ref value) => {
+                let ino = v.resolve(&format!("/{path}")).unwrap().ino;
+                v.setxattr(ino, name, value, XattrMode::Either).map(drop)
+            }
+            Step::Chmod(path, mode) => {
+                let ino = v.resolve(&format!("/{path}")).unwrap().ino;
+                v.set_attr(ino, SetAttr { mode: Some(mode), ..SetAttr::default() }).map(drop)
+            }
+        };
+        results.push(result.map_or_else(|e| e.errno(), |()| 0));
+    }
+    v.sync().unwrap();
+    results
+}
+
+/// Runs the steps through the kernel on its read-write mount at `mnt`.
+fn run_kernel(mnt: &Path) -> Vec<i32> {
+    let c = |path: &str| CString::new(mnt.join(path).as_os_str().as_bytes()).unwrap();
+    let errno = |rc: i32| if rc == 0 { 0 } else { std::io::Error::last_os_error().raw_os_error().unwrap() };
+    let mut results = Vec::new();
+    for step in steps() {
+        results.push(match step {
+            Step::File(path, umask) | Step::Dir(path, umask) => {
+                let make = if matches!(step, Step::Dir(..)) { "mkdir" } else { "touch" };
+                let script = format!("umask {umask:o} && {make} \"$1\"");
+                let made = Command::new("sh").args(["-c", &script, "sh"]).arg(mnt.join(path)).status().unwrap();
+                assert!(made.success(), "kernel: {make} {path}");
+                0
+            }
+            Step::SetXattr(path, name, ref value) => {
+                let name = CString::new(name).unwrap();
+                // SAFETY: valid path, name and value of the given length.
+                errno(unsafe { libc::setxattr(c(path).as_ptr(), name.as_ptr(), value.as_ptr().cast(), value.len(), 0) })
+            }
+            Step::Chmod(path, mode) => {
+                // SAFETY: a valid path.
+                errno(unsafe { libc::chmod(c(path).as_ptr(), libc::mode_t::from(mode)) })
+            }
+        });
+    }
+    results
+}
+
+/// Every path's mode and xattrs as the kernel reads them at `mnt`.
+fn kernel_view(mnt: &Path) -> BTreeMap<String, (u32, BTreeMap<String, Vec<u8>>)> {
+    let mut out = BTreeMap::new();
+    for path in [
+        "same",
+        "named",
+        "inherit",
+        "inherit/file",
+        "inherit/dir",
+        "inherit/dir/deeper",
+        "plain",
+        "plain/file",
+        "cleared",
+    ] {
+        let full = mnt.join(path);
+        let mode = std::fs::symlink_metadata(&full).unwrap().permissions().mode();
+        out.insert(path.to_string(), (mode, xattrs(&full)));
+    }
+    out
+}
+
+fn xattrs(path: &Path) -> BTreeMap<String, Vec<u8>> {
+    let c = CString::new(path.as_os_str().as_bytes()).unwrap();
+    let mut names = vec![0u8; 4096];
+    // SAFETY: valid path and buffer of the given size.
+    let n = unsafe { libc::llistxattr(c.as_ptr(), names.as_mut_ptr().cast(), names.len()) };
+    assert!(n >= 0, "llistxattr {}", path.display());
+    let mut out = BTreeMap::new();
+    for name in names[..n as usize].split(|&b| b == 0).filter(|n| !n.is_empty()) {
+        let cname = CString::new(name).unwrap();
+        let mut value = vec![0u8; 4096];
+        // SAFETY: valid path, name and buffer.
+        let len = unsafe { libc::lgetxattr(c.as_ptr(), cname.as_ptr(), value.as_mut_ptr().cast(), value.len()) };
+        assert!(len >= 0);
+        value.truncate(len as usize);
+        out.insert(String::from_utf8(name.to_vec()).unwrap(), value);
+    }
+    out
+}
+
+#[test]
+fn acls_keep_the_mode_in_step_as_the_kernels_ext4_does() {
+    if !have_e2fsprogs() {
+        return;
+    }
+    let scratch = Scratch::new("acl");
+    let (ours, theirs) = (scratch.0.join("csumfs.img"), scratch.0.join("kernel.img"));
+    mke2fs(&ours, "4096", "16M");
+    std::fs::copy(&ours, &theirs).unwrap();
+    let our_results = run_csumfs(&ours);
+    assert_clean(&ours, "ACLs set, inherited and chmodded");
+    let mnt = scratch.0.join("mnt");
+    if !kernel_mount_with(&theirs, &mnt, "loop") {
+        return;
+    }
+    let kernel = std::panic::catch_unwind(|| (run_kernel(&mnt), kernel_view(&mnt)));
+    assert!(Command::new("umount").arg(&mnt).status().unwrap().success());
+    let (kernel_results, kernel_view_of_theirs) = kernel.unwrap_or_else(|p| std::panic::resume_unwind(p));
+    for (i, (ours, theirs)) in our_results.iter().zip(&kernel_results).enumerate() {
+        assert_eq!(ours, theirs, "step {i}: errno (csumfs, kernel)");
+    }
+    let refused = kernel_results.iter().filter(|&&e| e != 0).count();
+    assert!(refused >= 8, "the kernel refused the malformed values and the default ACL on a file: {kernel_results:?}");
+    let mut ours_seen = None;
+    with_kernel_mount(&ours, &mnt, std::panic::AssertUnwindSafe(|| ours_seen = Some(kernel_view(&mnt))));
+    let ours_seen = ours_seen.expect("the kernel mounted csumfs's image after mounting its twin");
+    for (path, want) in &kernel_view_of_theirs {
+        assert_eq!(&ours_seen[path], want, "{path}: (mode, xattrs) as the kernel reads csumfs's image vs its own");
+    }
+    let (mode, attrs) = &ours_seen["named"];
+    assert_eq!(
+        (mode & 0o777, attrs[ACCESS][28..32].to_vec()),
+        (0o600, vec![0x10, 0, 0, 0]),
+        "chmod 600 empties the mask"
+    );
+}
