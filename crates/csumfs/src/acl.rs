@@ -14,7 +14,7 @@
 //! the owner, group, mask and other, 8-byte ones for named users and
 //! groups).
 
-use crate::error::{corrupt, Error};
+use crate::error::Error;
 use crate::inode::Inode;
 use crate::le::{le16, le32};
 use crate::volume::Volume;
@@ -121,9 +121,14 @@ impl Acl {
         }
     }
 
-    /// An ACL as ext4 stores it.
-    pub(crate) fn from_disk(value: &[u8], ino: u32) -> Result<Acl, Error> {
-        let bad = |detail: String| corrupt(format!("inode {ino} ACL"), detail);
+    /// An ACL as ext4 stores it; `None` for the header alone, which the
+    /// kernel reads as no ACL (`ENODATA`).
+    ///
+    /// # Errors
+    /// `EINVAL`, as the kernel's `ext4_acl_from_disk` answers, for a value
+    /// that is not one (e2fsck does not look inside ACLs).
+    pub(crate) fn from_disk(value: &[u8], ino: u32) -> Result<Option<Acl>, Error> {
+        let bad = |detail: String| Error::Invalid(format!("inode {ino}: stored ACL: {detail}"));
         if value.len() < 4 || le32(value, 0) != 1 {
             return Err(bad(format!("{} bytes, not an ext4 ACL (version 1)", value.len())));
         }
@@ -142,7 +147,7 @@ impl Acl {
             entries.push(AclEntry { tag, perm, id });
             at += size;
         }
-        Ok(Acl(entries))
+        Ok((!entries.is_empty()).then_some(Acl(entries)))
     }
 
     /// The VFS encoding.
@@ -254,7 +259,7 @@ impl Volume {
         let Some(entry) = entries.iter().find(|e| e.index == index && e.suffix.is_empty()) else {
             return Ok(None);
         };
-        Acl::from_disk(&entry.value, inode.ino).map(Some)
+        Acl::from_disk(&entry.value, inode.ino)
     }
 
     /// `setxattr` of an ACL name (`ext4_set_acl`): `value` in the VFS
@@ -298,7 +303,9 @@ impl Volume {
     }
 
     /// After a `chmod` (`posix_acl_chmod`): the access ACL, if any, takes
-    /// the new permission bits.
+    /// the new permission bits — and is stored as `ext4_set_acl` stores
+    /// one, so an ACL the mode now says exactly (no mask: one another tool
+    /// stored) goes.
     pub(crate) fn chmod_acl(&mut self, inode: Inode) -> Result<Inode, Error> {
         if inode.is_symlink() {
             return Ok(inode);
@@ -306,7 +313,8 @@ impl Volume {
         match self.acl(&inode, ACCESS)? {
             Some(mut acl) => {
                 acl.chmod(inode.mode);
-                self.store_acl(inode, ACCESS, Some(&acl))
+                let (_, equivalent) = acl.equiv_mode(inode.mode);
+                self.store_acl(inode, ACCESS, (!equivalent).then_some(&acl))
             }
             None => Ok(inode),
         }
@@ -318,16 +326,16 @@ impl Volume {
     /// `mode` less `umask` and none; else the default ACL narrowed to
     /// `mode` (the umask does not apply), stored as its access ACL when
     /// the mode cannot say it, and a directory's default ACL too.
-    /// Symlinks take nothing. [`store_inherited_acls`](Self::store_inherited_acls)
+    /// Symlinks take nothing, and no umask: they are 0777. [`store_inherited_acls`](Self::store_inherited_acls)
     /// stores them once the inode exists.
     ///
     /// # Errors
     /// As [`inode`](Self::inode); a damaged ACL on `dir`.
     pub fn acl_create(&self, dir: u32, mode: u16, umask: u16) -> Result<(u16, InheritedAcls), Error> {
-        let masked = mode & !(umask & 0o777);
         if mode & 0o170_000 == 0o120_000 {
-            return Ok((masked, InheritedAcls::default()));
+            return Ok((mode, InheritedAcls::default()));
         }
+        let masked = mode & !(umask & 0o777);
         let dir = self.inode(dir)?;
         let Some(default) = self.acl(&dir, DEFAULT)? else {
             return Ok((masked, InheritedAcls::default()));

@@ -657,10 +657,10 @@ impl Filesystem for Fs {
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
         let volume = self.read();
-        match volume.inode(from_fuse(ino)).and_then(|inode| volume.xattrs(&inode)) {
+        match volume.inode(from_fuse(ino)).and_then(|inode| volume.xattr_names(&inode)) {
             Ok(xattrs) => {
                 let mut names = Vec::new();
-                for (name, _) in xattrs {
+                for name in xattrs {
                     names.extend_from_slice(name.as_bytes());
                     names.push(0);
                 }

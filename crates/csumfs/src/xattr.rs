@@ -57,12 +57,14 @@ pub(crate) fn split(name: &str) -> Option<(u8, &[u8])> {
 impl Volume {
     /// Every xattr of `inode` as (full name, value), the in-inode ones
     /// first, as `listxattr` + `getxattr` return them (ACLs in the VFS
-    /// encoding; `system.data`, which holds inline data, left out as the
-    /// kernel leaves it out).
+    /// encoding, one of the header alone left out — `getxattr` finds no
+    /// value there; `system.data`, which holds inline data, left out as
+    /// the kernel leaves it out).
     ///
     /// # Errors
     /// [`Error::Corrupt`] for malformed entries; [`Error::Checksum`] for a
-    /// wrong xattr block checksum.
+    /// wrong xattr block checksum; [`Error::Invalid`] for a stored ACL the
+    /// kernel would not read either.
     pub fn xattrs(&self, inode: &Inode) -> Result<Vec<(String, Vec<u8>)>, Error> {
         let mut out = Vec::new();
         for entry in self.entries(inode)? {
@@ -71,7 +73,10 @@ impl Volume {
             }
             let Some(name) = entry.full_name() else { continue };
             let value = match entry.index {
-                2 | 3 => Acl::from_disk(&entry.value, inode.ino)?.to_vfs(),
+                2 | 3 => match Acl::from_disk(&entry.value, inode.ino)? {
+                    Some(acl) => acl.to_vfs(),
+                    None => continue, // the header alone: no ACL
+                },
                 _ => entry.value,
             };
             out.push((name, value));
@@ -101,9 +106,20 @@ impl Volume {
         self.filters.lock().expect("filter cache").insert(inode.ino, filter);
         let entry = entries.into_iter().find(|e| e.index == index && e.suffix == suffix).ok_or_else(absent)?;
         match index {
-            2 | 3 => Acl::from_disk(&entry.value, inode.ino).map(|acl| acl.to_vfs()),
+            2 | 3 => Acl::from_disk(&entry.value, inode.ino)?.map(|acl| acl.to_vfs()).ok_or_else(absent),
             _ => Ok(entry.value),
         }
+    }
+
+    /// The names of the inode's xattrs, as `listxattr` gives them: without
+    /// reading their values (an ACL the kernel would refuse to read is
+    /// still listed, as the kernel lists it).
+    ///
+    /// # Errors
+    /// As [`xattrs`](Self::xattrs), less the values' own.
+    pub fn xattr_names(&self, inode: &Inode) -> Result<Vec<String>, Error> {
+        let entries = self.entries(inode)?;
+        Ok(entries.iter().filter(|e| !(e.index == 7 && e.suffix == b"data")).filter_map(Entry::full_name).collect())
     }
 
     /// The raw entries: in-inode, then the external block's.

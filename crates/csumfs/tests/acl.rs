@@ -12,7 +12,7 @@
 mod common;
 
 use common::{assert_clean, have_e2fsprogs, kernel_mount_with, mke2fs, with_kernel_mount, Scratch};
-use csumfs::{NewInode, Options, SetAttr, Volume, XattrMode};
+use csumfs::{InheritedAcls, NewInode, Options, SetAttr, Volume, XattrMode};
 use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -61,11 +61,20 @@ fn steps() -> Vec<Step> {
         ),
         // The mask must become ---: user 1000 loses access.
         Chmod("named", 0o600),
+        // No mask: the group entry takes the group bits.
+        Chmod("nomask", 0o750),
         Dir("inherit", 0o022),
+        // An access ACL first (its entry ahead of the default one), then
+        // the default ACL the new inodes take.
+        SetXattr(
+            "inherit",
+            ACCESS,
+            acl(&[(u, 7, NO_ID), (g, 5, NO_ID), named(0x08, 7, 100), (m, 7, NO_ID), (o, 5, NO_ID)]),
+        ),
         SetXattr(
             "inherit",
             DEFAULT,
-            acl(&[(u, 7, NO_ID), named(0x02, 7, 1000), (g, 5, NO_ID), (m, 7, NO_ID), (o, 0, NO_ID)]),
+            acl(&[(u, 7, NO_ID), named(0x02, 7, 1000), (g, 5, NO_ID), (m, 7, NO_ID), (o, 5, NO_ID)]),
         ),
         // No umask under a default ACL: the ACL narrowed to 0666 / 0777.
         File("inherit/file", 0o077),
@@ -96,12 +105,20 @@ fn steps() -> Vec<Step> {
         SetXattr("named", ACCESS, acl(&[(u, 0o16, NO_ID), (g, 4, NO_ID), (o, 4, NO_ID)])),
         SetXattr("named", ACCESS, acl(&[(g, 4, NO_ID), (u, 6, NO_ID), (o, 4, NO_ID)])),
         SetXattr("named", ACCESS, acl(&[(u, 6, NO_ID), named(0x02, 6, 7), (g, 4, NO_ID), (o, 4, NO_ID)])),
+        // The mask, not the group entry, sets the group bits (0570).
+        File("masked", 0o022),
+        SetXattr(
+            "masked",
+            ACCESS,
+            acl(&[(u, 5, NO_ID), named(0x02, 7, 1000), (g, 1, NO_ID), (m, 7, NO_ID), (o, 0, NO_ID)]),
+        ),
+        Chmod("masked", 0o751),
         // The header alone removes the ACL; the mode stays.
         File("cleared", 0o022),
         SetXattr(
             "cleared",
             ACCESS,
-            acl(&[(u, 6, NO_ID), named(0x08, 4, 100), (g, 4, NO_ID), (m, 4, NO_ID), (o, 0, NO_ID)]),
+            acl(&[(u, 6, NO_ID), (g, 4, NO_ID), named(0x08, 4, 100), (m, 4, NO_ID), (o, 0, NO_ID)]),
         ),
         SetXattr("cleared", ACCESS, acl(&[])),
     ]
@@ -179,6 +196,8 @@ fn kernel_view(mnt: &Path) -> BTreeMap<String, (u32, BTreeMap<String, Vec<u8>>)>
         "inherit/dir/deeper",
         "plain",
         "plain/file",
+        "masked",
+        "nomask",
         "cleared",
     ] {
         let full = mnt.join(path);
@@ -215,9 +234,22 @@ fn acls_keep_the_mode_in_step_as_the_kernels_ext4_does() {
     let scratch = Scratch::new("acl");
     let (ours, theirs) = (scratch.0.join("csumfs.img"), scratch.0.join("kernel.img"));
     mke2fs(&ours, "4096", "16M");
+    // An access ACL without a mask (nothing named: a tool other than the
+    // kernel stored it), in ext4's encoding: owner rw, group r, other r.
+    let raw = scratch.0.join("nomask.bin");
+    std::fs::write(&raw, [1, 0, 0, 0, 1, 0, 6, 0, 4, 0, 4, 0, 0x20, 0, 4, 0]).unwrap();
+    common::debugfs_write(&ours, "write /dev/null nomask");
+    common::debugfs_write(&ours, &format!("ea_set -r -f {} /nomask {ACCESS}", raw.display()));
     std::fs::copy(&ours, &theirs).unwrap();
     let our_results = run_csumfs(&ours);
     assert_clean(&ours, "ACLs set, inherited and chmodded");
+    {
+        // As ext4_symlink: a symlink is 0777, no umask, no ACL, even under
+        // a default ACL.
+        let v = Volume::open(&ours, Options::default()).unwrap();
+        let inherit = v.resolve("/inherit").unwrap().ino;
+        assert_eq!(v.acl_create(inherit, 0o120_777, 0o077).unwrap(), (0o120_777, InheritedAcls::default()));
+    }
     let mnt = scratch.0.join("mnt");
     if !kernel_mount_with(&theirs, &mnt, "loop") {
         return;
@@ -229,7 +261,7 @@ fn acls_keep_the_mode_in_step_as_the_kernels_ext4_does() {
         assert_eq!(ours, theirs, "step {i}: errno (csumfs, kernel)");
     }
     let refused = kernel_results.iter().filter(|&&e| e != 0).count();
-    assert!(refused >= 8, "the kernel refused the malformed values and the default ACL on a file: {kernel_results:?}");
+    assert_eq!(refused, 9, "the kernel refuses the malformed values and the default ACL on a file, nothing else");
     let mut ours_seen = None;
     with_kernel_mount(&ours, &mnt, std::panic::AssertUnwindSafe(|| ours_seen = Some(kernel_view(&mnt))));
     let ours_seen = ours_seen.expect("the kernel mounted csumfs's image after mounting its twin");
@@ -242,4 +274,72 @@ fn acls_keep_the_mode_in_step_as_the_kernels_ext4_does() {
         (0o600, vec![0x10, 0, 0, 0]),
         "chmod 600 empties the mask"
     );
+}
+
+/// ACL values on disk that are not ACLs (e2fsck does not look inside
+/// them), written raw by debugfs: the kernel lists both names, reads a
+/// 2-byte value as `EINVAL` and the header alone as no ACL (`ENODATA`) —
+/// csumfs answers the same, and neither stops a listing.
+#[test]
+fn stored_acls_that_are_not_are_read_as_the_kernel_reads_them() {
+    if !have_e2fsprogs() || common::tool("debugfs").is_none() {
+        return;
+    }
+    let scratch = Scratch::new("acl-damaged");
+    let image = scratch.0.join("d.img");
+    mke2fs(&image, "4096", "16M");
+    let values = [("short", vec![1u8, 0]), ("header", vec![1, 0, 0, 0])];
+    for (file, value) in &values {
+        let raw = scratch.0.join(format!("{file}.bin"));
+        std::fs::write(&raw, value).unwrap();
+        common::debugfs_write(&image, &format!("write /dev/null {file}"));
+        common::debugfs_write(&image, &format!("ea_set -r -f {} /{file} {ACCESS}", raw.display()));
+    }
+    assert_clean(&image, "raw ACL values");
+    let v = Volume::open(&image, Options::default()).unwrap();
+    let ours: Vec<(Vec<String>, i32)> = values
+        .iter()
+        .map(|(file, _)| {
+            let inode = v.resolve(&format!("/{file}")).unwrap();
+            let errno = v.getxattr(&inode, ACCESS).map_or_else(|e| e.errno(), |_| 0);
+            (v.xattr_names(&inode).unwrap(), errno)
+        })
+        .collect();
+    assert_eq!(ours.iter().map(|(_, e)| *e).collect::<Vec<_>>(), [libc::EINVAL, libc::ENODATA]);
+    let header = v.resolve("/header").unwrap();
+    assert!(v.xattrs(&header).unwrap().is_empty(), "the header alone has no value to list");
+    let mnt = scratch.0.join("mnt");
+    let mut theirs = Vec::new();
+    with_kernel_mount(
+        &image,
+        &mnt,
+        std::panic::AssertUnwindSafe(|| {
+            for (file, _) in &values {
+                let path = mnt.join(file);
+                let c = CString::new(path.as_os_str().as_bytes()).unwrap();
+                let name = CString::new(ACCESS).unwrap();
+                let mut buf = [0u8; 64];
+                // SAFETY: valid path, name and buffer.
+                let rc = unsafe { libc::getxattr(c.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+                let errno = if rc >= 0 { 0 } else { std::io::Error::last_os_error().raw_os_error().unwrap() };
+                theirs.push((xattrs_names(&path), errno));
+            }
+        }),
+    );
+    if !theirs.is_empty() {
+        assert_eq!(ours, theirs, "(names listed, getxattr errno): csumfs vs the kernel");
+    }
+}
+
+fn xattrs_names(path: &Path) -> Vec<String> {
+    let c = CString::new(path.as_os_str().as_bytes()).unwrap();
+    let mut names = vec![0u8; 4096];
+    // SAFETY: valid path and buffer of the given size.
+    let n = unsafe { libc::llistxattr(c.as_ptr(), names.as_mut_ptr().cast(), names.len()) };
+    assert!(n >= 0);
+    names[..n as usize]
+        .split(|&b| b == 0)
+        .filter(|n| !n.is_empty())
+        .map(|n| String::from_utf8(n.to_vec()).unwrap())
+        .collect()
 }
