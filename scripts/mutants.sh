@@ -57,6 +57,8 @@ csumfs_files=(
   crates/csumfs/src/migrate.rs
   crates/csumfs/src/ea_inode.rs
   crates/csumfs/src/inline.rs
+  crates/csumfs/src/xattr_write.rs
+  crates/csumfs/src/acl.rs
 )
 # The `mutants` profile (Cargo.toml): optimised like release, without LTO
 # and with incremental builds, so each mutant rebuilds in seconds and the

@@ -125,8 +125,8 @@ impl Acl {
     /// kernel reads as no ACL (`ENODATA`).
     ///
     /// # Errors
-    /// `EINVAL`, as the kernel's `ext4_acl_from_disk` answers, for a value
-    /// that is not one (e2fsck does not look inside ACLs).
+    /// `EINVAL`, as the kernel answers, for a value that is not one or an
+    /// ACL `posix_acl_valid` refuses (e2fsck does not look inside ACLs).
     pub(crate) fn from_disk(value: &[u8], ino: u32) -> Result<Option<Acl>, Error> {
         let bad = |detail: String| Error::Invalid(format!("inode {ino}: stored ACL: {detail}"));
         if value.len() < 4 || le32(value, 0) != 1 {
@@ -147,7 +147,12 @@ impl Acl {
             entries.push(AclEntry { tag, perm, id });
             at += size;
         }
-        Ok((!entries.is_empty()).then_some(Acl(entries)))
+        if entries.is_empty() {
+            return Ok(None);
+        }
+        let acl = Acl(entries);
+        acl.check().map_err(|e| bad(e.to_string()))?;
+        Ok(Some(acl))
     }
 
     /// The VFS encoding.

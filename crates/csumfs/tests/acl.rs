@@ -236,10 +236,13 @@ fn acls_keep_the_mode_in_step_as_the_kernels_ext4_does() {
     mke2fs(&ours, "4096", "16M");
     // An access ACL without a mask (nothing named: a tool other than the
     // kernel stored it), in ext4's encoding: owner rw, group r, other r.
-    let raw = scratch.0.join("nomask.bin");
-    std::fs::write(&raw, [1, 0, 0, 0, 1, 0, 6, 0, 4, 0, 4, 0, 0x20, 0, 4, 0]).unwrap();
-    common::debugfs_write(&ours, "write /dev/null nomask");
-    common::debugfs_write(&ours, &format!("ea_set -r -f {} /nomask {ACCESS}", raw.display()));
+    let stored: [(&str, &[u8]); 1] = [("nomask", &[1, 0, 0, 0, 1, 0, 6, 0, 4, 0, 4, 0, 0x20, 0, 4, 0])];
+    for (file, value) in stored {
+        let raw = scratch.0.join(format!("{file}.bin"));
+        std::fs::write(&raw, value).unwrap();
+        common::debugfs_write(&ours, &format!("write /dev/null {file}"));
+        common::debugfs_write(&ours, &format!("ea_set -r -f {} /{file} {ACCESS}", raw.display()));
+    }
     std::fs::copy(&ours, &theirs).unwrap();
     let our_results = run_csumfs(&ours);
     assert_clean(&ours, "ACLs set, inherited and chmodded");
@@ -277,9 +280,10 @@ fn acls_keep_the_mode_in_step_as_the_kernels_ext4_does() {
 }
 
 /// ACL values on disk that are not ACLs (e2fsck does not look inside
-/// them), written raw by debugfs: the kernel lists both names, reads a
-/// 2-byte value as `EINVAL` and the header alone as no ACL (`ENODATA`) —
-/// csumfs answers the same, and neither stops a listing.
+/// them), written raw by debugfs: the kernel lists every name, reads a
+/// 2-byte value and one naming a user without the mask `posix_acl_valid`
+/// requires as `EINVAL`, and the header alone as no ACL (`ENODATA`) —
+/// csumfs answers the same, and none stops a listing.
 #[test]
 fn stored_acls_that_are_not_are_read_as_the_kernel_reads_them() {
     if !have_e2fsprogs() || common::tool("debugfs").is_none() {
@@ -288,7 +292,11 @@ fn stored_acls_that_are_not_are_read_as_the_kernel_reads_them() {
     let scratch = Scratch::new("acl-damaged");
     let image = scratch.0.join("d.img");
     mke2fs(&image, "4096", "16M");
-    let values = [("short", vec![1u8, 0]), ("header", vec![1, 0, 0, 0])];
+    let values = [
+        ("short", vec![1u8, 0]),
+        ("header", vec![1, 0, 0, 0]),
+        ("named_no_mask", vec![1, 0, 0, 0, 1, 0, 6, 0, 2, 0, 4, 0, 0xE8, 3, 0, 0, 4, 0, 4, 0, 0x20, 0, 4, 0]),
+    ];
     for (file, value) in &values {
         let raw = scratch.0.join(format!("{file}.bin"));
         std::fs::write(&raw, value).unwrap();
@@ -305,7 +313,7 @@ fn stored_acls_that_are_not_are_read_as_the_kernel_reads_them() {
             (v.xattr_names(&inode).unwrap(), errno)
         })
         .collect();
-    assert_eq!(ours.iter().map(|(_, e)| *e).collect::<Vec<_>>(), [libc::EINVAL, libc::ENODATA]);
+    assert_eq!(ours.iter().map(|(_, e)| *e).collect::<Vec<_>>(), [libc::EINVAL, libc::ENODATA, libc::EINVAL]);
     let header = v.resolve("/header").unwrap();
     assert!(v.xattrs(&header).unwrap().is_empty(), "the header alone has no value to list");
     let mnt = scratch.0.join("mnt");
