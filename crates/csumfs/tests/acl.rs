@@ -11,6 +11,7 @@
 
 mod common;
 
+use common::xattrs::{kernel_xattr_names, kernel_xattrs, vfs_acl};
 use common::{assert_clean, have_e2fsprogs, kernel_mount_with, mke2fs, with_kernel_mount, Scratch};
 use csumfs::{InheritedAcls, NewInode, Options, SetAttr, Volume, XattrMode};
 use std::collections::BTreeMap;
@@ -23,17 +24,6 @@ use std::process::Command;
 const ACCESS: &str = "system.posix_acl_access";
 const DEFAULT: &str = "system.posix_acl_default";
 const NO_ID: u32 = u32::MAX;
-
-/// An ACL in the VFS encoding: (tag, perm, id) entries.
-fn acl(entries: &[(u16, u16, u32)]) -> Vec<u8> {
-    let mut out = 2u32.to_le_bytes().to_vec();
-    for &(tag, perm, id) in entries {
-        out.extend_from_slice(&tag.to_le_bytes());
-        out.extend_from_slice(&perm.to_le_bytes());
-        out.extend_from_slice(&id.to_le_bytes());
-    }
-    out
-}
 
 enum Step {
     /// A file (`touch`: mode 0666) or directory (`mkdir`: 0777) at a path,
@@ -51,13 +41,13 @@ fn steps() -> Vec<Step> {
     vec![
         File("same", 0o022),
         // Says what the mode can: the mode becomes 0740, nothing stored.
-        SetXattr("same", ACCESS, acl(&[(u, 7, NO_ID), (g, 4, NO_ID), (o, 0, NO_ID)])),
+        SetXattr("same", ACCESS, vfs_acl(&[(u, 7, NO_ID), (g, 4, NO_ID), (o, 0, NO_ID)])),
         File("named", 0o022),
         // A named user: stored; the group bits are the mask's (rw).
         SetXattr(
             "named",
             ACCESS,
-            acl(&[(u, 6, NO_ID), named(0x02, 6, 1000), (g, 4, NO_ID), (m, 6, NO_ID), (o, 4, NO_ID)]),
+            vfs_acl(&[(u, 6, NO_ID), named(0x02, 6, 1000), (g, 4, NO_ID), (m, 6, NO_ID), (o, 4, NO_ID)]),
         ),
         // The mask must become ---: user 1000 loses access.
         Chmod("named", 0o600),
@@ -69,12 +59,12 @@ fn steps() -> Vec<Step> {
         SetXattr(
             "inherit",
             ACCESS,
-            acl(&[(u, 7, NO_ID), (g, 5, NO_ID), named(0x08, 7, 100), (m, 7, NO_ID), (o, 5, NO_ID)]),
+            vfs_acl(&[(u, 7, NO_ID), (g, 5, NO_ID), named(0x08, 7, 100), (m, 7, NO_ID), (o, 5, NO_ID)]),
         ),
         SetXattr(
             "inherit",
             DEFAULT,
-            acl(&[(u, 7, NO_ID), named(0x02, 7, 1000), (g, 5, NO_ID), (m, 7, NO_ID), (o, 5, NO_ID)]),
+            vfs_acl(&[(u, 7, NO_ID), named(0x02, 7, 1000), (g, 5, NO_ID), (m, 7, NO_ID), (o, 5, NO_ID)]),
         ),
         // No umask under a default ACL: the ACL narrowed to 0666 / 0777.
         File("inherit/file", 0o077),
@@ -82,35 +72,35 @@ fn steps() -> Vec<Step> {
         File("inherit/dir/deeper", 0o022),
         Dir("plain", 0o027),
         // A default ACL whose entries the mode can say: a new file stores none.
-        SetXattr("plain", DEFAULT, acl(&[(u, 6, NO_ID), (g, 4, NO_ID), (o, 0, NO_ID)])),
+        SetXattr("plain", DEFAULT, vfs_acl(&[(u, 6, NO_ID), (g, 4, NO_ID), (o, 0, NO_ID)])),
         File("plain/file", 0o022),
         // A default ACL on a file: EACCES; empty, nothing to do.
-        SetXattr("same", DEFAULT, acl(&[(u, 7, NO_ID), (g, 4, NO_ID), (o, 0, NO_ID)])),
+        SetXattr("same", DEFAULT, vfs_acl(&[(u, 7, NO_ID), (g, 4, NO_ID), (o, 0, NO_ID)])),
         SetXattr("same", DEFAULT, Vec::new()),
         // Malformed: too short, another version, a partial entry, no
         // other, a named user who is no one, bits past rwx, out of order.
         SetXattr("named", ACCESS, vec![2, 0]),
         SetXattr("named", ACCESS, {
-            let mut v = acl(&[(u, 6, NO_ID), (g, 4, NO_ID), (o, 4, NO_ID)]);
+            let mut v = vfs_acl(&[(u, 6, NO_ID), (g, 4, NO_ID), (o, 4, NO_ID)]);
             v[0] = 1;
             v
         }),
-        SetXattr("named", ACCESS, [acl(&[(u, 6, NO_ID), (g, 4, NO_ID), (o, 4, NO_ID)]), vec![0; 7]].concat()),
-        SetXattr("named", ACCESS, acl(&[(u, 6, NO_ID), (g, 4, NO_ID)])),
+        SetXattr("named", ACCESS, [vfs_acl(&[(u, 6, NO_ID), (g, 4, NO_ID), (o, 4, NO_ID)]), vec![0; 7]].concat()),
+        SetXattr("named", ACCESS, vfs_acl(&[(u, 6, NO_ID), (g, 4, NO_ID)])),
         SetXattr(
             "named",
             ACCESS,
-            acl(&[(u, 6, NO_ID), named(0x02, 6, NO_ID), (g, 4, NO_ID), (m, 6, NO_ID), (o, 4, NO_ID)]),
+            vfs_acl(&[(u, 6, NO_ID), named(0x02, 6, NO_ID), (g, 4, NO_ID), (m, 6, NO_ID), (o, 4, NO_ID)]),
         ),
-        SetXattr("named", ACCESS, acl(&[(u, 0o16, NO_ID), (g, 4, NO_ID), (o, 4, NO_ID)])),
-        SetXattr("named", ACCESS, acl(&[(g, 4, NO_ID), (u, 6, NO_ID), (o, 4, NO_ID)])),
-        SetXattr("named", ACCESS, acl(&[(u, 6, NO_ID), named(0x02, 6, 7), (g, 4, NO_ID), (o, 4, NO_ID)])),
+        SetXattr("named", ACCESS, vfs_acl(&[(u, 0o16, NO_ID), (g, 4, NO_ID), (o, 4, NO_ID)])),
+        SetXattr("named", ACCESS, vfs_acl(&[(g, 4, NO_ID), (u, 6, NO_ID), (o, 4, NO_ID)])),
+        SetXattr("named", ACCESS, vfs_acl(&[(u, 6, NO_ID), named(0x02, 6, 7), (g, 4, NO_ID), (o, 4, NO_ID)])),
         // The mask, not the group entry, sets the group bits (0570).
         File("masked", 0o022),
         SetXattr(
             "masked",
             ACCESS,
-            acl(&[(u, 5, NO_ID), named(0x02, 7, 1000), (g, 1, NO_ID), (m, 7, NO_ID), (o, 0, NO_ID)]),
+            vfs_acl(&[(u, 5, NO_ID), named(0x02, 7, 1000), (g, 1, NO_ID), (m, 7, NO_ID), (o, 0, NO_ID)]),
         ),
         Chmod("masked", 0o751),
         // The header alone removes the ACL; the mode stays.
@@ -118,9 +108,9 @@ fn steps() -> Vec<Step> {
         SetXattr(
             "cleared",
             ACCESS,
-            acl(&[(u, 6, NO_ID), (g, 4, NO_ID), named(0x08, 4, 100), (m, 4, NO_ID), (o, 0, NO_ID)]),
+            vfs_acl(&[(u, 6, NO_ID), (g, 4, NO_ID), named(0x08, 4, 100), (m, 4, NO_ID), (o, 0, NO_ID)]),
         ),
-        SetXattr("cleared", ACCESS, acl(&[])),
+        SetXattr("cleared", ACCESS, vfs_acl(&[])),
     ]
 }
 
@@ -202,26 +192,7 @@ fn kernel_view(mnt: &Path) -> BTreeMap<String, (u32, BTreeMap<String, Vec<u8>>)>
     ] {
         let full = mnt.join(path);
         let mode = std::fs::symlink_metadata(&full).unwrap().permissions().mode();
-        out.insert(path.to_string(), (mode, xattrs(&full)));
-    }
-    out
-}
-
-fn xattrs(path: &Path) -> BTreeMap<String, Vec<u8>> {
-    let c = CString::new(path.as_os_str().as_bytes()).unwrap();
-    let mut names = vec![0u8; 4096];
-    // SAFETY: valid path and buffer of the given size.
-    let n = unsafe { libc::llistxattr(c.as_ptr(), names.as_mut_ptr().cast(), names.len()) };
-    assert!(n >= 0, "llistxattr {}", path.display());
-    let mut out = BTreeMap::new();
-    for name in names[..n as usize].split(|&b| b == 0).filter(|n| !n.is_empty()) {
-        let cname = CString::new(name).unwrap();
-        let mut value = vec![0u8; 4096];
-        // SAFETY: valid path, name and buffer.
-        let len = unsafe { libc::lgetxattr(c.as_ptr(), cname.as_ptr(), value.as_mut_ptr().cast(), value.len()) };
-        assert!(len >= 0);
-        value.truncate(len as usize);
-        out.insert(String::from_utf8(name.to_vec()).unwrap(), value);
+        out.insert(path.to_string(), (mode, kernel_xattrs(&full)));
     }
     out
 }
@@ -330,24 +301,11 @@ fn stored_acls_that_are_not_are_read_as_the_kernel_reads_them() {
                 // SAFETY: valid path, name and buffer.
                 let rc = unsafe { libc::getxattr(c.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
                 let errno = if rc >= 0 { 0 } else { std::io::Error::last_os_error().raw_os_error().unwrap() };
-                theirs.push((xattrs_names(&path), errno));
+                theirs.push((kernel_xattr_names(&path), errno));
             }
         }),
     );
     if !theirs.is_empty() {
         assert_eq!(ours, theirs, "(names listed, getxattr errno): csumfs vs the kernel");
     }
-}
-
-fn xattrs_names(path: &Path) -> Vec<String> {
-    let c = CString::new(path.as_os_str().as_bytes()).unwrap();
-    let mut names = vec![0u8; 4096];
-    // SAFETY: valid path and buffer of the given size.
-    let n = unsafe { libc::llistxattr(c.as_ptr(), names.as_mut_ptr().cast(), names.len()) };
-    assert!(n >= 0);
-    names[..n as usize]
-        .split(|&b| b == 0)
-        .filter(|n| !n.is_empty())
-        .map(|n| String::from_utf8(n.to_vec()).unwrap())
-        .collect()
 }

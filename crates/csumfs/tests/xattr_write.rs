@@ -4,6 +4,7 @@
 
 mod common;
 
+use common::xattrs::{kernel_xattrs, vfs_acl};
 use common::{assert_clean, have_e2fsprogs, mke2fs, with_kernel_mount, Scratch};
 use csumfs::{Error, NewInode, Options, Volume, XattrMode, ROOT};
 use std::collections::BTreeMap;
@@ -12,26 +13,6 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::process::Command;
 
-/// Every xattr of `path` as the kernel returns it.
-fn kernel_xattrs(path: &Path) -> BTreeMap<String, Vec<u8>> {
-    let c = CString::new(path.as_os_str().as_bytes()).unwrap();
-    let mut names = vec![0u8; 65536];
-    // SAFETY: valid path and buffer of the given size.
-    let n = unsafe { libc::llistxattr(c.as_ptr(), names.as_mut_ptr().cast(), names.len()) };
-    assert!(n >= 0, "llistxattr {}: {}", path.display(), std::io::Error::last_os_error());
-    let mut out = BTreeMap::new();
-    for name in names[..n as usize].split(|&b| b == 0).filter(|n| !n.is_empty()) {
-        let cname = CString::new(name).unwrap();
-        let mut value = vec![0u8; 65536];
-        // SAFETY: valid path, name and buffer.
-        let len = unsafe { libc::lgetxattr(c.as_ptr(), cname.as_ptr(), value.as_mut_ptr().cast(), value.len()) };
-        assert!(len >= 0, "lgetxattr {}", String::from_utf8_lossy(name));
-        value.truncate(len as usize);
-        out.insert(String::from_utf8(name.to_vec()).unwrap(), value);
-    }
-    out
-}
-
 /// The kernel (a read-only loop mount) reads exactly `model`'s xattrs.
 fn kernel_reads(image: &Path, mnt: &Path, model: &BTreeMap<&str, BTreeMap<String, Vec<u8>>>) {
     with_kernel_mount(image, mnt, || {
@@ -39,17 +20,6 @@ fn kernel_reads(image: &Path, mnt: &Path, model: &BTreeMap<&str, BTreeMap<String
             assert_eq!(&kernel_xattrs(&mnt.join(name)), want, "kernel: xattrs of {name}");
         }
     });
-}
-
-/// An ACL in the VFS encoding: (tag, perm, id) entries.
-fn vfs_acl(entries: &[(u16, u16, u32)]) -> Vec<u8> {
-    let mut out = 2u32.to_le_bytes().to_vec();
-    for &(tag, perm, id) in entries {
-        out.extend_from_slice(&tag.to_le_bytes());
-        out.extend_from_slice(&perm.to_le_bytes());
-        out.extend_from_slice(&id.to_le_bytes());
-    }
-    out
 }
 
 #[test]
