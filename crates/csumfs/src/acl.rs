@@ -271,8 +271,12 @@ impl Volume {
     /// encoding; the create/replace flags do not apply, as for the
     /// kernel's ACL handlers. An access ACL sets the mode's permission
     /// bits and is dropped when the mode says it all; a default ACL is for
-    /// directories only (`EACCES` elsewhere, unless empty).
+    /// directories only (`EACCES` elsewhere, unless empty). Symlinks take
+    /// none (`EOPNOTSUPP`, as ext4's have no ACL operations).
     pub(crate) fn set_acl(&mut self, inode: Inode, index: u8, value: &[u8]) -> Result<Inode, Error> {
+        if inode.is_symlink() {
+            return Err(Error::Unsupported { feature: "ACLs on symlinks", remedy: "set the ACL of the target" });
+        }
         let mut acl = Acl::from_vfs(value)?;
         if index == DEFAULT && !inode.is_dir() {
             return match acl {

@@ -224,6 +224,19 @@ fn acls_keep_the_mode_in_step_as_the_kernels_ext4_does() {
         let inherit = v.resolve("/inherit").unwrap().ino;
         assert_eq!(v.acl_create(inherit, 0o120_777, 0o077).unwrap(), (0o120_777, InheritedAcls::default()));
     }
+    {
+        // And takes none (ext4's symlinks have no ACL operations).
+        let mut v = Volume::open(&ours, Options { write: true, ..Options::default() }).unwrap();
+        let link = v.symlink(v.resolve("/").unwrap().ino, b"link", b"same", 0, 0).unwrap().ino;
+        let owner_only = vfs_acl(&[(0x01, 6, NO_ID), (0x04, 4, NO_ID), (0x20, 4, NO_ID)]);
+        for name in [ACCESS, DEFAULT] {
+            let refused = v.setxattr(link, name, &owner_only, XattrMode::Either).unwrap_err();
+            assert_eq!(refused.errno(), libc::EOPNOTSUPP, "{name} on a symlink");
+        }
+        v.unlink(v.resolve("/").unwrap().ino, b"link").unwrap();
+        v.sync().unwrap();
+    }
+    assert_clean(&ours, "ACLs refused on a symlink");
     let mnt = scratch.0.join("mnt");
     if !kernel_mount_with(&theirs, &mnt, "loop") {
         return;
