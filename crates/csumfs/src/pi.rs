@@ -21,10 +21,11 @@
 
 use crate::error::Error;
 use crate::inode::Inode;
-use crate::redo::Backing;
+use crate::redo::{Backing, LogMedium, Replayed};
 use crate::stats::Stats;
 use crate::volume::{Bytes, Volume};
 use csumkit::pi::{Checks, Device, Io, Protection, OWNER_TAG_BYTES};
+use csumkit::DurableFile;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -54,12 +55,32 @@ fn owner_tag(image: &[u8]) -> [u8; OWNER_TAG_BYTES] {
 }
 
 /// Opens the split device over the image at `path` (bytes `image`) with
-/// its PI in `metadata`; a stale PI file is started afresh.
+/// its PI in `metadata` (created when missing); a stale PI file is started
+/// afresh.
 pub(crate) fn open_device(
     path: &Path,
     image: &[u8],
     block_size: u64,
     metadata: &Path,
+    protection: Protection,
+    write: bool,
+) -> Result<(Arc<Device>, PiOpened), Error> {
+    let open = |at: &Path, create: bool| {
+        let file = std::fs::OpenOptions::new().read(true).write(true).create(create).truncate(false).open(at);
+        file.map_err(|source| Error::Io { context: at.display().to_string(), source })
+    };
+    let (data_file, metadata_file) = (open(path, false)?, open(metadata, true)?);
+    let files = (Box::new(data_file) as Box<dyn DurableFile>, Box::new(metadata_file) as Box<dyn DurableFile>);
+    open_device_on(files, (path, metadata), image, block_size, protection, write)
+}
+
+/// [`open_device`] over files already open (a test's simulated disks),
+/// named in messages by `paths`.
+pub(crate) fn open_device_on(
+    (data, metadata): (Box<dyn DurableFile>, Box<dyn DurableFile>),
+    (path, metadata_path): (&Path, &Path),
+    image: &[u8],
+    block_size: u64,
     protection: Protection,
     write: bool,
 ) -> Result<(Arc<Device>, PiOpened), Error> {
@@ -71,18 +92,17 @@ pub(crate) fn open_device(
             protection.lba()
         )));
     }
-    let existed = metadata.exists();
-    let (device, split) = Device::open_split(path, metadata, protection)?;
+    let (device, split) = Device::open_split_on(data, metadata, path, metadata_path, protection)?;
     let ours = owner_tag(image);
     let mut started_afresh = false;
     if device.owner_tag()? != ours {
         if !write {
             return Err(Error::Invalid(format!(
                 "{}: this PI is stale (the image was written since without it); a read-write PI mount starts it afresh",
-                metadata.display()
+                metadata_path.display()
             )));
         }
-        if existed {
+        if !split.formatted {
             device.deallocate_all()?;
             started_afresh = true;
         }
@@ -166,6 +186,34 @@ impl Volume {
         let (device, opened) = open_device(path, &self.map, self.layout.block_size, metadata, protection, write)?;
         self.pi = Some(device);
         Ok(opened)
+    }
+
+    /// [`open_logged_pi`](Self::open_logged_pi) for a volume in memory
+    /// ([`from_logged_bytes`](Self::from_logged_bytes)) whose image file and
+    /// PI file are given open — a test's simulated disks: the device over
+    /// `data` (the image) and `metadata` (its PI; empty: a new one), then
+    /// the ByteLog on `medium` replayed and checkpointed through it.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for a volume keeping data checksums, or an LBA
+    /// format larger than a block; as `csumkit::pi::Device::open_split_on`
+    /// and [`enable_log`](Self::enable_log).
+    pub fn enable_logged_pi_on(
+        &mut self,
+        (data, metadata): (Box<dyn DurableFile>, Box<dyn DurableFile>),
+        protection: Protection,
+        medium: LogMedium,
+        expect_log: bool,
+    ) -> Result<(Replayed, PiOpened), Error> {
+        if self.datasums.is_some() {
+            return Err(Error::Invalid("data checksums and PI are alternatives: keep one".into()));
+        }
+        let paths = (Path::new("image"), Path::new("image.pi"));
+        let (device, opened) =
+            open_device_on((data, metadata), paths, &self.map, self.layout.block_size, protection, true)?;
+        self.pi = Some(Arc::clone(&device));
+        let replayed = self.enable_log(Box::new(PiBacking(device)), medium, expect_log, None)?;
+        Ok((replayed, opened))
     }
 
     /// The PI device's counters, when the volume is on one.

@@ -144,6 +144,13 @@ pub(crate) struct Redo {
     data_unsynced: bool,
     /// The superblock on disk carries [`LOG_PENDING`].
     marked: bool,
+    /// The superblock as the image file holds it (the last checkpoint's):
+    /// what the mark writes back, with the pending bit — the map's may
+    /// hold the commit under way, which the image must not get ahead of
+    /// its log (a cut before that commit is durable would leave, say, the
+    /// free counts or the orphan list's head of an operation that never
+    /// happened).
+    image_superblock: Vec<u8>,
     last_commit: Instant,
     last_checkpoint: Instant,
     /// Which medium [`log_medium`] chose ([`LOG_ON_DAX`]…); `None` for one
@@ -412,13 +419,28 @@ fn superblock_with(sb: &[u8], pending: bool) -> Vec<u8> {
     sb
 }
 
-/// Whether the superblock in `image` says a log holds changes it lacks.
+/// Whether the superblock in `image` says a log holds changes it lacks —
+/// or was being marked or unmarked when a power cut tore it: the bit is
+/// in its first 512-byte sector and its checksum in the second, which
+/// land apart, so a superblock whose checksum fails as it stands but
+/// matches with [`LOG_PENDING`] set is one of those (every other byte
+/// proven by that checksum). Replaying the log is right for both: the
+/// mark is durable before the log's first record, and the log is emptied
+/// only after the unmark is durable.
 pub fn log_pending(image: &[u8]) -> bool {
-    image.len() >= 2048 && le32(image, 1024 + 0x60) & LOG_PENDING != 0
+    if image.len() < 2048 {
+        return false;
+    }
+    let sb = &image[1024..2048];
+    let torn_mark = || {
+        let stored = le32(sb, 0x3FC);
+        stored != csumkit::crc32c::raw_update(!0, &sb[..0x3FC]) && stored == le32(&superblock_with(sb, true), 0x3FC)
+    };
+    le32(sb, 0x60) & LOG_PENDING != 0 || torn_mark()
 }
 
 /// Clears [`LOG_PENDING`] in the superblock of `image` (the private copy a
-/// logged volume opens: the bit belongs on disk only).
+/// logged volume opens: the bit belongs on disk only), and re-seals it.
 pub(crate) fn clear_pending_bit(image: &mut [u8]) {
     if log_pending(image) {
         let sb = superblock_with(&image[1024..2048], false);
@@ -488,9 +510,9 @@ impl Redo {
     }
 
     /// Sets [`LOG_PENDING`] on disk before the first record the image lacks.
-    fn mark(&mut self, image: &[u8]) -> Result<(), Error> {
+    fn mark(&mut self) -> Result<(), Error> {
         if !self.marked {
-            self.backing.write_at(1024, &superblock_with(&image[1024..2048], true)).map_err(io("image"))?;
+            self.backing.write_at(1024, &superblock_with(&self.image_superblock, true)).map_err(io("image"))?;
             self.backing.sync().map_err(io("fdatasync of the image"))?;
             self.marked = true;
         }
@@ -536,7 +558,7 @@ impl Redo {
             // The tree, committed at the checkpoint that follows, has them.
             return Ok(false);
         }
-        self.mark(image)?;
+        self.mark()?;
         let before = self.log.stats().bytes_persisted;
         let last = records.len() - 1;
         for (i, record) in records.iter().enumerate() {
@@ -584,6 +606,7 @@ impl Redo {
         // named them was emptied by the log's commit).
         self.backing.write_at(1024, &superblock_with(&image[1024..2048], self.marked)).map_err(io("image"))?;
         self.backing.sync().map_err(io("fdatasync of the image"))?;
+        self.image_superblock.copy_from_slice(&image[1024..2048]);
         self.data_unsynced = false;
         // The tree after the data it names is durable, before the log is
         // emptied or the mark goes.
@@ -694,6 +717,8 @@ impl Volume {
         let blank = medium.view(0, 8).map(|m| m != b"CSBYTLOG").unwrap_or(true);
         let mut replayed = Replayed::default();
         let mut applied = Vec::new();
+        // The file's, but for the pending bit the map lost at open.
+        let image_superblock = self.map[1024..2048].to_vec();
         // An image without the pending bit holds everything: whatever the
         // log has (an old checkpointed log, or one cut while being
         // formatted) is not needed, and it is formatted afresh.
@@ -751,6 +776,7 @@ impl Volume {
             freed: RangeSet::default(),
             data_unsynced: false,
             marked: expect_log,
+            image_superblock,
             last_commit: Instant::now(),
             last_checkpoint: Instant::now(),
             log_on: None,
@@ -1142,6 +1168,7 @@ mod tests {
             freed: RangeSet::default(),
             data_unsynced: false,
             marked: false,
+            image_superblock: vec![0; 1024],
             last_commit: Instant::now(),
             last_checkpoint: Instant::now(),
             log_on: None,
@@ -1183,6 +1210,72 @@ mod tests {
         ] {
             assert_eq!(fill_split(&bytes), want, "{bytes:?}");
         }
+    }
+
+    /// An image file that keeps every write (where, what).
+    struct Recorder(std::sync::Arc<std::sync::Mutex<Vec<(u64, Vec<u8>)>>>);
+
+    impl Backing for Recorder {
+        fn write_at(&mut self, at: u64, bytes: &[u8]) -> std::io::Result<()> {
+            self.0.lock().unwrap().push((at, bytes.to_vec()));
+            Ok(())
+        }
+        fn sync(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn the_mark_writes_the_files_superblock_not_the_commit_under_way() {
+        // The commit changes the superblock's free count; the mark, on disk
+        // before the commit is, must not carry it: a cut between them would
+        // leave the count of an operation the replayed log never had.
+        let writes = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut redo = bare_redo();
+        redo.backing = Box::new(Recorder(writes.clone()));
+        let mut image = vec![0u8; 8192];
+        image[1024 + 0x0C..1024 + 0x10].copy_from_slice(&500u32.to_le_bytes());
+        redo.image_superblock.copy_from_slice(&image[1024..2048]);
+        image[1024 + 0x0C..1024 + 0x10].copy_from_slice(&480u32.to_le_bytes());
+        redo.note(1024 + 0x0C, 4);
+        assert!(redo.commit(&image, &mut None, &Stats::default()).unwrap());
+        let writes = writes.lock().unwrap();
+        assert_eq!(writes.len(), 1, "one write: the mark");
+        let (at, mark) = &writes[0];
+        assert_eq!((*at, le32(mark, 0x0C)), (1024, 500), "the mark carries the file's free count");
+        assert_eq!(le32(mark, 0x60) & LOG_PENDING, LOG_PENDING);
+        // After a checkpoint the file holds the committed superblock.
+        drop(writes);
+        redo.checkpoint(&image, &mut None, false, false, &Stats::default()).unwrap();
+        assert_eq!(le32(&redo.image_superblock, 0x0C), 480);
+    }
+
+    #[test]
+    fn a_mark_torn_between_the_superblocks_sectors_still_says_pending() {
+        let mut clean = vec![0u8; 4096];
+        clean[1024 + 0x0C] = 77;
+        let sealed = superblock_with(&clean[1024..2048], false);
+        clean[1024..2048].copy_from_slice(&sealed);
+        let marked = superblock_with(&clean[1024..2048], true);
+        let with = |first: &[u8], second: &[u8]| {
+            let mut image = clean.clone();
+            image[1024..1536].copy_from_slice(&first[..512]);
+            image[1536..2048].copy_from_slice(&second[512..]);
+            image
+        };
+        assert!(!log_pending(&clean));
+        // The bit's sector old, the checksum's new (a mark cut short, or an
+        // unmark's other half): pending, and re-sealed as it was.
+        let mut torn = with(&sealed, &marked);
+        assert!(log_pending(&torn), "the checksum proves the bit was being set");
+        clear_pending_bit(&mut torn);
+        assert_eq!(torn, clean);
+        assert!(log_pending(&with(&marked, &sealed)), "the bit itself landed");
+        // Any other damage is not a torn mark.
+        let mut rotten = with(&sealed, &marked);
+        rotten[1024 + 0x0C] ^= 1;
+        assert!(!log_pending(&rotten), "a superblock damaged elsewhere is not read as pending");
+        assert!(!log_pending(&clean[..2047]));
     }
 
     #[test]

@@ -843,6 +843,44 @@ fn a_split_device_says_its_format_and_refuses_a_metadata_file_cut_short() {
 }
 
 #[test]
+fn a_split_device_formats_again_a_metadata_file_whose_format_a_power_cut_stopped() {
+    // A format sizes the file, then writes its header and syncs: a power
+    // cut in between leaves a file of zeros (or a shorter one), which no
+    // open should refuse for ever.
+    let (dev, data, metadata) = split_device("refmt", "512+8", GuardSize::Crc16, 8, 0x5A);
+    let p = *dev.protection().unwrap();
+    dev.write(0, &[0xC3; 8 * 512], None, &Io::pract()).unwrap();
+    dev.flush().unwrap();
+    drop(dev);
+    let full = std::fs::read(&metadata).unwrap();
+    // The header of zeros over the PI the file held (the PI goes too: it
+    // is no longer known to be this device's), then files cut short.
+    for zeros in [4096, 10, full.len()] {
+        let mut file = if zeros == 4096 { full.clone() } else { vec![0u8; zeros] };
+        file[..zeros.min(4096)].fill(0);
+        std::fs::write(&metadata, &file).unwrap();
+        let (dev, opened) = Device::open_split(&data, &metadata, p).unwrap();
+        assert!(opened.formatted && opened.forgotten_blocks == 0 && !opened.finished_write, "{zeros}: {opened:?}");
+        assert_eq!(std::fs::read(&metadata).unwrap().len(), full.len(), "{zeros} zeros: formatted to full size");
+        let (mut block, mut md) = (vec![0u8; 8 * 512], vec![0u8; 8 * 8]);
+        dev.read(0, &mut block, Some(&mut md), &Io::default()).unwrap();
+        assert_eq!(block, vec![0xC3; 8 * 512], "the data file is left as it was");
+        assert!(md.iter().all(|&b| b == 0xFF), "every block's PI is the escape: unchecked until written");
+        drop(dev);
+        let (_, opened) = Device::open_split(&data, &metadata, p).unwrap();
+        assert!(!opened.formatted, "{zeros}: reopened after the format: not formatted again");
+    }
+    // A header with anything but zeros in it is a file, damaged: refused.
+    let mut header = vec![0u8; full.len()];
+    header[256] = 1;
+    std::fs::write(&metadata, &header).unwrap();
+    let err = Device::open_split(&data, &metadata, p).unwrap_err();
+    assert!(matches!(&err, Error::Corrupt { .. }) && err.to_string().contains("bad magic"), "{err}");
+    std::fs::remove_file(&data).unwrap();
+    std::fs::remove_file(&metadata).unwrap();
+}
+
+#[test]
 fn a_half_stored_write_is_finished_with_the_tags_it_carried() {
     // Type 2 with an application and a storage tag: none of them is the LBA.
     let (data, metadata) = (temp_path("tags.img"), temp_path("tags.pi"));

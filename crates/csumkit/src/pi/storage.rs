@@ -55,6 +55,10 @@ pub struct SplitOpened {
     /// whose guard failed: their PI was forgotten (unchecked until
     /// written again).
     pub forgotten_blocks: u64,
+    /// The metadata file was formatted by this open: it was empty, or a
+    /// power cut stopped its formatting before the header landed (a header
+    /// of zeros) — every block's PI the escape.
+    pub formatted: bool,
 }
 
 pub(super) enum Storage {
@@ -106,15 +110,24 @@ fn describe(header: &[u8]) -> String {
     format!("{lba}, {guard}-bit guard, type {}, {}-bit storage tag", header[17], header[18])
 }
 
+/// Whether the metadata file of `len` bytes has a header of zeros (as much
+/// of it as the file holds): made, but its format cut short.
+fn never_formatted(metadata: &dyn DurableFile, len: u64) -> std::io::Result<bool> {
+    let mut header = vec![0u8; len.min(SPLIT_HEADER_BYTES) as usize];
+    metadata.read_exact_at(&mut header, 0)?;
+    Ok(header.iter().all(|&b| b == 0))
+}
+
 impl Storage {
     pub(super) fn interleaved(file: File, blocks: u64) -> Storage {
         Storage::Interleaved { file, written: (0..blocks.div_ceil(64)).map(|_| AtomicU64::new(0)).collect() }
     }
 
-    /// Opens the metadata file `metadata` (named `metadata_path`; empty:
-    /// formatted here) of a split device whose data file has `blocks`
-    /// blocks; finishes a command a stopped process left in flight and
-    /// forgets the PI a power cut tore from its data.
+    /// Opens the metadata file `metadata` (named `metadata_path`; empty, or
+    /// a header of zeros — a format cut short: formatted here) of a split
+    /// device whose data file has `blocks` blocks; finishes a command a
+    /// stopped process left in flight and forgets the PI a power cut tore
+    /// from its data.
     pub(super) fn open_split(
         data: Box<dyn DurableFile>,
         metadata: Box<dyn DurableFile>,
@@ -126,7 +139,13 @@ impl Storage {
         let len = SPLIT_HEADER_BYTES + blocks * p.lba().metadata_bytes() as u64;
         let mut header = vec![0u8; SPLIT_HEADER_BYTES as usize];
         let existing = metadata.size().map_err(io("stat metadata file"))?;
-        if existing == 0 {
+        let formatted = existing == 0 || never_formatted(&*metadata, existing).map_err(io("read header"))?;
+        if formatted {
+            // The header is the one thing a format writes (the rest is
+            // zeros: inverted escapes), last and in one sector, which a
+            // power cut leaves old or new; a header still zero means no
+            // format finished, and no PI was ever kept in the file.
+            metadata.set_len(0).map_err(io("size metadata file"))?;
             header[..8].copy_from_slice(MAGIC);
             header[8..20].copy_from_slice(&format_bytes(p));
             header[BLOCKS_AT..BLOCKS_AT + 8].copy_from_slice(&blocks.to_le_bytes());
@@ -173,7 +192,7 @@ impl Storage {
         let finished_write = storage.finish_in_flight(p, &header)?;
         let bitmap = &header[intent::BITMAP_AT..][..intent::BITMAP_BYTES];
         let forgotten_blocks = storage.forget_torn(p, &intent::marked_ranges(bitmap, blocks)).map_err(io("recover"))?;
-        Ok((storage, SplitOpened { finished_write, forgotten_blocks }))
+        Ok((storage, SplitOpened { finished_write, forgotten_blocks, formatted }))
     }
 
     /// Sets the PI of each block in `ranges` whose guard fails to the
