@@ -1212,8 +1212,11 @@ mod tests {
         }
     }
 
-    /// An image file that keeps every write (where, what).
-    struct Recorder(std::sync::Arc<std::sync::Mutex<Vec<(u64, Vec<u8>)>>>);
+    /// Every write an image file got: where, what.
+    type Writes = std::sync::Arc<std::sync::Mutex<Vec<(u64, Vec<u8>)>>>;
+
+    /// An image file that keeps every write.
+    struct Recorder(Writes);
 
     impl Backing for Recorder {
         fn write_at(&mut self, at: u64, bytes: &[u8]) -> std::io::Result<()> {
@@ -1230,7 +1233,7 @@ mod tests {
         // The commit changes the superblock's free count; the mark, on disk
         // before the commit is, must not carry it: a cut between them would
         // leave the count of an operation the replayed log never had.
-        let writes = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let writes = Writes::default();
         let mut redo = bare_redo();
         redo.backing = Box::new(Recorder(writes.clone()));
         let mut image = vec![0u8; 8192];
