@@ -272,8 +272,10 @@ impl Volume {
     /// kernel's ACL handlers. An access ACL sets the mode's permission
     /// bits and is dropped when the mode says it all; a default ACL is for
     /// directories only (`EACCES` elsewhere, unless empty). Symlinks take
-    /// none (`EOPNOTSUPP`, as ext4's have no ACL operations).
-    pub(crate) fn set_acl(&mut self, inode: Inode, index: u8, value: &[u8]) -> Result<Inode, Error> {
+    /// none (`EOPNOTSUPP`, as ext4's have no ACL operations). `kill_sgid`:
+    /// an access ACL also clears the set-group-ID bit (a caller outside the
+    /// file's group, without `CAP_FSETID`).
+    pub(crate) fn set_acl(&mut self, inode: Inode, index: u8, value: &[u8], kill_sgid: bool) -> Result<Inode, Error> {
         if inode.is_symlink() {
             return Err(Error::Unsupported { feature: "ACLs on symlinks", remedy: "set the ACL of the target" });
         }
@@ -290,9 +292,12 @@ impl Volume {
         let mut inode = inode;
         if index == ACCESS {
             if let Some(given) = &acl {
-                let (mode, equivalent) = given.equiv_mode(inode.mode);
+                let (mut mode, equivalent) = given.equiv_mode(inode.mode);
                 if equivalent {
                     acl = None;
+                }
+                if kill_sgid {
+                    mode &= !0o2000;
                 }
                 if mode != inode.mode {
                     inode = self.set_mode_bits(&inode, mode)?;

@@ -248,6 +248,26 @@ impl Fs {
         Ok(new)
     }
 
+    /// Whether the caller of `req` is in group `gid` or holds
+    /// `CAP_FSETID` — the kernel's `in_group_or_capable`, which FUSE does
+    /// not pass along (fuser does not negotiate `FUSE_SETXATTR_EXT`, which
+    /// carries it as `FUSE_SETXATTR_ACL_KILL_SGID`): the request names the
+    /// caller's fsgid, and `/proc` its supplementary groups and
+    /// capabilities. A caller gone before it is read is judged by its uid
+    /// alone (root: capable).
+    fn in_group_or_capable(req: &Request, gid: u32) -> bool {
+        if req.gid() == gid {
+            return true;
+        }
+        let Ok(status) = std::fs::read_to_string(format!("/proc/{}/status", req.pid())) else {
+            return req.uid() == 0;
+        };
+        let field = |name: &str| status.lines().find_map(|l| l.strip_prefix(name)).unwrap_or("").trim().to_string();
+        let in_groups = field("Groups:").split_whitespace().any(|g| g.parse() == Ok(gid));
+        let capabilities = u64::from_str_radix(&field("CapEff:"), 16).unwrap_or(0);
+        in_groups || capabilities & 1 << CAP_FSETID != 0
+    }
+
     fn handle(&self) -> FileHandle {
         FileHandle(self.next_handle.fetch_add(1, Ordering::Relaxed))
     }
@@ -274,6 +294,8 @@ macro_rules! reply_empty {
 }
 
 /// `_IOR('X', 31, struct fsxattr)`.
+/// The capability to keep the set-group-ID bit outside the file's group.
+const CAP_FSETID: u32 = 4;
 const FS_IOC_FSGETXATTR: u32 = 0x801C_581F;
 /// Inode flag → `FS_XFLAG_*` (sync, immutable, append, nodump, noatime,
 /// project inherit), as `fileattr_fill_flags` maps them.
@@ -611,7 +633,7 @@ impl Filesystem for Fs {
 
     fn setxattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         name: &OsStr,
         value: &[u8],
@@ -626,7 +648,19 @@ impl Filesystem for Fs {
             libc::XATTR_REPLACE => XattrMode::Replace,
             _ => return reply.error(Errno::EINVAL),
         };
-        reply_empty!(self.change(|v| v.setxattr(from_fuse(ino), name, value, mode)), reply);
+        let ino = from_fuse(ino);
+        reply_empty!(
+            self.change(|v| {
+                // Setting an access ACL clears S_ISGID of a file outside the
+                // caller's groups (`posix_acl_update_mode`): /proc is read
+                // only for a set-group-ID file.
+                let sgid_group = v.inode(ino).ok().and_then(|i| (i.mode & 0o2000 != 0).then_some(i.gid));
+                let in_group_or_capable = name != "system.posix_acl_access"
+                    || sgid_group.is_none_or(|gid| Self::in_group_or_capable(req, gid));
+                v.setxattr_by(ino, name, value, mode, in_group_or_capable)
+            }),
+            reply
+        );
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {

@@ -128,6 +128,26 @@ impl Volume {
     /// limit); for an ACL, `EINVAL` or `EOPNOTSUPP` as the kernel parses
     /// it, `EACCES` for a default ACL on a non-directory.
     pub fn setxattr(&mut self, ino: u32, name: &str, value: &[u8], mode: XattrMode) -> Result<Inode, Error> {
+        self.setxattr_by(ino, name, value, mode, true)
+    }
+
+    /// [`setxattr`](Self::setxattr) by a caller who is in the file's group
+    /// or holds `CAP_FSETID` (`in_group_or_capable`), or not: such a caller
+    /// setting an access ACL clears the file's set-group-ID bit, as
+    /// `posix_acl_update_mode` does for ext4 (the kernel leaves it to a
+    /// FUSE file system, flagging the request only to one that negotiated
+    /// `FUSE_SETXATTR_EXT`).
+    ///
+    /// # Errors
+    /// As [`setxattr`](Self::setxattr).
+    pub fn setxattr_by(
+        &mut self,
+        ino: u32,
+        name: &str,
+        value: &[u8],
+        mode: XattrMode,
+        in_group_or_capable: bool,
+    ) -> Result<Inode, Error> {
         let (index, suffix) = split(name).ok_or(Error::Unsupported {
             feature: "this xattr namespace",
             remedy: "ext4 stores user., trusted., security., system. and POSIX ACL names only",
@@ -143,7 +163,7 @@ impl Volume {
         }
         let inode = self.uninline(ino)?;
         if matches!(index, acl::ACCESS | acl::DEFAULT) {
-            return self.set_acl(inode, index, value);
+            return self.set_acl(inode, index, value, !in_group_or_capable);
         }
         self.set_xattr_entry(inode, index, suffix, value.to_vec(), mode).map_err(|e| match e {
             Error::Exists(_) => Error::Exists(name.into()),

@@ -32,7 +32,16 @@ enum Step {
     Dir(&'static str, u16),
     SetXattr(&'static str, &'static str, Vec<u8>),
     Chmod(&'static str, u16),
+    /// Owner and group.
+    Chown(&'static str, u32, u32),
+    /// An access ACL (`setfacl --set`, its entries as the value says) set
+    /// by user 1000 in group 1000, with group 0 among its supplementary
+    /// groups or none.
+    SetAclAsUser(&'static str, &'static str, Vec<u8>, bool),
 }
+
+/// The user the steps act as where not root.
+const USER: u32 = 1000;
 
 fn steps() -> Vec<Step> {
     use Step::*;
@@ -111,7 +120,23 @@ fn steps() -> Vec<Step> {
             vfs_acl(&[(u, 6, NO_ID), (g, 4, NO_ID), named(0x08, 4, 100), (m, 4, NO_ID), (o, 0, NO_ID)]),
         ),
         SetXattr("cleared", ACCESS, vfs_acl(&[])),
+        // A set-group-ID file of user 1000 in group 0: an access ACL its
+        // owner sets clears S_ISGID unless the owner is in group 0
+        // (`posix_acl_update_mode`).
+        File("sgid_out", 0o022),
+        Chown("sgid_out", USER, 0),
+        Chmod("sgid_out", 0o2770),
+        SetAclAsUser("sgid_out", "u::rwx,u:1001:r,g::rwx,m::rwx,o::-", sgid_acl(), false),
+        File("sgid_in", 0o022),
+        Chown("sgid_in", USER, 0),
+        Chmod("sgid_in", 0o2770),
+        SetAclAsUser("sgid_in", "u::rwx,u:1001:r,g::rwx,m::rwx,o::-", sgid_acl(), true),
     ]
+}
+
+/// The sgid steps' ACL, as `setfacl` passes it.
+fn sgid_acl() -> Vec<u8> {
+    vfs_acl(&[(0x01, 7, NO_ID), (0x02, 4, 1001), (0x04, 7, NO_ID), (0x10, 7, NO_ID), (0x20, 0, NO_ID)])
 }
 
 /// Runs the steps through csumfs's library; each step's errno (0: done).
@@ -138,6 +163,14 @@ fn run_csumfs(image: &Path) -> Vec<i32> {
             Step::Chmod(path, mode) => {
                 let ino = v.resolve(&format!("/{path}")).unwrap().ino;
                 v.set_attr(ino, SetAttr { mode: Some(mode), ..SetAttr::default() }).map(drop)
+            }
+            Step::Chown(path, uid, gid) => {
+                let ino = v.resolve(&format!("/{path}")).unwrap().ino;
+                v.set_attr(ino, SetAttr { uid: Some(uid), gid: Some(gid), ..SetAttr::default() }).map(drop)
+            }
+            Step::SetAclAsUser(path, _, ref value, in_group) => {
+                let ino = v.resolve(&format!("/{path}")).unwrap().ino;
+                v.setxattr_by(ino, ACCESS, value, XattrMode::Either, in_group).map(drop)
             }
         };
         results.push(result.map_or_else(|e| e.errno(), |()| 0));
@@ -169,6 +202,20 @@ fn run_kernel(mnt: &Path) -> Vec<i32> {
                 // SAFETY: a valid path.
                 errno(unsafe { libc::chmod(c(path).as_ptr(), libc::mode_t::from(mode)) })
             }
+            Step::Chown(path, uid, gid) => {
+                // SAFETY: a valid path.
+                errno(unsafe { libc::chown(c(path).as_ptr(), uid, gid) })
+            }
+            Step::SetAclAsUser(path, spec, _, in_group) => {
+                let groups = if in_group { "--groups=0" } else { "--clear-groups" };
+                let set = Command::new("setpriv")
+                    .args([&format!("--reuid={USER}"), &format!("--regid={USER}"), groups, "setfacl", "--set", spec])
+                    .arg(mnt.join(path))
+                    .status()
+                    .unwrap();
+                assert!(set.success(), "kernel: setfacl as user {USER} on {path}");
+                0
+            }
         });
     }
     results
@@ -189,6 +236,8 @@ fn kernel_view(mnt: &Path) -> BTreeMap<String, (u32, BTreeMap<String, Vec<u8>>)>
         "masked",
         "nomask",
         "cleared",
+        "sgid_out",
+        "sgid_in",
     ] {
         let full = mnt.join(path);
         let mode = std::fs::symlink_metadata(&full).unwrap().permissions().mode();
@@ -199,7 +248,8 @@ fn kernel_view(mnt: &Path) -> BTreeMap<String, (u32, BTreeMap<String, Vec<u8>>)>
 
 #[test]
 fn acls_keep_the_mode_in_step_as_the_kernels_ext4_does() {
-    if !have_e2fsprogs() {
+    // setfacl sets the twin's ACLs as another user (setpriv: util-linux).
+    if !have_e2fsprogs() || common::tool_in("setfacl", "acl").is_none() {
         return;
     }
     let scratch = Scratch::new("acl");
@@ -255,6 +305,8 @@ fn acls_keep_the_mode_in_step_as_the_kernels_ext4_does() {
     for (path, want) in &kernel_view_of_theirs {
         assert_eq!(&ours_seen[path], want, "{path}: (mode, xattrs) as the kernel reads csumfs's image vs its own");
     }
+    let sgid = |path: &str| ours_seen[path].0 & 0o7777;
+    assert_eq!((sgid("sgid_out"), sgid("sgid_in")), (0o770, 0o2770), "S_ISGID cleared outside the group only");
     let (mode, attrs) = &ours_seen["named"];
     assert_eq!(
         (mode & 0o777, attrs[ACCESS][28..32].to_vec()),

@@ -866,3 +866,32 @@ fn acls_through_the_mount_keep_the_mode_in_step() {
     unmount_and_wait(child, &mnt);
     e2fsck_clean(&image);
 }
+
+#[test]
+fn an_acl_set_from_outside_the_files_group_clears_its_set_group_id_bit() {
+    // As the kernel's ext4 does (posix_acl_update_mode): the caller's
+    // groups, which FUSE does not pass, are read from /proc.
+    if cannot_mount() || (!Path::new("/usr/bin/setfacl").exists() && skip("setfacl (apt-get install acl)")) {
+        return;
+    }
+    let scratch = Scratch::new("acl-sgid");
+    let image = scratch.image("16M", "4096");
+    let child = mount_foreground(&image, &scratch.mnt(), &["-o", "allow_other,default_permissions"]);
+    let mnt = scratch.mnt();
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+    for (name, groups, want) in [("out", "--clear-groups", 0o770), ("in", "--groups=0", 0o2770)] {
+        let file = mnt.join(name);
+        std::fs::write(&file, b"").unwrap();
+        std::os::unix::fs::chown(&file, Some(1000), Some(0)).unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o2770)).unwrap();
+        let set = Command::new("setpriv")
+            .args(["--reuid=1000", "--regid=1000", groups, "setfacl", "--set", "u::rwx,u:1001:r,g::rwx,m::rwx,o::-"])
+            .arg(&file)
+            .status()
+            .unwrap();
+        assert!(set.success(), "setfacl as user 1000 ({groups})");
+        assert_eq!(mode(&file), want, "{name}: user 1000 {groups}");
+    }
+    unmount_and_wait(child, &mnt);
+    e2fsck_clean(&image);
+}

@@ -14,11 +14,16 @@ use std::process::Command;
 /// The path of e2fsprogs' `name`; `None` (after saying the running test
 /// skipped itself) when it is missing — a failure in CI.
 pub fn tool(name: &str) -> Option<PathBuf> {
+    tool_in(name, "e2fsprogs")
+}
+
+/// [`tool`] for a program of Debian's package `package`.
+pub fn tool_in(name: &str, package: &str) -> Option<PathBuf> {
     let found = ["/usr/sbin", "/sbin", "/usr/bin"].iter().map(|d| Path::new(d).join(name)).find(|p| p.exists());
     if found.is_none() {
-        assert!(std::env::var_os("CI").is_none(), "{name} is required in CI (apt-get install e2fsprogs)");
+        assert!(std::env::var_os("CI").is_none(), "{name} is required in CI (apt-get install {package})");
         let test = std::thread::current().name().unwrap_or("a test").to_string();
-        let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {name} not found (apt-get install e2fsprogs)");
+        let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {name} not found (apt-get install {package})");
     }
     found
 }
