@@ -881,6 +881,40 @@ fn a_split_device_formats_again_a_metadata_file_whose_format_a_power_cut_stopped
 }
 
 #[test]
+fn recovery_forgets_only_blocks_whose_guard_fails_whatever_their_tags() {
+    // Type 2: the reference tag is the writer's, not the LBA; an
+    // application and a storage tag besides. Written and not flushed, the
+    // region stays marked, and the next open checks it.
+    let (data, metadata) = (temp_path("marked-tags.img"), temp_path("marked-tags.pi"));
+    let _ = std::fs::remove_file(&metadata);
+    std::fs::write(&data, vec![0u8; 8 * 512]).unwrap();
+    let format = PiFormat::new(GuardSize::Crc32, PiType::Type2, 16).unwrap();
+    let p = Protection::new(format, "512+16".parse().unwrap(), PiLocation::Last).unwrap();
+    let tags = Tags { ref_tag: 0x7777, app_tag: 0x1234, storage_tag: 0xBEEF, ..Tags::default() };
+    let io = Io { pract: true, tags, ..Io::default() };
+    let (dev, _) = Device::open_split(&data, &metadata, p).unwrap();
+    dev.write(2, &[1u8; 1024], None, &io).unwrap();
+    dev.write(6, &[3u8; 512], None, &Io { tags: Tags { ref_tag: 6, ..tags }, ..io }).unwrap();
+    drop(dev);
+    // Block 6's data changes under its PI: torn, as a cut may leave it.
+    std::os::unix::fs::FileExt::write_all_at(
+        &std::fs::File::options().write(true).open(&data).unwrap(),
+        &[4u8; 512],
+        6 * 512,
+    )
+    .unwrap();
+    let (dev, opened) = Device::open_split(&data, &metadata, p).unwrap();
+    assert_eq!(opened.forgotten_blocks, 1, "block 6 alone: the others' guards hold");
+    let (mut back, mut md) = ([0u8; 1024], [0u8; 32]);
+    let checked = Io { pract: false, checks: Checks { storage_tag: true, ..Checks::ALL }, ..io };
+    dev.read(2, &mut back, Some(&mut md), &checked).unwrap();
+    assert_eq!(back, [1u8; 1024]);
+    assert!(md.chunks(16).all(|m| !format.is_escape(&format.decode(m))), "blocks 2 and 3 keep their PI");
+    std::fs::remove_file(&data).unwrap();
+    std::fs::remove_file(&metadata).unwrap();
+}
+
+#[test]
 fn a_half_stored_write_is_finished_with_the_tags_it_carried() {
     // Type 2 with an application and a storage tag: none of them is the LBA.
     let (data, metadata) = (temp_path("tags.img"), temp_path("tags.pi"));

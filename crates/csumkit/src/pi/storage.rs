@@ -203,7 +203,9 @@ impl Storage {
             return Ok(0);
         }
         let (format, at, md) = (p.format(), p.tuple_offset(), p.lba().metadata_bytes());
-        let checks = Checks { guard: true, app_tag: false, ref_tag: false, storage_tag: false, ..Checks::default() };
+        // The guard alone says whether a cut tore a block from its PI; its
+        // tags are the writer's (type 2's reference tag is not the LBA).
+        let checks = Checks { guard: true, ..Checks::NONE };
         let per_piece = (super::device::COMMAND_DATA_BYTES_MAX / p.lba().data_bytes()) as u64;
         let mut forgotten = 0;
         for &(first, end) in ranges {
