@@ -59,6 +59,8 @@ csumfs_files=(
   crates/csumfs/src/inline.rs
   crates/csumfs/src/xattr_write.rs
   crates/csumfs/src/acl.rs
+  crates/csumfs/src/map.rs
+  crates/csumfs/src/data.rs
 )
 # The `mutants` profile (Cargo.toml): optimised like release, without LTO
 # and with incremental builds, so each mutant rebuilds in seconds and the

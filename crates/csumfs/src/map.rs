@@ -37,10 +37,11 @@ impl Volume {
         runs.sort_by_key(|r| r.logical);
         for run in &runs {
             let end = run.physical.checked_add(run.len);
-            if run.physical < self.layout.first_data_block || end.is_none_or(|e| e > self.layout.blocks_count) {
+            // The first data block holds the superblock: no file's.
+            if run.physical <= self.layout.first_data_block || end.is_none_or(|e| e > self.layout.blocks_count) {
                 return Err(corrupt(
                     format!("inode {} block map at logical {}", inode.ino, run.logical),
-                    format!("blocks {}+{} lie outside the filesystem", run.physical, run.len),
+                    format!("blocks {}+{} lie outside the filesystem's data area", run.physical, run.len),
                 ));
             }
         }

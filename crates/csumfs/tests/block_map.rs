@@ -111,3 +111,35 @@ fn block_mapped_files_and_directories_become_extent_mapped_when_changed() {
         with_kernel_mount(&image, &mnt, || check(&|p: &str| std::fs::read(mnt.join(p)).unwrap()));
     }
 }
+
+#[test]
+fn block_map_pointers_outside_the_filesystem_are_refused_and_its_last_block_is_not() {
+    if !have_e2fsprogs() || tool("debugfs").is_none() {
+        return;
+    }
+    let scratch = Scratch::new("blockmap-bounds");
+    let image = scratch.0.join("img");
+    common::mke2fs_with(&image, "1024", "4M", &["-O", "^extent,^64bit"]);
+    common::debugfs_write(&image, "write /dev/null f");
+    common::debugfs_write(&image, "sif /f size 2048");
+    let blocks = 4096u64;
+    // Block 1 of 1 KiB blocks holds the superblock (the first data block).
+    for (first, ok) in [(blocks - 1, true), (2, true), (1, false), (blocks, false), (u64::from(u32::MAX), false)] {
+        common::debugfs_write(&image, &format!("sif /f block[1] {first}"));
+        let v = Volume::open(&image, Options::default()).unwrap();
+        let inode = v.resolve("/f").unwrap();
+        let runs = v.runs(&inode);
+        match (ok, runs) {
+            (true, Ok(runs)) => {
+                assert_eq!(runs.iter().map(|r| (r.logical, r.physical)).collect::<Vec<_>>(), [(1, first)])
+            }
+            (false, Err(e)) => assert!(e.to_string().contains("outside the filesystem"), "block {first}: {e}"),
+            (_, other) => panic!("block {first} of {blocks}: {other:?}"),
+        }
+    }
+    // A size past the filesystem is refused before any pointer is read.
+    common::debugfs_write(&image, &format!("sif /f size {}", (blocks + 1) * 1024));
+    let v = Volume::open(&image, Options::default()).unwrap();
+    let err = v.runs(&v.resolve("/f").unwrap()).unwrap_err();
+    assert!(err.to_string().contains("exceeds the filesystem"), "{err}");
+}

@@ -280,4 +280,52 @@ fn scrub_names_each_damaged_block_by_path_file_block_and_disk_block() {
     let g_path = if report.bad[0].0 == "/d/g" { "/d/g" } else { "/d/h" };
     assert_eq!(report.bad, [(g_path.to_string(), 1, pg + 1), ("/f".to_string(), 5, pf + 5)]);
     assert_eq!((report.files, report.blocks), (2, 16));
+    // A read verifies the blocks it reads, those alone: past the damaged
+    // block of the same extent it reads; touching it, EIO.
+    let inode = v.inode(f).unwrap();
+    let mut buf = vec![0u8; 8192];
+    assert_eq!(v.read(&inode, 7 * 4096 + 5, &mut buf).unwrap(), 8192, "blocks 7 and 8, past the damaged 5");
+    assert_eq!(buf, bytes(64 << 10, 1)[7 * 4096 + 5..][..8192]);
+    for (at, len) in [(5 * 4096 + 100, 10), (4 * 4096, 8192), (3 * 4096 + 1, 8192)] {
+        let err = v.read(&inode, at, &mut buf[..len]).unwrap_err();
+        assert_eq!(err.errno(), libc::EIO, "a read of {len} bytes at {at} touches block 5: {err}");
+    }
+    // A read stops at the end of the file.
+    assert_eq!(v.read(&inode, (64 << 10) - 10, &mut buf).unwrap(), 10);
+}
+
+#[test]
+fn a_read_in_a_later_extent_verifies_its_own_blocks_and_names_them() {
+    if !have_e2fsprogs() {
+        return;
+    }
+    let scratch = Scratch::new("read-extents");
+    let (image, sums) = (scratch.0.join("a.img"), scratch.0.join("a.csums"));
+    mke2fs_with(&image, "4096", "16M", &[]);
+    let mut v = open(&image, &sums);
+    // Two extents: another file takes the blocks after the first.
+    let f = v.create(ROOT, b"f", FILE).unwrap().ino;
+    let want = bytes(8 * 4096, 3);
+    v.write(f, 0, &want[..4 * 4096]).unwrap();
+    let g = v.create(ROOT, b"g", FILE).unwrap().ino;
+    v.write(g, 0, &bytes(4096, 4)).unwrap();
+    v.write(f, 4 * 4096, &want[4 * 4096..]).unwrap();
+    v.sync().unwrap();
+    let runs = v.runs(&v.inode(f).unwrap()).unwrap();
+    assert_eq!(runs.iter().map(|r| (r.logical, r.len)).collect::<Vec<_>>(), [(0, 4), (4, 4)], "{runs:?}");
+    let physical = runs[1].physical + 1;
+    drop(v);
+    let mut damaged = std::fs::read(&image).unwrap();
+    damaged[(physical * 4096 + 9) as usize] ^= 1;
+    std::fs::write(&image, &damaged).unwrap();
+    let v = open(&image, &sums);
+    let inode = v.inode(f).unwrap();
+    let mut buf = vec![0u8; 4096];
+    for good in [0, 3, 4, 6, 7] {
+        v.read(&inode, good * 4096, &mut buf).unwrap_or_else(|e| panic!("block {good} is good: {e}"));
+        assert_eq!(buf, want[good as usize * 4096..][..4096], "block {good}");
+    }
+    let err = v.read(&inode, 5 * 4096 + 1, &mut buf[..1]).unwrap_err();
+    assert_eq!(err.errno(), libc::EIO);
+    assert!(err.to_string().contains(&format!("block 5 (disk block {physical})")), "{err}");
 }

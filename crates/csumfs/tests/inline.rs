@@ -136,3 +136,47 @@ fn inline_files_and_directories_mke2fs_wrote_are_changed_and_stay_valid() {
         });
     }
 }
+
+#[test]
+fn inline_content_is_read_from_system_data_not_an_xattr_named_like_it() {
+    // The kernel appends in-inode xattrs: `user.data` set on an empty file
+    // comes before the `system.data` its first write makes, so reading the
+    // first entry named "data" would take the wrong one.
+    if !have_e2fsprogs() {
+        return;
+    }
+    let scratch = Scratch::new("inline-order");
+    let image = scratch.0.join("img");
+    let out = Command::new(tool("mke2fs").unwrap())
+        .args(["-q", "-F", "-t", "ext4", "-O", "metadata_csum,^has_journal,inline_data", "-I", "256", "-b", "4096"])
+        .arg(&image)
+        .arg("16M")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "mke2fs: {}", String::from_utf8_lossy(&out.stderr));
+    let content: Vec<u8> = (0..100u8).map(|i| b'A' + i % 26).collect();
+    let (mnt, mut wrote) = (scratch.0.join("mnt"), false);
+    common::with_kernel_mount_with(
+        &image,
+        &mnt,
+        "loop",
+        std::panic::AssertUnwindSafe(|| {
+            let f = mnt.join("f");
+            std::fs::write(&f, b"").unwrap();
+            let path = std::ffi::CString::new(f.as_os_str().as_encoded_bytes()).unwrap();
+            // SAFETY: a valid path, name and value.
+            let rc = unsafe { libc::setxattr(path.as_ptr(), c"user.data".as_ptr(), b"kept".as_ptr().cast(), 4, 0) };
+            assert_eq!(rc, 0, "setxattr: {}", std::io::Error::last_os_error());
+            std::fs::write(&f, &content).unwrap();
+            wrote = true;
+        }),
+    );
+    if !wrote {
+        return;
+    }
+    let v = Volume::open(&image, Options::default()).unwrap();
+    let inode = v.resolve("/f").unwrap();
+    assert_ne!(inode.flags & FLAG_INLINE_DATA, 0, "the kernel wrote f inline");
+    assert_eq!(v.read_all(&inode).unwrap(), content, "60 bytes in i_block, 40 in system.data");
+    assert_eq!(v.getxattr(&inode, "user.data").unwrap(), b"kept");
+}
