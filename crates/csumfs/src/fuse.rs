@@ -293,9 +293,9 @@ macro_rules! reply_empty {
     };
 }
 
-/// `_IOR('X', 31, struct fsxattr)`.
 /// The capability to keep the set-group-ID bit outside the file's group.
 const CAP_FSETID: u32 = 4;
+/// `_IOR('X', 31, struct fsxattr)`.
 const FS_IOC_FSGETXATTR: u32 = 0x801C_581F;
 /// Inode flag → `FS_XFLAG_*` (sync, immutable, append, nodump, noatime,
 /// project inherit), as `fileattr_fill_flags` maps them.

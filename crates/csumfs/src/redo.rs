@@ -1232,7 +1232,6 @@ mod tests {
         // before the commit is, must not carry it: a cut between them would
         // leave the count of an operation the replayed log never had.
         let writes = Writes::default();
-        let redo_writes = writes.clone();
         let mut redo = bare_redo();
         redo.backing = Box::new(Recorder(writes.clone()));
         let mut image = vec![0u8; 8192];
@@ -1241,21 +1240,21 @@ mod tests {
         image[1024 + 0x0C..1024 + 0x10].copy_from_slice(&480u32.to_le_bytes());
         redo.note(1024 + 0x0C, 4);
         assert!(redo.commit(&image, &mut None, &Stats::default()).unwrap());
-        let writes = writes.lock().unwrap();
-        assert_eq!(writes.len(), 1, "one write: the mark");
-        let (at, mark) = &writes[0];
+        let seen = writes.lock().unwrap();
+        assert_eq!(seen.len(), 1, "one write: the mark");
+        let (at, mark) = &seen[0];
         assert_eq!((*at, le32(mark, 0x0C)), (1024, 500), "the mark carries the file's free count");
         assert_eq!(le32(mark, 0x60) & LOG_PENDING, LOG_PENDING);
         // After a checkpoint the file holds the committed superblock, still
         // marked: the next commit needs no mark (one write and sync fewer).
-        drop(writes);
+        drop(seen);
         redo.checkpoint(&image, &mut None, false, false, &Stats::default()).unwrap();
         assert_eq!(le32(&redo.image_superblock, 0x0C), 480);
         let written = |writes: &Writes| writes.lock().unwrap().iter().filter(|(at, _)| *at == 1024).count();
-        let superblocks = written(&redo_writes);
+        let superblocks = written(&writes);
         redo.note(4096, 8);
         assert!(redo.commit(&image, &mut None, &Stats::default()).unwrap());
-        assert_eq!(written(&redo_writes), superblocks, "the mark outlives a checkpoint that is not the last");
+        assert_eq!(written(&writes), superblocks, "the mark outlives a checkpoint that is not the last");
     }
 
     #[test]
