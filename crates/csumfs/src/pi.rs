@@ -24,7 +24,7 @@ use crate::inode::Inode;
 use crate::redo::{Backing, LogMedium, Replayed};
 use crate::stats::Stats;
 use crate::volume::{Bytes, Volume};
-use csumkit::pi::{Checks, Device, Io, Protection, OWNER_TAG_BYTES};
+use csumkit::pi::{Checks, Device, Io, Protection, SplitOpened, OWNER_TAG_BYTES};
 use csumkit::DurableFile;
 use std::path::Path;
 use std::sync::Arc;
@@ -65,20 +65,16 @@ pub(crate) fn open_device(
     protection: Protection,
     write: bool,
 ) -> Result<(Arc<Device>, PiOpened), Error> {
-    let open = |at: &Path, create: bool| {
-        let file = std::fs::OpenOptions::new().read(true).write(true).create(create).truncate(false).open(at);
-        file.map_err(|source| Error::Io { context: at.display().to_string(), source })
-    };
-    let (data_file, metadata_file) = (open(path, false)?, open(metadata, true)?);
-    let files = (Box::new(data_file) as Box<dyn DurableFile>, Box::new(metadata_file) as Box<dyn DurableFile>);
-    open_device_on(files, (path, metadata), image, block_size, protection, write)
+    let open = || Device::open_split(path, metadata, protection);
+    open_device_with(open, metadata, image, block_size, protection, write)
 }
 
-/// [`open_device`] over files already open (a test's simulated disks),
-/// named in messages by `paths`.
-pub(crate) fn open_device_on(
-    (data, metadata): (Box<dyn DurableFile>, Box<dyn DurableFile>),
-    (path, metadata_path): (&Path, &Path),
+/// [`open_device`] with the device opened by `open` (over files already
+/// open, for a test's simulated disks), its PI file named `metadata` in
+/// messages; the LBA format is checked before anything is opened.
+pub(crate) fn open_device_with(
+    open: impl FnOnce() -> Result<(Device, SplitOpened), csumkit::Error>,
+    metadata: &Path,
     image: &[u8],
     block_size: u64,
     protection: Protection,
@@ -92,14 +88,14 @@ pub(crate) fn open_device_on(
             protection.lba()
         )));
     }
-    let (device, split) = Device::open_split_on(data, metadata, path, metadata_path, protection)?;
+    let (device, split) = open()?;
     let ours = owner_tag(image);
     let mut started_afresh = false;
     if device.owner_tag()? != ours {
         if !write {
             return Err(Error::Invalid(format!(
                 "{}: this PI is stale (the image was written since without it); a read-write PI mount starts it afresh",
-                metadata_path.display()
+                metadata.display()
             )));
         }
         if !split.formatted {
@@ -208,9 +204,9 @@ impl Volume {
         if self.datasums.is_some() {
             return Err(Error::Invalid("data checksums and PI are alternatives: keep one".into()));
         }
-        let paths = (Path::new("image"), Path::new("image.pi"));
-        let (device, opened) =
-            open_device_on((data, metadata), paths, &self.map, self.layout.block_size, protection, true)?;
+        let (image_path, pi_path) = (Path::new("image"), Path::new("image.pi"));
+        let open = || Device::open_split_on(data, metadata, image_path, pi_path, protection);
+        let (device, opened) = open_device_with(open, pi_path, &self.map, self.layout.block_size, protection, true)?;
         self.pi = Some(Arc::clone(&device));
         let replayed = self.enable_log(Box::new(PiBacking(device)), medium, expect_log, None)?;
         Ok((replayed, opened))
