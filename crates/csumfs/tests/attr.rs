@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{assert_clean, have_e2fsprogs, mke2fs, with_kernel_mount, Scratch};
+use common::{assert_clean, have_e2fsprogs, mke2fs, with_kernel_mount, with_kernel_mount_with, Scratch};
 use csumfs::{NewInode, Options, SetAttr, Timespec, Volume, ROOT};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 
@@ -65,14 +65,14 @@ fn truncation_times_unwritten_extents_and_devices_are_what_e2fsck_and_the_kernel
     let attr = SetAttr {
         mode: Some(0o4751),
         uid: Some(70_000),
-        gid: Some(1234),
+        gid: Some(80_000),
         atime: Some(t(1 << 31, 1)),
         mtime: Some(t((1 << 32) + 5, 999_999_999)),
         ctime: Some(t(-1, 500)),
         size: None,
     };
     let changed = v.set_attr(falloc, attr).unwrap();
-    assert_eq!((changed.mode, changed.uid, changed.gid), (0o104_751, 70_000, 1234));
+    assert_eq!((changed.mode, changed.uid, changed.gid), (0o104_751, 70_000, 80_000));
     assert_eq!(
         (changed.atime, changed.mtime, changed.ctime),
         (t(1 << 31, 1), t((1 << 32) + 5, 999_999_999), t(-1, 500))
@@ -96,7 +96,7 @@ fn truncation_times_unwritten_extents_and_devices_are_what_e2fsck_and_the_kernel
         assert_eq!(std::fs::read(mnt.join("falloc")).unwrap(), falloc_model, "kernel: falloc");
         assert_eq!(std::fs::read(mnt.join("deep-falloc")).unwrap(), deep_model, "kernel: deep-falloc");
         let m = std::fs::metadata(mnt.join("falloc")).unwrap();
-        assert_eq!((m.mode(), m.uid(), m.gid()), (0o104_751, 70_000, 1234), "kernel: mode and owner");
+        assert_eq!((m.mode(), m.uid(), m.gid()), (0o104_751, 70_000, 80_000), "kernel: mode and owner");
         assert_eq!((m.atime(), m.atime_nsec()), (1 << 31, 1), "kernel: atime past 2038");
         assert_eq!((m.mtime(), m.mtime_nsec()), ((1 << 32) + 5, 999_999_999), "kernel: mtime past 2106");
         assert_eq!((m.ctime(), m.ctime_nsec()), (-1, 500), "kernel: ctime before 1970");
@@ -111,4 +111,112 @@ fn truncation_times_unwritten_extents_and_devices_are_what_e2fsck_and_the_kernel
         assert!(std::fs::symlink_metadata(mnt.join("fifo")).unwrap().file_type().is_fifo());
         assert!(std::fs::symlink_metadata(mnt.join("sock")).unwrap().file_type().is_socket());
     });
+}
+
+/// Device numbers on both sides of the old 16-bit encoding's limits
+/// (major or minor 255 vs 256), and a FIFO given a device number (which
+/// the kernel's mknod ignores): csumfs's inodes hold in `i_block` the very
+/// bytes the kernel's ext4 writes for the same mknod.
+#[test]
+fn device_numbers_are_encoded_byte_for_byte_as_the_kernel_encodes_them() {
+    if !have_e2fsprogs() {
+        return;
+    }
+    let scratch = Scratch::new("devnums");
+    let (ours, kernels) = (scratch.0.join("ours.img"), scratch.0.join("kernel.img"));
+    mke2fs(&ours, "4096", "8M");
+    mke2fs(&kernels, "4096", "8M");
+    let nodes: [(&str, u16, u32, u32); 7] = [
+        ("c-255-255", 0o020_644, 255, 255),
+        ("c-256-1", 0o020_644, 256, 1),
+        ("b-1-256", 0o060_644, 1, 256),
+        ("b-4095-1048575", 0o060_644, 4095, 1_048_575),
+        ("c-0-0", 0o020_644, 0, 0),
+        ("fifo-1-3", 0o010_644, 1, 3),
+        ("sock-1-3", 0o140_644, 1, 3),
+    ];
+    let mut v = Volume::open(&ours, Options { write: true, check_updates: true, ..Options::default() }).unwrap();
+    for (name, mode, major, minor) in nodes {
+        let rdev = libc::makedev(major, minor) as u32;
+        v.mknod(ROOT, name.as_bytes(), NewInode { mode, uid: 0, gid: 0 }, rdev).unwrap();
+    }
+    v.sync().unwrap();
+    drop(v);
+    assert_clean(&ours, "device nodes");
+    let mnt = scratch.0.join("mnt");
+    let made = std::sync::atomic::AtomicBool::new(false);
+    with_kernel_mount_with(&kernels, &mnt, "loop", || {
+        for (name, mode, major, minor) in nodes {
+            let path = std::ffi::CString::new(mnt.join(name).into_os_string().into_encoded_bytes()).unwrap();
+            // SAFETY: a NUL-terminated path; integer arguments.
+            let done = unsafe { libc::mknod(path.as_ptr(), libc::mode_t::from(mode), libc::makedev(major, minor)) };
+            assert_eq!(done, 0, "kernel mknod {name}: {}", std::io::Error::last_os_error());
+        }
+        made.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    if !made.into_inner() {
+        return;
+    }
+    let i_block = |image: &std::path::Path, name: &str| {
+        let out = std::process::Command::new(common::tool("debugfs").unwrap())
+            .args(["-R", &format!("inode_dump -b /{name}")])
+            .arg(image)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "debugfs inode_dump {name}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    for (name, ..) in nodes {
+        assert_eq!(i_block(&ours, name), i_block(&kernels, name), "{name}: i_block, csumfs's vs the kernel's");
+    }
+}
+
+/// `chattr` passes every user-visible flag: csumfs stores nodump and
+/// noatime as asked (each on its own, the other flags kept), ignores the
+/// bits outside the user-visible set, refuses a named flag by its name and
+/// any other change (dropping the extents flag too), changing nothing then.
+#[test]
+fn chattr_stores_nodump_and_noatime_and_refuses_other_flags_by_name() {
+    if !have_e2fsprogs() {
+        return;
+    }
+    const NODUMP: u32 = 0x40;
+    const NOATIME: u32 = 0x80;
+    let scratch = Scratch::new("flags");
+    let image = scratch.0.join("f.img");
+    mke2fs(&image, "4096", "8M");
+    let mut v = Volume::open(&image, Options { write: true, check_updates: true, ..Options::default() }).unwrap();
+    let f = v.create(ROOT, b"f", FILE).unwrap().ino;
+    v.write(f, 0, b"kept").unwrap();
+    let old = Timespec { sec: 1000, nsec: 0 };
+    let base = v.set_attr(f, SetAttr { ctime: Some(old), ..SetAttr::default() }).unwrap().flags;
+    assert_eq!(base & 0x8_0000, 0x8_0000, "a new file has extents");
+
+    let set = v.set_flags(f, base | NODUMP).unwrap();
+    assert_eq!(set.flags, base | NODUMP, "+d");
+    assert!(set.ctime.sec > old.sec, "ctime is now");
+    assert_eq!(v.set_flags(f, base | NOATIME).unwrap().flags, base | NOATIME, "+A -d");
+    // EA_INODE (0x20_0000) is not user-visible: neither refused nor stored.
+    assert_eq!(v.set_flags(f, base | NODUMP | NOATIME | 0x20_0000).unwrap().flags, base | NODUMP | NOATIME);
+    let now = v.inode(f).unwrap().flags;
+
+    let refused = |v: &mut Volume, flags: u32| match v.set_flags(f, flags) {
+        Err(csumfs::Error::Unsupported { feature, .. }) => feature.to_string(),
+        other => panic!("flags {flags:#x}: {other:?}"),
+    };
+    assert_eq!(refused(&mut v, now | 0x10), "the immutable flag (i)");
+    assert_eq!(refused(&mut v, now | 0x20 | 0x1), "the append-only flag (a)", "the first named in chattr's order");
+    assert_eq!(refused(&mut v, now | 0x4), "an inode flag", "compression (c): no name of its own");
+    assert_eq!(refused(&mut v, NODUMP | NOATIME), "an inode flag", "the extents flag dropped");
+    assert_eq!(v.inode(f).unwrap().flags, now, "a refusal changes nothing");
+    v.sync().unwrap();
+    drop(v);
+    assert_clean(&image, "flags");
+    let stat = std::process::Command::new(common::tool("debugfs").unwrap())
+        .args(["-R", "stat /f"])
+        .arg(&image)
+        .output()
+        .unwrap();
+    let stat = String::from_utf8_lossy(&stat.stdout);
+    assert!(stat.contains(&format!("Flags: {now:#x}")), "debugfs reads the flags csumfs stored ({now:#x}):\n{stat}");
 }

@@ -151,6 +151,56 @@ fn an_orphan_unheld_from_the_middle_of_the_list_leaves_the_rest_listed() {
     assert_clean(&image, "the orphans left freed");
 }
 
+/// A file held twice outlives its first unhold; at unmount
+/// (`release_orphans`: the handles are gone) every held file whose names
+/// are gone is freed, one still named is left alone, and the next open
+/// finds no orphan left.
+#[test]
+fn held_files_outlive_all_but_their_last_unhold_and_unmount_frees_the_unnamed() {
+    if !have_e2fsprogs() {
+        return;
+    }
+    let scratch = Scratch::new("orphan-held");
+    let image = scratch.0.join("h.img");
+    common::mke2fs(&image, "1024", "8M");
+    let open = || Volume::open(&image, Options { write: true, check_updates: true, ..Options::default() }).unwrap();
+    let mut v = open();
+    let (inodes, blocks) = (v.statfs().free_inodes, v.statfs().free_blocks);
+    let twice = v.create(csumfs::ROOT, b"twice", FILE).unwrap().ino;
+    v.write(twice, 0, &[7u8; 20_000]).unwrap();
+    v.hold(twice);
+    v.hold(twice);
+    v.unlink(csumfs::ROOT, b"twice").unwrap();
+    let held = (v.statfs().free_inodes, v.statfs().free_blocks);
+    v.unhold(twice).unwrap();
+    assert_eq!((v.statfs().free_inodes, v.statfs().free_blocks), held, "still held once: not freed");
+    let named = v.create(csumfs::ROOT, b"named", FILE).unwrap().ino;
+    v.write(named, 0, b"stays").unwrap();
+    v.hold(named);
+    let gone = v.create(csumfs::ROOT, b"gone", FILE).unwrap().ino;
+    v.write(gone, 0, &[8u8; 5000]).unwrap();
+    v.hold(gone);
+    v.unlink(csumfs::ROOT, b"gone").unwrap();
+    let named_blocks = v.inode(named).unwrap().blocks / 2;
+    v.release_orphans().unwrap();
+    assert_eq!(
+        (v.statfs().free_inodes, v.statfs().free_blocks),
+        (inodes - 1, blocks - named_blocks),
+        "both unnamed files freed, the named one kept"
+    );
+    assert_eq!(v.read_all(&v.inode(named).unwrap()).unwrap(), b"stays");
+    v.unlink(csumfs::ROOT, b"named").unwrap();
+    assert_eq!(
+        (v.statfs().free_inodes, v.statfs().free_blocks),
+        (inodes, blocks),
+        "no hold left after release_orphans: freed at its unlink"
+    );
+    v.sync().unwrap();
+    drop(v);
+    assert_clean(&image, "unmount's release");
+    assert_eq!(open().release_orphans_left().unwrap(), 0, "nothing left on the orphan list");
+}
+
 /// The orphan list may name any inode from the first non-reserved one to
 /// the last: files at both ends (lost+found removed, so a file gets the
 /// first) unlinked while held are freed after a crash. A list naming a
