@@ -61,6 +61,7 @@ csumfs_files=(
   crates/csumfs/src/acl.rs
   crates/csumfs/src/map.rs
   crates/csumfs/src/data.rs
+  crates/csumfs/src/attr.rs
 )
 # The `mutants` profile (Cargo.toml): optimised like release, without LTO
 # and with incremental builds, so each mutant rebuilds in seconds and the

@@ -297,8 +297,10 @@ impl Volume {
             }
         }
         let l = &self.layout;
+        // As the kernel's ext4_valid_extent: nothing at or before the first
+        // data block (the superblock's; block 0 at 4 KiB blocks).
         if let Some(r) =
-            tree.extents.iter().find(|r| r.physical < l.first_data_block || r.physical + r.len > l.blocks_count)
+            tree.extents.iter().find(|r| r.physical <= l.first_data_block || r.physical + r.len > l.blocks_count)
         {
             return Err(corrupt(what(), format!("blocks {}+{} lie outside the filesystem", r.physical, r.len)));
         }

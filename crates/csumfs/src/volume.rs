@@ -247,13 +247,19 @@ impl Volume {
         &self.stats
     }
 
-    /// Block `block`, bounds-checked.
+    /// Metadata block `block` (a directory, extent, index, xattr or bitmap
+    /// block), bounds-checked as the kernel's `ext4_sb_block_valid` does:
+    /// none lies at or before the first data block (the superblock's).
     pub(crate) fn block(&self, block: u64, what: &dyn Fn() -> String) -> Result<&[u8], Error> {
         let bs = self.layout.block_size;
-        if block < self.layout.first_data_block && block != 0 || block >= self.layout.blocks_count {
+        if block <= self.layout.first_data_block || block >= self.layout.blocks_count {
             return Err(corrupt(
                 what(),
-                format!("block {block} is outside the filesystem's {} blocks", self.layout.blocks_count),
+                format!(
+                    "block {block} is outside the filesystem's data area (blocks {} to {})",
+                    self.layout.first_data_block + 1,
+                    self.layout.blocks_count - 1
+                ),
             ));
         }
         let at = (block * bs) as usize;

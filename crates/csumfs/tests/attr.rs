@@ -220,3 +220,35 @@ fn chattr_stores_nodump_and_noatime_and_refuses_other_flags_by_name() {
     let stat = String::from_utf8_lossy(&stat.stdout);
     assert!(stat.contains(&format!("Flags: {now:#x}")), "debugfs reads the flags csumfs stored ({now:#x}):\n{stat}");
 }
+
+/// `statfs`' free counts are the superblock's as e2fsprogs reads them: the
+/// high half of the free block count only with `64bit` (debugfs sets it on
+/// both images here; `dumpe2fs -h` is the judge).
+#[test]
+fn statfs_reads_the_free_counts_as_dumpe2fs_does() {
+    if !have_e2fsprogs() {
+        return;
+    }
+    let Some(dumpe2fs) = common::tool("dumpe2fs") else { return };
+    let scratch = Scratch::new("statfs");
+    for features in ["metadata_csum,64bit", "metadata_csum,^64bit"] {
+        let image = scratch.0.join("s.img");
+        common::mke2fs_with(&image, "4096", "8M", &["-O", features]);
+        common::debugfs_write(&image, "ssv free_blocks_count 4294967301");
+        common::debugfs_write(&image, "ssv free_inodes_count 7");
+        let out = std::process::Command::new(&dumpe2fs).arg("-h").arg(&image).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let field = |label: &str| -> u64 {
+            let line = text.lines().find(|l| l.starts_with(label)).unwrap_or_else(|| panic!("no {label}:\n{text}"));
+            line[label.len()..].trim().parse().unwrap()
+        };
+        let v = Volume::open(&image, Options::default()).unwrap();
+        let statfs = v.statfs();
+        assert_eq!(
+            (statfs.free_blocks, statfs.free_inodes),
+            (field("Free blocks:"), field("Free inodes:")),
+            "{features}"
+        );
+        assert_eq!(statfs.free_blocks, if features.contains("^64bit") { 5 } else { (1 << 32) + 5 }, "{features}");
+    }
+}

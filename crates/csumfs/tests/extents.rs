@@ -173,8 +173,8 @@ fn read_back(image: Vec<u8>, path: &str) -> Result<Vec<u8>, Error> {
 /// Each check of the extent tree reader, on a file whose tree csumfs
 /// wrote: a damaged root or node header, a root deeper than ext4 allows
 /// and extents outside the filesystem are refused as corrupt, naming what
-/// is wrong; the edges (an extent at the first data block, one ending at
-/// the last block) are read.
+/// is wrong (an extent or an index child at or before the first data
+/// block, or past the last); an extent ending at the last block is read.
 #[test]
 fn damaged_extent_trees_are_refused_and_their_edges_read() {
     if !have_e2fsprogs() {
@@ -222,15 +222,26 @@ fn damaged_extent_trees_are_refused_and_their_edges_read() {
     refused(&|b| put16(b, leaf + 4, 85), "/deep", "bad header"); // the tail past the block
     refused(&|b| put16(b, leaf + 6, 1), "/deep", "bad header"); // not the depth its parent says
     let extent = flat_at + 12;
-    refused(&|b| put32(b, extent + 8, 0), "/flat", "outside the filesystem"); // before the first data block
+    // As the kernel's ext4_valid_extent (checked: `cat` of such a file on
+    // its mount is EUCLEAN): nothing at or before the first data block —
+    // block 1 holds the superblock at 1 KiB blocks.
+    refused(&|b| put32(b, extent + 8, 0), "/flat", "outside the filesystem");
+    refused(&|b| put32(b, extent + 8, 1), "/flat", "outside the filesystem");
     let last = blocks_count as u32 - 1;
     refused(&|b| put32(b, extent + 8, last), "/flat", "outside the filesystem"); // two blocks past the end
+    // An index entry's child is read as a node only inside the data area:
+    // not the superblock's block, not past the filesystem's end even where
+    // the image file goes on (a file longer than its filesystem).
+    let index_leaf = deep_at + 12 + 4;
+    refused(&|b| put32(b, index_leaf, 0), "/deep", "outside the filesystem's data area");
+    refused(&|b| put32(b, index_leaf, 1), "/deep", "outside the filesystem's data area");
+    let past_end = |b: &mut Vec<u8>| {
+        b.resize(b.len() + 4 * bs as usize, 0);
+        put32(b, index_leaf, blocks_count as u32);
+    };
+    refused(&past_end, "/deep", "outside the filesystem's data area");
 
-    // The edges: the first data block (the superblock, at 1 KiB blocks) and
-    // the last two blocks of the filesystem.
-    let mut bytes = clean.clone();
-    put32(&mut bytes, extent + 8, 1);
-    assert_eq!(read_back(bytes, "/flat").unwrap()[..1024], clean[1024..2048]);
+    // The edge: the last two blocks of the filesystem.
     let mut bytes = clean.clone();
     put32(&mut bytes, extent + 8, last - 1);
     let end = (blocks_count * bs) as usize;
