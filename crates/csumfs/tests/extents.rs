@@ -229,9 +229,9 @@ fn damaged_extent_trees_are_refused_and_their_edges_read() {
     refused(&|b| put32(b, extent + 8, 1), "/flat", "outside the filesystem");
     let last = blocks_count as u32 - 1;
     refused(&|b| put32(b, extent + 8, last), "/flat", "outside the filesystem"); // two blocks past the end
-    // An index entry's child is read as a node only inside the data area:
-    // not the superblock's block, not past the filesystem's end even where
-    // the image file goes on (a file longer than its filesystem).
+                                                                                 // An index entry's child is read as a node only inside the data area:
+                                                                                 // not the superblock's block, not past the filesystem's end even where
+                                                                                 // the image file goes on (a file longer than its filesystem).
     let index_leaf = deep_at + 12 + 4;
     refused(&|b| put32(b, index_leaf, 0), "/deep", "outside the filesystem's data area");
     refused(&|b| put32(b, index_leaf, 1), "/deep", "outside the filesystem's data area");
