@@ -8,6 +8,7 @@ use crate::error::Error;
 use crate::inode::{Inode, Timespec};
 use crate::le::{put16, put32};
 use crate::volume::Volume;
+use crate::write::put_time;
 use crate::write::{encode_time, now, NewInode};
 
 /// What [`Volume::set_attr`] changes; `None` leaves a field as it is.
@@ -58,8 +59,7 @@ impl Volume {
             }
             for (value, base, extra) in [(atime, 0x08, 0x8C), (mtime, 0x10, 0x88), (Some(ctime), 0x0C, 0x84)] {
                 if let Some((sec, e)) = value {
-                    put32(r, base, sec);
-                    put32(r, extra, e);
+                    put_time(r, base, extra, (sec, e));
                 }
             }
         })?;
@@ -76,8 +76,7 @@ impl Volume {
         self.edit_inode(inode, |r| {
             let kept = u16::from_le_bytes([r[0], r[1]]) & 0o170_000;
             put16(r, 0x00, kept | mode & 0o7777);
-            put32(r, 0x0C, sec);
-            put32(r, 0x84, e);
+            put_time(r, 0x0C, 0x84, (sec, e));
         })
     }
 
@@ -110,8 +109,7 @@ impl Volume {
         let (sec, extra) = encode_time(now());
         self.edit_inode(&inode, |r| {
             put32(r, 0x20, new);
-            put32(r, 0x0C, sec);
-            put32(r, 0x84, extra);
+            put_time(r, 0x0C, 0x84, (sec, extra));
         })
     }
 

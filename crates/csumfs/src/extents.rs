@@ -10,6 +10,7 @@ use crate::inode::{Inode, FLAG_EXTENTS};
 use crate::le::{put16, put32};
 use crate::map::Run;
 use crate::volume::Volume;
+use crate::write::put_time;
 use crate::write::{encode_time, now};
 
 impl Volume {
@@ -156,10 +157,8 @@ impl Volume {
     fn touch_file(&mut self, inode: &Inode) -> Result<Inode, Error> {
         let (sec, extra) = encode_time(now());
         self.edit_inode(inode, |r| {
-            put32(r, 0x10, sec);
-            put32(r, 0x88, extra);
-            put32(r, 0x0C, sec);
-            put32(r, 0x84, extra);
+            put_time(r, 0x10, 0x88, (sec, extra));
+            put_time(r, 0x0C, 0x84, (sec, extra));
         })
     }
 

@@ -14,6 +14,7 @@ use crate::error::Error;
 use crate::inode::{Inode, FLAG_EXTENTS, FLAG_INLINE_DATA};
 use crate::le::{le32, put16, put32};
 use crate::volume::Volume;
+use crate::write::put_time;
 use crate::write::Fill;
 
 /// `EXT4_XATTR_INDEX_SYSTEM` and the name that holds inline data.
@@ -53,7 +54,7 @@ impl Volume {
         let xattrs =
             self.entries(&inode)?.into_iter().filter(|e| !(e.index == SYSTEM_INDEX && e.suffix == DATA_NAME)).collect();
         let inode = self.store_xattrs(&inode, xattrs)?;
-        let (mtime, mtime_extra) = (le32(&inode.raw, 0x10), le32(&inode.raw, 0x8C));
+        let (mtime, mtime_extra) = (le32(&inode.raw, 0x10), le32(&inode.raw, 0x88));
         let size = inode.size;
         let inode = self.edit_inode(&inode, |r| {
             put32(r, 0x20, (le32(r, 0x20) & !FLAG_INLINE_DATA) | FLAG_EXTENTS);
@@ -78,8 +79,7 @@ impl Volume {
                 let inode = self.write(ino, 0, bytes)?;
                 // The content did not change: neither does the mtime.
                 self.edit_inode(&inode, |r| {
-                    put32(r, 0x10, mtime);
-                    put32(r, 0x8C, mtime_extra);
+                    put_time(r, 0x10, 0x88, (mtime, mtime_extra));
                 })?
             }
             None => inode,

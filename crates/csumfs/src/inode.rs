@@ -94,13 +94,29 @@ impl Inode {
         self.is_symlink() && self.size < 60 && self.flags & FLAG_INLINE_DATA == 0
     }
 
-    /// `i_extra_isize` (0 for 128-byte inodes).
+    /// `i_extra_isize` as stored (0 for 128-byte inodes): where in-inode
+    /// xattrs begin.
     pub(crate) fn extra_isize(&self) -> usize {
         if self.raw.len() > 128 {
             usize::from(le16(&self.raw, 0x80))
         } else {
             0
         }
+    }
+}
+
+/// Where the extra time fields of `raw` end: 128 + `i_extra_isize`, an
+/// `i_extra_isize` of 0 in a large inode counting as the 32 bytes of
+/// today's fields — `ext4_iget` reads such an inode as if it were 32 (and
+/// writes it back so). Each field is there only if it fits
+/// (`EXT4_FITS_IN_INODE`).
+pub(crate) fn extra_fields_end(raw: &[u8]) -> usize {
+    if raw.len() <= 128 {
+        return 128;
+    }
+    match usize::from(le16(raw, 0x80)) {
+        0 => 160, // 128 + the 32 bytes of today's fields
+        n => 128 + n,
     }
 }
 
@@ -137,19 +153,20 @@ impl Volume {
         let raw = &bytes[..];
         let hi = |lo: usize, hi: usize| u32::from(le16(raw, lo)) | u32::from(le16(raw, hi)) << 16;
         let extra = if raw.len() > 128 { usize::from(le16(raw, 0x80)) } else { 0 };
-        if raw.len() > 128 && 128 + extra > raw.len() {
+        if raw.len() > 128 && extra > raw.len() - 128 {
             return Err(corrupt(format!("inode {ino}"), format!("i_extra_isize {extra} overruns the inode")));
         }
+        let fields_end = extra_fields_end(raw);
         let time = |base: usize, extra_at: usize| {
             let sec = i64::from(le32(raw, base) as i32);
-            if 128 + extra >= extra_at + 4 {
+            if fields_end >= extra_at + 4 {
                 let e = le32(raw, extra_at);
                 Timespec { sec: sec + (i64::from(e & 3) << 32), nsec: e >> 2 }
             } else {
                 Timespec { sec, nsec: 0 }
             }
         };
-        let crtime = if 128 + extra >= 0x94 + 4 { time(0x90, 0x94) } else { Timespec::default() };
+        let crtime = if fields_end >= 0x90 + 4 { time(0x90, 0x94) } else { Timespec::default() };
         let mut i_block = [0u8; 60];
         i_block.copy_from_slice(&raw[0x28..0x28 + 60]);
         let wide_acl = l.features.incompat & csumkit::ext4::Features::INCOMPAT_64BIT != 0;

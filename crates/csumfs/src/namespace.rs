@@ -7,6 +7,7 @@
 use crate::error::Error;
 use crate::inode::{Inode, FLAG_EXTENTS, FLAG_INDEX, ROOT};
 use crate::volume::Volume;
+use crate::write::put_time;
 use crate::write::{encode_time, file_type, le16, now, put16, put32, Fill, NewInode};
 
 /// How `rename` treats an existing target.
@@ -135,8 +136,7 @@ impl Volume {
         let links = inode.links + 1;
         self.edit_inode(&inode, |r| {
             put16(r, 0x1A, links);
-            put32(r, 0x0C, sec);
-            put32(r, 0x84, extra);
+            put_time(r, 0x0C, 0x84, (sec, extra));
         })
     }
 
@@ -201,8 +201,7 @@ impl Volume {
     fn touch_inode(&mut self, inode: &Inode) -> Result<(), Error> {
         let (sec, extra) = encode_time(now());
         self.edit_inode(inode, |r| {
-            put32(r, 0x0C, sec);
-            put32(r, 0x84, extra);
+            put_time(r, 0x0C, 0x84, (sec, extra));
         })?;
         Ok(())
     }

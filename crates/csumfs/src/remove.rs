@@ -9,6 +9,7 @@ use crate::dir::records;
 use crate::error::Error;
 use crate::inode::{Inode, FLAG_INDEX, FLAG_INLINE_DATA};
 use crate::volume::Volume;
+use crate::write::put_time;
 use crate::write::{encode_time, le16, le32, now, put16, put32};
 
 impl Volume {
@@ -59,8 +60,7 @@ impl Volume {
             let links = inode.links - 1;
             let inode = self.edit_inode(&inode, |r| {
                 put16(r, 0x1A, links);
-                put32(r, 0x0C, sec);
-                put32(r, 0x84, extra);
+                put_time(r, 0x0C, 0x84, (sec, extra));
             })?;
             if links == 0 {
                 // Freed at its last close; on the orphan list meanwhile.

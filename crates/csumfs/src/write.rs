@@ -163,6 +163,17 @@ pub(crate) fn now() -> Timespec {
     Timespec { sec: d.as_secs() as i64, nsec: d.subsec_nanos() }
 }
 
+/// Writes a time into raw inode `r`: its seconds at `base`, its extra
+/// field (epoch bits, nanoseconds) at `extra_at` only where the inode has
+/// that field — as the kernel's `EXT4_INODE_SET_XTIME` — so an inode with a
+/// short `i_extra_isize` keeps the in-inode xattrs that follow it.
+pub(crate) fn put_time(r: &mut [u8], base: usize, extra_at: usize, (sec, extra): (u32, u32)) {
+    put32(r, base, sec);
+    if crate::inode::extra_fields_end(r) >= extra_at + 4 {
+        put32(r, extra_at, extra);
+    }
+}
+
 pub(crate) fn encode_time(t: Timespec) -> (u32, u32) {
     // As ext4_encode_extra_time: the epoch bits count what the signed
     // 32-bit field cannot hold (so 2^31 is -2^31 plus epoch 1).
@@ -938,10 +949,8 @@ impl Volume {
         self.edit_inode(inode, |r| {
             put32(r, 0x04, size as u32);
             put32(r, 0x6C, (size >> 32) as u32);
-            put32(r, 0x10, sec);
-            put32(r, 0x88, extra);
-            put32(r, 0x0C, sec);
-            put32(r, 0x84, extra);
+            put_time(r, 0x10, 0x88, (sec, extra));
+            put_time(r, 0x0C, 0x84, (sec, extra));
         })
     }
 
@@ -951,10 +960,8 @@ impl Volume {
         let links = (i32::from(dir.links) + link_delta) as u16;
         self.edit_inode(&dir, |r| {
             put16(r, 0x1A, links);
-            put32(r, 0x10, sec);
-            put32(r, 0x88, extra);
-            put32(r, 0x0C, sec);
-            put32(r, 0x84, extra);
+            put_time(r, 0x10, 0x88, (sec, extra));
+            put_time(r, 0x0C, 0x84, (sec, extra));
         })?;
         Ok(())
     }

@@ -14,6 +14,7 @@ use crate::error::{corrupt, Error};
 use crate::inode::{Inode, FLAG_INLINE_DATA};
 use crate::le::{le32, put16, put32};
 use crate::volume::Volume;
+use crate::write::put_time;
 use crate::write::{encode_time, now, splice_all};
 use crate::xattr::{split, Entry, MAGIC};
 use csumkit::crc32c;
@@ -350,8 +351,7 @@ impl Volume {
             }
             put32(r, 0x1C, sectors as u32);
             put16(r, 0x74, (sectors >> 32) as u16);
-            put32(r, 0x0C, sec);
-            put32(r, 0x84, e);
+            put_time(r, 0x0C, 0x84, (sec, e));
         })
     }
 

@@ -65,7 +65,10 @@ fn inline_files_and_directories_mke2fs_wrote_are_changed_and_stay_valid() {
         assert_eq!(v.getxattr(&v.inode(a).unwrap(), "user.data").unwrap(), b"kept", "{bs}: kept past uninlining");
         v.write(b, 10, b"XYZ").unwrap();
         v.truncate(e, 5000).unwrap();
+        let c_mtime = v.inode(c).unwrap().mtime;
         v.setxattr(c, "user.k", b"value", XattrMode::Create).unwrap();
+        // Moving the content out to make room changes no byte of it.
+        assert_eq!(v.inode(c).unwrap().mtime, c_mtime, "{bs}: setxattr kept c's mtime, nanoseconds too");
         let new = v.create(d, b"new", FILE).unwrap();
         v.write(new.ino, 0, b"made in an inline directory").unwrap();
         v.unlink(d2, b"z").unwrap();

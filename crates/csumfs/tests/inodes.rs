@@ -245,3 +245,135 @@ fn every_inode_field_reads_as_the_kernels_statx_shows_it() {
         assert_eq!(v.resolve("/big").unwrap().size, (5 << 30) + 1);
     }
 }
+
+/// `i_extra_isize` decides which of the extra fields an inode has: each
+/// time's high bits and nanoseconds, the creation time and its extra part
+/// (the kernel's `EXT4_FITS_IN_INODE`, field by field). debugfs sets it on
+/// a kernel-made file to every size from none to the whole 256-byte inode
+/// and one past it; the kernel's statx (a fresh mount each time) judges:
+/// csumfs gives the same fields, and refuses the inodes the kernel refuses.
+#[test]
+fn i_extra_isize_decides_the_extra_fields_as_the_kernel_reads_them() {
+    if !have_e2fsprogs() || tool("debugfs").is_none() {
+        return;
+    }
+    let scratch = Scratch::new("extra-isize");
+    let image = scratch.0.join("x.img");
+    common::mke2fs_with(&image, "4096", "16M", &["-I", "256"]);
+    let mnt = scratch.0.join("mnt");
+    let made = std::sync::atomic::AtomicBool::new(false);
+    with_kernel_mount_with(&image, &mnt, "loop", || {
+        let p = mnt.join("t").to_str().unwrap().to_string();
+        std::fs::write(&p, b"t").unwrap();
+        run("touch", ["-a", "-d", "@-7.25", &p].as_slice());
+        run("touch", ["-m", "-d", "@4294967301.5", &p].as_slice());
+        made.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    if !made.into_inner() {
+        return;
+    }
+    let (mut refused, mut read) = (0, 0);
+    for extra in [0u16, 4, 8, 12, 16, 20, 24, 28, 32, 128, 132] {
+        common::debugfs_write(&image, &format!("sif /t extra_isize {extra}"));
+        let kernel: Mutex<Option<Result<Seen, i32>>> = Mutex::new(None);
+        with_kernel_mount_with(&image, &mnt, "loop,ro", || {
+            *kernel.lock().unwrap() = Some(kernel_view(&mnt.join("t")));
+        });
+        let kernel = kernel.into_inner().unwrap().expect("mounted above");
+        let v = Volume::open(&image, Options::default()).unwrap();
+        match (kernel, v.resolve("/t")) {
+            (Ok(seen), Ok(ours)) => {
+                read += 1;
+                assert_eq!(our_view(&ours, seen.btime.is_some()), seen, "i_extra_isize {extra}");
+                // A change writes only the extra fields the inode has: the
+                // bytes past a short i_extra_isize (in-inode xattrs' room)
+                // stay, and the kernel reads what csumfs then reads.
+                drop(v);
+                let mut w =
+                    Volume::open(&image, Options { write: true, check_updates: true, ..Options::default() }).unwrap();
+                let mode = 0o600 + u16::from(extra % 2 == 0) * 0o40;
+                let changed = w.set_attr(ours.ino, csumfs::SetAttr { mode: Some(mode), ..Default::default() }).unwrap();
+                w.sync().unwrap();
+                drop(w);
+                let short = (1..32).contains(&extra);
+                if short {
+                    let from = 128 + usize::from(extra);
+                    assert_eq!(changed.raw[from..], ours.raw[from..], "i_extra_isize {extra}: bytes past it written");
+                }
+                let again: Mutex<Option<Result<Seen, i32>>> = Mutex::new(None);
+                with_kernel_mount_with(&image, &mnt, "loop,ro", || {
+                    *again.lock().unwrap() = Some(kernel_view(&mnt.join("t")));
+                });
+                let again = again.into_inner().unwrap().expect("mounted above").unwrap();
+                let v = Volume::open(&image, Options::default()).unwrap();
+                let ours = v.resolve("/t").unwrap();
+                assert_eq!(our_view(&ours, again.btime.is_some()), again, "i_extra_isize {extra}, after a chmod");
+                assert_eq!(again.mode & 0o7777, u32::from(mode));
+            }
+            (Err(errno), Err(e)) => {
+                refused += 1;
+                assert_eq!(errno, libc::EUCLEAN, "i_extra_isize {extra}");
+                assert!(e.to_string().contains("i_extra_isize"), "i_extra_isize {extra}: {e}");
+            }
+            (kernel, ours) => panic!("i_extra_isize {extra}: the kernel {kernel:?}, csumfs {ours:?}"),
+        }
+    }
+    assert!(read >= 9 && refused >= 1, "{read} read, {refused} refused");
+}
+
+/// Inode numbers up to the last are looked up; 0 and any past the
+/// last are not found (`ENOENT`), never read from past the inode tables.
+/// An image with few inodes, filled: its last inode is a file's.
+#[test]
+fn inode_numbers_run_from_one_to_the_last_and_no_further() {
+    if !have_e2fsprogs() {
+        return;
+    }
+    let scratch = Scratch::new("inode-numbers");
+    let image = scratch.0.join("n.img");
+    common::mke2fs_with(&image, "1024", "4M", &["-N", "32"]);
+    let mut v = Volume::open(&image, Options { write: true, ..Options::default() }).unwrap();
+    let last = v.layout().inodes_count as u32;
+    let file = csumfs::NewInode { mode: 0o100_644, uid: 0, gid: 0 };
+    let mut made = Vec::new();
+    while let Ok(inode) = v.create(csumfs::ROOT, format!("f{}", made.len()).as_bytes(), file) {
+        made.push(inode.ino);
+    }
+    assert_eq!(made.last(), Some(&last), "the image filled to its last inode");
+    assert_eq!(v.inode(last).unwrap().ino, last);
+    assert_eq!(v.inode(csumfs::ROOT).unwrap().ino, csumfs::ROOT);
+    let unused = v.inode(1).unwrap_err(); // the bad-blocks inode: no mode, no links
+    assert_eq!(unused.errno(), libc::ENOENT, "{unused}");
+    for ino in [0, last + 1, last + 100_000, u32::MAX] {
+        let err = v.inode(ino).unwrap_err();
+        assert_eq!(err.errno(), libc::ENOENT, "inode {ino}: {err}");
+    }
+}
+
+/// Data goes into regular files only: a write, fallocate or hole punch on
+/// a directory, a symlink or a FIFO is refused and changes nothing.
+#[test]
+fn only_regular_files_take_data() {
+    if !have_e2fsprogs() {
+        return;
+    }
+    let scratch = Scratch::new("not-files");
+    let image = scratch.0.join("d.img");
+    common::mke2fs_with(&image, "1024", "4M", &[]);
+    let mut v = Volume::open(&image, Options { write: true, check_updates: true, ..Options::default() }).unwrap();
+    let new = |mode| csumfs::NewInode { mode, uid: 0, gid: 0 };
+    let dir = v.mkdir(csumfs::ROOT, b"d", new(0o040_755)).unwrap().ino;
+    let link = v.symlink(csumfs::ROOT, b"l", "t".repeat(100).as_bytes(), 0, 0).unwrap().ino;
+    let fifo = v.mknod(csumfs::ROOT, b"p", new(0o010_644), 0).unwrap().ino;
+    v.sync().unwrap();
+    let before = std::fs::read(&image).unwrap();
+    for ino in [dir, link, fifo] {
+        assert!(v.write(ino, 0, b"data").is_err(), "write into inode {ino}");
+        assert!(v.fallocate(ino, 0, 4096, false).is_err(), "fallocate of inode {ino}");
+        assert!(v.punch_hole(ino, 0, 1024).is_err(), "hole punched in inode {ino}");
+    }
+    v.sync().unwrap();
+    drop(v);
+    assert!(std::fs::read(&image).unwrap() == before, "a refusal changed the image");
+    common::assert_clean(&image, "refused data operations");
+}
