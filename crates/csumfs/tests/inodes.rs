@@ -285,6 +285,9 @@ fn i_extra_isize_decides_the_extra_fields_as_the_kernel_reads_them() {
             (Ok(seen), Ok(ours)) => {
                 read += 1;
                 assert_eq!(our_view(&ours, seen.btime.is_some()), seen, "i_extra_isize {extra}");
+                if seen.btime.is_none() {
+                    assert_eq!(ours.crtime, csumfs::Timespec::default(), "i_extra_isize {extra}: no creation time");
+                }
                 // A change writes only the extra fields the inode has: the
                 // bytes past a short i_extra_isize (in-inode xattrs' room)
                 // stay, and the kernel reads what csumfs then reads.
