@@ -63,6 +63,7 @@ csumfs_files=(
   crates/csumfs/src/data.rs
   crates/csumfs/src/attr.rs
   crates/csumfs/src/volume.rs
+  crates/csumfs/src/inode.rs
 )
 # The `mutants` profile (Cargo.toml): optimised like release, without LTO
 # and with incremental builds, so each mutant rebuilds in seconds and the
