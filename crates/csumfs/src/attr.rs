@@ -8,8 +8,7 @@ use crate::error::Error;
 use crate::inode::{Inode, Timespec};
 use crate::le::{put16, put32};
 use crate::volume::Volume;
-use crate::write::put_time;
-use crate::write::{encode_time, now, NewInode};
+use crate::write::{encode_time, now, put_time, NewInode};
 
 /// What [`Volume::set_attr`] changes; `None` leaves a field as it is.
 #[derive(Clone, Copy, Debug, Default)]

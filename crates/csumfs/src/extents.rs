@@ -10,8 +10,7 @@ use crate::inode::{Inode, FLAG_EXTENTS};
 use crate::le::{put16, put32};
 use crate::map::Run;
 use crate::volume::Volume;
-use crate::write::put_time;
-use crate::write::{encode_time, now};
+use crate::write::{encode_time, now, put_time};
 
 impl Volume {
     /// Sets the size of regular file `ino`: blocks past the new end are

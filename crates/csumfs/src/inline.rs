@@ -14,8 +14,7 @@ use crate::error::Error;
 use crate::inode::{Inode, FLAG_EXTENTS, FLAG_INLINE_DATA};
 use crate::le::{le32, put16, put32};
 use crate::volume::Volume;
-use crate::write::put_time;
-use crate::write::Fill;
+use crate::write::{put_time, Fill};
 
 /// `EXT4_XATTR_INDEX_SYSTEM` and the name that holds inline data.
 const SYSTEM_INDEX: u8 = 7;

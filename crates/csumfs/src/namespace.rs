@@ -7,8 +7,7 @@
 use crate::error::Error;
 use crate::inode::{Inode, FLAG_EXTENTS, FLAG_INDEX, ROOT};
 use crate::volume::Volume;
-use crate::write::put_time;
-use crate::write::{encode_time, file_type, le16, now, put16, put32, Fill, NewInode};
+use crate::write::{encode_time, file_type, le16, now, put16, put32, put_time, Fill, NewInode};
 
 /// How `rename` treats an existing target.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -9,8 +9,7 @@ use crate::dir::records;
 use crate::error::Error;
 use crate::inode::{Inode, FLAG_INDEX, FLAG_INLINE_DATA};
 use crate::volume::Volume;
-use crate::write::put_time;
-use crate::write::{encode_time, le16, le32, now, put16, put32};
+use crate::write::{encode_time, le16, le32, now, put16, put32, put_time};
 
 impl Volume {
     /// Removes the name `name` (not a directory) from `dir`; the inode
