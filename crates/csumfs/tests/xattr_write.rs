@@ -352,6 +352,89 @@ fn value_inode_edges_match_the_kernel_and_e2fsck() {
     assert_clean(&image, "a new xattr of an inode with no room for xattrs");
 }
 
+/// An entry naming a value inode outside the inode table — 0's
+/// neighbour 1 (reserved), the owner itself, one past the last — is
+/// refused as corrupt (`EUCLEAN`, as the kernel's `__ext4_iget` refuses
+/// such a number), never looked up as an inode that is merely absent.
+#[test]
+fn value_inode_numbers_outside_the_table_are_refused_as_corrupt() {
+    if !have_e2fsprogs() {
+        return;
+    }
+    let scratch = Scratch::new("xattr-ea-range");
+    let image = scratch.0.join("ea.img");
+    common::mke2fs_with(&image, "4096", "16M", &["-O", "ea_inode"]);
+    let (owner, value_inode, inodes) = {
+        let mut v = Volume::open(&image, Options { write: true, ..Options::default() }).unwrap();
+        let owner = v.create(ROOT, b"big", NewInode { mode: 0o100_644, uid: 0, gid: 0 }).unwrap().ino;
+        v.setxattr(owner, "user.b", &pattern(4, 5000), XattrMode::Create).unwrap();
+        v.sync().unwrap();
+        let value_inode = (owner + 1..owner + 8).find(|&i| v.inode(i).is_ok_and(|n| n.flags & 0x20_0000 != 0));
+        (owner, value_inode.unwrap(), v.layout().inodes_count as u32)
+    };
+    let clean = std::fs::read(&image).unwrap();
+    // The entry: name length 1, index 1 (user.), value offset 0, the
+    // value inode, the value's size.
+    let mut entry = vec![1u8, 1, 0, 0];
+    entry.extend_from_slice(&value_inode.to_le_bytes());
+    entry.extend_from_slice(&5000u32.to_le_bytes());
+    let at = clean.windows(entry.len()).position(|w| w == entry).expect("the entry in the image") + 4;
+    assert!(clean[at + 1..].windows(entry.len()).all(|w| w != entry), "one entry");
+    let read = |inum: u32| {
+        let mut bytes = clean.clone();
+        bytes[at..at + 4].copy_from_slice(&inum.to_le_bytes());
+        let v = Volume::from_bytes(bytes, Options { verify_checksums: false, ..Options::default() }).unwrap();
+        v.xattrs(&v.inode(owner).unwrap())
+    };
+    assert_eq!(read(value_inode).unwrap()[0].1, pattern(4, 5000), "the image as written");
+    for inum in [1, owner, inodes + 1, u32::MAX] {
+        match read(inum) {
+            Err(e @ Error::Corrupt { .. }) => {
+                assert_eq!(e.errno(), libc::EUCLEAN);
+                assert!(e.to_string().contains(&format!("value inode {inum}")), "{e}");
+            }
+            other => panic!("value inode {inum}: {other:?}"),
+        }
+    }
+}
+
+/// In-inode xattrs begin after `i_extra_isize`, however long it is: with
+/// 64 (debugfs), the kernel writes its in-inode entries at byte 192, and
+/// csumfs reads exactly what the kernel reads back.
+#[test]
+fn in_inode_xattrs_after_a_longer_i_extra_isize_read_as_the_kernels() {
+    if !have_e2fsprogs() || common::tool("debugfs").is_none() {
+        return;
+    }
+    let scratch = Scratch::new("xattr-extra-64");
+    let image = scratch.0.join("x.img");
+    mke2fs(&image, "4096", "16M");
+    common::debugfs_write(&image, "write /dev/null t");
+    common::debugfs_write(&image, "sif /t extra_isize 64");
+    let mnt = scratch.0.join("mnt");
+    let set = std::sync::atomic::AtomicBool::new(false);
+    common::with_kernel_mount_with(&image, &mnt, "loop", || {
+        let (path, name) = (CString::new(mnt.join("t").as_os_str().as_bytes()).unwrap(), c"user.in");
+        // SAFETY: NUL-terminated path and name; a value and its length.
+        assert_eq!(
+            unsafe { libc::setxattr(path.as_ptr(), name.as_ptr(), b"twenty bytes, inline".as_ptr().cast(), 20, 0) },
+            0
+        );
+        set.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    if !set.into_inner() {
+        return;
+    }
+    let kernel = std::sync::Mutex::new(BTreeMap::new());
+    with_kernel_mount(&image, &mnt, || *kernel.lock().unwrap() = kernel_xattrs(&mnt.join("t")));
+    let kernel = kernel.into_inner().unwrap();
+    assert_eq!(kernel.get("user.in").map(Vec::as_slice), Some(&b"twenty bytes, inline"[..]));
+    let v = Volume::open(&image, Options::default()).unwrap();
+    let t = v.resolve("/t").unwrap();
+    assert_eq!(t.file_acl, 0, "the kernel kept it in the inode");
+    assert_eq!(v.xattrs(&t).unwrap().into_iter().collect::<BTreeMap<_, _>>(), kernel);
+}
+
 /// The xattrs of the placement test: file, then (name, value length).
 fn placements(bs: usize) -> Vec<(&'static str, Vec<(&'static str, usize)>)> {
     vec![
