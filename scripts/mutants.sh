@@ -64,6 +64,8 @@ csumfs_files=(
   crates/csumfs/src/attr.rs
   crates/csumfs/src/volume.rs
   crates/csumfs/src/inode.rs
+  crates/csumfs/src/xattr.rs
+  crates/csumfs/src/extents.rs
 )
 # The `mutants` profile (Cargo.toml): optimised like release, without LTO
 # and with incremental builds, so each mutant rebuilds in seconds and the

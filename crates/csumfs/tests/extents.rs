@@ -304,3 +304,74 @@ fn a_narrower_leaf_is_rewritten_whole_when_changed() {
         assert_eq!(back, model, "{bs}");
     }
 }
+
+/// `zero_range` allocates the blocks of its range and no more: inside a
+/// written file nothing new (written blocks turn unwritten in place), past
+/// its end with `keep_size` exactly the range's blocks, the size kept.
+#[test]
+fn zero_range_allocates_its_own_blocks_and_no_more() {
+    if !have_e2fsprogs() {
+        return;
+    }
+    let scratch = Scratch::new("zero-range-blocks");
+    let image = scratch.0.join("z.img");
+    mke2fs(&image, "4096", "8M");
+    let bs = 4096u64;
+    let mut v = Volume::open(&image, Options { write: true, check_updates: true, ..Options::default() }).unwrap();
+    let f = v.create(ROOT, b"f", NewInode { mode: 0o100_644, uid: 0, gid: 0 }).unwrap().ino;
+    let mut model = pattern(3, 10 * bs as usize);
+    v.write(f, 0, &model).unwrap();
+    let last_block = |v: &Volume| v.runs(&v.inode(f).unwrap()).unwrap().iter().map(|r| r.logical + r.len).max();
+    let sectors = v.inode(f).unwrap().blocks;
+    v.zero_range(f, 8 * bs + 100, bs, true).unwrap();
+    model[(8 * bs + 100) as usize..(9 * bs + 100) as usize].fill(0);
+    assert_eq!((v.inode(f).unwrap().blocks, last_block(&v)), (sectors, Some(10)), "inside the file");
+    v.zero_range(f, 12 * bs, 2 * bs, true).unwrap();
+    let inode = v.inode(f).unwrap();
+    assert_eq!((inode.size, last_block(&v)), (10 * bs, Some(14)), "past the end, size kept");
+    assert_eq!(inode.blocks, sectors + 2 * bs / 512, "two blocks more");
+    assert_eq!(v.read_all(&inode).unwrap(), model);
+    v.sync().unwrap();
+    drop(v);
+    assert_clean(&image, "zero ranges");
+}
+
+/// A write into an unwritten extent zeroes the rest of each block it
+/// covers in part, before that block turns written: the blocks fallocate
+/// handed out still hold a deleted file's bytes, and none may show.
+#[test]
+fn writes_into_unwritten_extents_never_show_a_deleted_files_bytes() {
+    if !have_e2fsprogs() {
+        return;
+    }
+    let scratch = Scratch::new("unwritten-stale");
+    let image = scratch.0.join("u.img");
+    mke2fs(&image, "4096", "8M");
+    let bs = 4096u64;
+    let file = NewInode { mode: 0o100_644, uid: 0, gid: 0 };
+    let mut v = Volume::open(&image, Options { write: true, check_updates: true, ..Options::default() }).unwrap();
+    let old = v.create(ROOT, b"old", file).unwrap().ino;
+    v.write(old, 0, &vec![0xEE; 8 * bs as usize]).unwrap();
+    let old_blocks: Vec<u64> =
+        v.runs(&v.inode(old).unwrap()).unwrap().iter().flat_map(|r| r.physical..r.physical + r.len).collect();
+    v.unlink(ROOT, b"old").unwrap();
+    v.sync().unwrap();
+    let new = v.create(ROOT, b"new", file).unwrap().ino;
+    v.fallocate(new, 0, 8 * bs, false).unwrap();
+    let runs = v.runs(&v.inode(new).unwrap()).unwrap();
+    assert!(
+        runs.iter().any(|r| old_blocks.contains(&r.physical)),
+        "fallocate reused the deleted file's blocks: {runs:?} vs {old_blocks:?}"
+    );
+    let mut model = vec![0u8; 8 * bs as usize];
+    // Partial at the start only, across two blocks, partial at the end only.
+    for (at, len) in [(100u64, bs as usize - 100), (3 * bs + 4000, 200), (6 * bs, 10)] {
+        let data = vec![0x5A; len];
+        v.write(new, at, &data).unwrap();
+        model[at as usize..at as usize + len].copy_from_slice(&data);
+    }
+    assert_eq!(v.read_all(&v.inode(new).unwrap()).unwrap(), model, "only the written bytes and zeros");
+    v.sync().unwrap();
+    drop(v);
+    assert_clean(&image, "writes into unwritten extents");
+}
