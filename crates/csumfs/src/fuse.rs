@@ -141,18 +141,16 @@ fn system_time(t: Timespec) -> SystemTime {
     }
 }
 
+/// A time the kernel sent, as fuser 0.18 hands it over. The kernel sends
+/// seconds and nanoseconds (floored: -0.25 s is -1 s + 750 ms); fuser turns
+/// negative seconds into the epoch minus seconds *and* nanoseconds (its
+/// `system_time_from_time`, marked TODO there), so the pair is read back
+/// the way fuser wrote it — not as the instant it names. The mount's
+/// syscall test holds this against the kernel's ext4 (times before 1970).
 fn timespec(t: SystemTime) -> Timespec {
     match t.duration_since(UNIX_EPOCH) {
         Ok(d) => Timespec { sec: d.as_secs() as i64, nsec: d.subsec_nanos() },
-        Err(before) => {
-            let d = before.duration();
-            let (sec, nsec) = (-(d.as_secs() as i64), d.subsec_nanos());
-            if nsec == 0 {
-                Timespec { sec, nsec: 0 }
-            } else {
-                Timespec { sec: sec - 1, nsec: 1_000_000_000 - nsec }
-            }
-        }
+        Err(before) => Timespec { sec: -(before.duration().as_secs() as i64), nsec: before.duration().subsec_nanos() },
     }
 }
 
@@ -295,6 +293,8 @@ macro_rules! reply_empty {
 
 /// The capability to keep the set-group-ID bit outside the file's group.
 const CAP_FSETID: u32 = 4;
+/// `setxattr`'s two flags at once.
+const CREATE_AND_REPLACE: i32 = libc::XATTR_CREATE | libc::XATTR_REPLACE;
 /// `_IOR('X', 31, struct fsxattr)`.
 const FS_IOC_FSGETXATTR: u32 = 0x801C_581F;
 /// Inode flag → `FS_XFLAG_*` (sync, immutable, append, nodump, noatime,
@@ -383,8 +383,9 @@ impl Filesystem for Fs {
         let made = self.change(|v| {
             let (mode, acls) = v.acl_create(parent, mode as u16, umask as u16)?;
             let new = Self::new_inode(v, req, parent, mode)?;
-            let inode = if mode & 0o170_000 == 0o100_000 || mode & 0o170_000 == 0 {
-                v.create(parent, name.as_bytes(), NewInode { mode: new.mode | 0o100_000, ..new })?
+            // The VFS gives a regular file its type (`vfs_create`).
+            let inode = if mode & 0o170_000 == 0o100_000 {
+                v.create(parent, name.as_bytes(), new)?
             } else {
                 v.mknod(parent, name.as_bytes(), new, rdev)?
             };
@@ -423,7 +424,7 @@ impl Filesystem for Fs {
 
     fn rename(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         newparent: INodeNo,
@@ -431,17 +432,30 @@ impl Filesystem for Fs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        let mode = if flags.contains(RenameFlags::RENAME_EXCHANGE) {
-            RenameMode::Exchange
-        } else if flags.contains(RenameFlags::RENAME_NOREPLACE) {
-            RenameMode::NoReplace
-        } else if flags.is_empty() {
-            RenameMode::Replace
-        } else {
-            return reply.error(Errno::EINVAL);
+        // A whiteout (overlayfs's mark of a deleted lower file) is left at
+        // the old name in the same change, as ext4_whiteout_for_rename
+        // does: a character device 0:0 with no permissions, the caller's.
+        let whiteout = flags.contains(RenameFlags::RENAME_WHITEOUT);
+        let mode = match flags.difference(RenameFlags::RENAME_WHITEOUT) {
+            f if f == RenameFlags::RENAME_EXCHANGE && !whiteout => RenameMode::Exchange,
+            f if f == RenameFlags::RENAME_NOREPLACE => RenameMode::NoReplace,
+            f if f.is_empty() => RenameMode::Replace,
+            _ => return reply.error(Errno::EINVAL),
         };
         let (from, to) = (from_fuse(parent), from_fuse(newparent));
-        reply_empty!(self.change(|v| v.rename(from, name.as_bytes(), to, newname.as_bytes(), mode)), reply);
+        reply_empty!(
+            self.change(|v| {
+                v.rename(from, name.as_bytes(), to, newname.as_bytes(), mode)?;
+                if whiteout {
+                    let (mode, acls) = v.acl_create(from, 0o020_000, 0)?;
+                    let new = Self::new_inode(v, req, from, mode)?;
+                    let inode = v.mknod(from, name.as_bytes(), new, 0)?;
+                    v.store_inherited_acls(inode.ino, &acls)?;
+                }
+                Ok(())
+            }),
+            reply
+        );
     }
 
     fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
@@ -568,8 +582,9 @@ impl Filesystem for Fs {
     }
 
     /// `FS_IOC_GETFLAGS` (what `lsattr` and the kernel's `fileattr_get`
-    /// ask): the inode's flags as ext4 shows them (`EXT4_FL_USER_VISIBLE`).
-    /// Setting flags is refused: csumfs does not act on any of them.
+    /// ask): the inode's flags as ext4 shows them (`EXT4_FL_USER_VISIBLE`);
+    /// `FS_IOC_SETFLAGS` of the flags csumfs keeps (attr.rs);
+    /// `FS_IOC_GETVERSION` (`lsattr -v`): the inode's generation.
     fn ioctl(
         &self,
         req: &Request,
@@ -578,7 +593,7 @@ impl Filesystem for Fs {
         _flags: IoctlFlags,
         cmd: u32,
         in_data: &[u8],
-        out_size: u32,
+        _out_size: u32,
         reply: ReplyIoctl,
     ) {
         if cmd == libc::FS_IOC_SETFLAGS as u32 {
@@ -610,17 +625,16 @@ impl Filesystem for Fs {
                 Err(e) => reply.error(errno(&e)),
             };
         }
-        if cmd != libc::FS_IOC_GETFLAGS as u32 {
+        let get_flags = cmd == libc::FS_IOC_GETFLAGS as u32;
+        if !get_flags && cmd != libc::FS_IOC_GETVERSION as u32 {
             return reply.error(Errno::from_i32(libc::ENOTTY));
         }
         match self.read().inode(from_fuse(ino)) {
-            Ok(inode) => {
-                let flags = (inode.flags & crate::attr::FLAGS_USER_VISIBLE).to_le_bytes();
-                // The flags are an int, though the command's size says long.
-                let mut out = vec![0u8; (out_size as usize).clamp(4, 8)];
-                out[..4].copy_from_slice(&flags);
-                reply.ioctl(0, &out);
-            }
+            // Each an int, as ext4 writes them, though the commands' size
+            // says long: FUSE copies out as many bytes as the reply holds,
+            // and lsattr's int has no room for eight.
+            Ok(inode) if get_flags => reply.ioctl(0, &(inode.flags & crate::attr::FLAGS_USER_VISIBLE).to_le_bytes()),
+            Ok(inode) => reply.ioctl(0, &inode.generation.to_le_bytes()),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -628,7 +642,7 @@ impl Filesystem for Fs {
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
         let s = self.read().statfs();
         let bs = s.block_size as u32;
-        reply.statfs(s.blocks, s.free_blocks, s.free_blocks, s.inodes, s.free_inodes, bs, s.name_max, bs);
+        reply.statfs(s.blocks, s.free_blocks, s.available_blocks, s.inodes, s.free_inodes, bs, s.name_max, bs);
     }
 
     fn setxattr(
@@ -642,13 +656,22 @@ impl Filesystem for Fs {
         reply: ReplyEmpty,
     ) {
         let Some(name) = name.to_str() else { return reply.error(Errno::from_i32(libc::EOPNOTSUPP)) };
+        let ino = from_fuse(ino);
         let mode = match flags {
             0 => XattrMode::Either,
             libc::XATTR_CREATE => XattrMode::Create,
             libc::XATTR_REPLACE => XattrMode::Replace,
+            CREATE_AND_REPLACE => {
+                // Both (the syscall lets them through): ext4 refuses either
+                // way — EEXIST for a name the inode has, ENODATA otherwise.
+                let volume = self.read();
+                return match volume.inode(ino).and_then(|inode| volume.getxattr(&inode, name)) {
+                    Ok(_) => reply.error(Errno::EEXIST),
+                    Err(e) => reply.error(errno(&e)),
+                };
+            }
             _ => return reply.error(Errno::EINVAL),
         };
-        let ino = from_fuse(ino);
         reply_empty!(
             self.change(|v| {
                 // Setting an access ACL clears S_ISGID of a file outside the
@@ -708,10 +731,6 @@ impl Filesystem for Fs {
             }
             Err(e) => reply.error(errno(&e)),
         }
-    }
-
-    fn access(&self, _req: &Request, _ino: INodeNo, _mask: fuser::AccessFlags, reply: ReplyEmpty) {
-        reply.ok(); // the kernel checks permissions (default_permissions)
     }
 
     fn create(

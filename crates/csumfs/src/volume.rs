@@ -150,6 +150,9 @@ pub struct Volume {
     pub(crate) pi: Option<std::sync::Arc<csumkit::pi::Device>>,
 }
 
+/// `EXT4_FEATURE_INCOMPAT_EXTENTS`.
+const INCOMPAT_EXTENTS: u32 = 0x40;
+
 /// (feature bit, name, remedy) of the incompat features this code refuses.
 const REFUSED_INCOMPAT: [(u32, &str, &str); 5] = [
     (
@@ -284,20 +287,59 @@ impl Volume {
         Ok(())
     }
 
-    /// `statfs`: block size, counts of blocks and inodes, free ones.
+    /// `statfs`, counted as the kernel's `ext4_statfs` counts: the blocks
+    /// the format's own structures take are not the file system's, and the
+    /// blocks available to users leave out the reserved count and ext4's
+    /// reserve for extent-tree growth (`ext4_calculate_resv_clusters`: 2 %
+    /// of the clusters or 4096, whichever is fewer; none without extents).
     pub fn statfs(&self) -> StatFs {
         let sb = &self.map[1024..2048];
         let le32 = |at: usize| u64::from(u32::from_le_bytes(sb[at..at + 4].try_into().expect("4 bytes")));
-        let wide = self.layout.features.incompat & Features::INCOMPAT_64BIT != 0;
+        let l = &self.layout;
+        let wide = l.features.incompat & Features::INCOMPAT_64BIT != 0;
         let free_blocks = le32(0x0C) | if wide { le32(0x158) << 32 } else { 0 };
+        let reserved = le32(0x08) | if wide { le32(0x154) << 32 } else { 0 };
+        let cluster = (l.blocks_per_group / l.clusters_per_group.max(1)).max(1);
+        let growth = if l.features.incompat & INCOMPAT_EXTENTS != 0 {
+            (l.blocks_count / cluster / 50).min(4096) * cluster
+        } else {
+            0
+        };
         StatFs {
-            block_size: self.layout.block_size,
-            blocks: self.layout.blocks_count,
+            block_size: l.block_size,
+            blocks: l.blocks_count.saturating_sub(self.overhead_blocks()),
             free_blocks,
-            inodes: self.layout.inodes_count,
+            available_blocks: free_blocks.saturating_sub(reserved + growth),
+            inodes: l.inodes_count,
             free_inodes: le32(0x10),
             name_max: 255,
         }
+    }
+
+    /// Blocks the format's structures take, as `ext4_calculate_overhead`
+    /// counts them: all before the first data block; in each group its
+    /// superblock copy and descriptor blocks, two bitmaps and an inode
+    /// table; an internal journal. Under bigalloc (read-only here) the
+    /// superblock's `s_overhead_clusters` where mke2fs wrote it; elsewhere
+    /// the kernel ignores that field, and so does this.
+    fn overhead_blocks(&self) -> u64 {
+        let l = &self.layout;
+        let sb = &self.map[1024..2048];
+        let le32 = |at: usize| u32::from_le_bytes(sb[at..at + 4].try_into().expect("4 bytes"));
+        let (cluster, stored) = ((l.blocks_per_group / l.clusters_per_group.max(1)).max(1), u64::from(le32(0x248)));
+        // The kernel's own test of "ridiculous": clusters against blocks.
+        if cluster > 1 && stored != 0 && stored <= l.blocks_count {
+            return stored * cluster;
+        }
+        let table = (l.inodes_per_group * l.inode_size).div_ceil(l.block_size);
+        let groups: u64 = (0..l.groups).map(|g| l.base_meta_blocks(g) + table + 2).sum();
+        let journal_inode = le32(0xE0);
+        let journal = if l.features.compat & Features::COMPAT_HAS_JOURNAL != 0 && journal_inode != 0 {
+            self.inode(journal_inode).map_or(0, |j| j.size / l.block_size)
+        } else {
+            0
+        };
+        l.first_data_block + groups + journal
     }
 }
 
@@ -308,8 +350,10 @@ pub struct StatFs {
     pub block_size: u64,
     /// Blocks in the filesystem.
     pub blocks: u64,
-    /// Free blocks (the superblock's count, as of the last sync).
+    /// Free blocks (the superblock's count).
     pub free_blocks: u64,
+    /// Free blocks an unprivileged user may take (`f_bavail`).
+    pub available_blocks: u64,
     /// Inodes.
     pub inodes: u64,
     /// Free inodes.

@@ -222,8 +222,8 @@ fn chattr_stores_nodump_and_noatime_and_refuses_other_flags_by_name() {
 }
 
 /// `statfs`' free counts are the superblock's as e2fsprogs reads them: the
-/// high half of the free block count only with `64bit` (debugfs sets it on
-/// both images here; `dumpe2fs -h` is the judge).
+/// high halves of the free and reserved block counts only with `64bit`
+/// (debugfs sets them on both images here; `dumpe2fs -h` is the judge).
 #[test]
 fn statfs_reads_the_free_counts_as_dumpe2fs_does() {
     if !have_e2fsprogs() {
@@ -236,6 +236,7 @@ fn statfs_reads_the_free_counts_as_dumpe2fs_does() {
         common::mke2fs_with(&image, "4096", "8M", &["-O", features]);
         common::debugfs_write(&image, "ssv free_blocks_count 4294967301");
         common::debugfs_write(&image, "ssv free_inodes_count 7");
+        common::debugfs_write(&image, "ssv r_blocks_count 4294967297");
         let out = std::process::Command::new(&dumpe2fs).arg("-h").arg(&image).output().unwrap();
         let text = String::from_utf8_lossy(&out.stdout);
         let field = |label: &str| -> u64 {
@@ -250,5 +251,63 @@ fn statfs_reads_the_free_counts_as_dumpe2fs_does() {
             "{features}"
         );
         assert_eq!(statfs.free_blocks, if features.contains("^64bit") { 5 } else { (1 << 32) + 5 }, "{features}");
+        // Available: free less the reserved count (its high half too with
+        // 64bit) and ext4's reserve (2 % of 2048 blocks: 40).
+        let reserved = field("Reserved block count:");
+        assert_eq!(reserved, if features.contains("^64bit") { 1 } else { (1 << 32) + 1 }, "{features}");
+        assert_eq!(statfs.available_blocks, statfs.free_blocks.saturating_sub(reserved + 40), "{features}");
+    }
+}
+
+/// `statfs`' size and available space are the kernel's (`ext4_statfs`,
+/// read through `statvfs` on its read-only mount of the same image): the
+/// blocks of superblock copies, descriptors, reserved GDT blocks, bitmaps,
+/// inode tables and an internal journal are not counted in the size; the
+/// reserved blocks and ext4's reserve (2 % or 4096 clusters, none without
+/// extents) are not available. Over geometries that move each term.
+#[test]
+fn statfs_counts_size_and_available_space_as_the_kernel_does() {
+    if !have_e2fsprogs() {
+        return;
+    }
+    let scratch = Scratch::new("statfs-kernel");
+    let image = scratch.0.join("s.img");
+    let mnt = scratch.0.join("mnt");
+    // (block size, size, mke2fs options, debugfs requests after it)
+    let none: &[&str] = &[];
+    for (block_size, size, extra, requests) in [
+        ("4096", "64M", &["-O", "has_journal"][..], none),
+        ("1024", "64M", &["-m", "1"][..], none),
+        ("1024", "40M", &["-O", "meta_bg,^resize_inode", "-m", "0"][..], none),
+        ("4096", "300M", &["-O", "^flex_bg,^sparse_super,^resize_inode", "-N", "4000"][..], none),
+        ("4096", "600M", &["-O", "^extent,^flex_bg,^64bit,^metadata_csum,metadata_csum", "-m", "9"][..], none),
+        ("2048", "16M", &["-I", "128", "-J", "size=2", "-O", "has_journal"][..], none),
+        ("4096", "4G", &["-E", "lazy_itable_init=1"][..], none),
+        ("4096", "64M", &["-O", "bigalloc", "-C", "65536"][..], none),
+        // Fields the kernel reads only with their feature: a wrong stored
+        // overhead without bigalloc, a journal inode without has_journal.
+        ("4096", "64M", &[][..], &["ssv overhead_clusters 100", "ssv journal_inum 7"][..]),
+    ] {
+        let _ = std::fs::remove_file(&image);
+        common::mke2fs_with(&image, block_size, size, extra);
+        for request in requests {
+            common::debugfs_write(&image, request);
+        }
+        let ours = Volume::open(&image, Options::default()).unwrap().statfs();
+        let what = format!("{block_size}-byte blocks, {size}, {extra:?}, {requests:?}");
+        with_kernel_mount(&image, &mnt, || {
+            let path = std::ffi::CString::new(mnt.as_os_str().as_encoded_bytes()).unwrap();
+            // SAFETY: a zeroed statvfs for the kernel to fill; a valid path.
+            let st = unsafe {
+                let mut st: libc::statvfs = std::mem::zeroed();
+                assert_eq!(libc::statvfs(path.as_ptr(), &mut st), 0);
+                st
+            };
+            assert_eq!(
+                (ours.blocks, ours.free_blocks, ours.available_blocks, ours.inodes, ours.free_inodes),
+                (st.f_blocks, st.f_bfree, st.f_bavail, st.f_files, st.f_ffree),
+                "{what}"
+            );
+        });
     }
 }
