@@ -299,7 +299,7 @@ impl Volume {
         let wide = l.features.incompat & Features::INCOMPAT_64BIT != 0;
         let free_blocks = le32(0x0C) | if wide { le32(0x158) << 32 } else { 0 };
         let reserved = le32(0x08) | if wide { le32(0x154) << 32 } else { 0 };
-        let cluster = (l.blocks_per_group / l.clusters_per_group.max(1)).max(1);
+        let cluster = self.cluster_blocks();
         let growth = if l.features.incompat & INCOMPAT_EXTENTS != 0 {
             (l.blocks_count / cluster / 50).min(4096) * cluster
         } else {
@@ -309,7 +309,7 @@ impl Volume {
             block_size: l.block_size,
             blocks: l.blocks_count.saturating_sub(self.overhead_blocks()),
             free_blocks,
-            available_blocks: free_blocks.saturating_sub(reserved + growth),
+            available_blocks: free_blocks.saturating_sub(reserved.saturating_add(growth)),
             inodes: l.inodes_count,
             free_inodes: le32(0x10),
             name_max: 255,
@@ -326,7 +326,7 @@ impl Volume {
         let l = &self.layout;
         let sb = &self.map[1024..2048];
         let le32 = |at: usize| u32::from_le_bytes(sb[at..at + 4].try_into().expect("4 bytes"));
-        let (cluster, stored) = ((l.blocks_per_group / l.clusters_per_group.max(1)).max(1), u64::from(le32(0x248)));
+        let (cluster, stored) = (self.cluster_blocks(), u64::from(le32(0x248)));
         // The kernel's own test of "ridiculous": clusters against blocks.
         if cluster > 1 && stored != 0 && stored <= l.blocks_count {
             return stored * cluster;
@@ -340,6 +340,11 @@ impl Volume {
             0
         };
         l.first_data_block + groups + journal
+    }
+
+    /// Blocks per allocation cluster (1 without bigalloc).
+    fn cluster_blocks(&self) -> u64 {
+        (self.layout.blocks_per_group / self.layout.clusters_per_group.max(1)).max(1)
     }
 }
 
