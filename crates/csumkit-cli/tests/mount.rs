@@ -206,10 +206,7 @@ fn compare(root: &Path, model: &Model, label: &str) {
 
 fn kernel_compare(scratch: &Scratch, image: &Path, model: &Model) {
     let kernel = scratch.0.join("kernel");
-    std::fs::create_dir_all(&kernel).unwrap();
-    let out = Command::new("mount").args(["-t", "ext4", "-o", "loop,ro"]).arg(image).arg(&kernel).output().unwrap();
-    if !out.status.success() {
-        skip(&format!("a kernel loop mount ({})", String::from_utf8_lossy(&out.stderr).trim()));
+    if !kernel_mount(image, &kernel, "loop,ro") {
         return;
     }
     let result = std::panic::catch_unwind(|| compare(&kernel, model, "kernel"));
@@ -276,9 +273,7 @@ fn a_mounted_image_changed_by_file_calls_is_clean_for_e2fsck_and_the_kernel() {
         // flags are the kernel's.
         let kernel_flags: Vec<Option<u32>> = {
             let kernel = scratch.0.join("kernel-flags");
-            std::fs::create_dir_all(&kernel).unwrap();
-            let mounted = Command::new("mount").args(["-t", "ext4", "-o", "loop,ro"]).arg(&image).arg(&kernel).status();
-            if mounted.is_ok_and(|s| s.success()) {
+            if kernel_mount(&image, &kernel, "loop,ro") {
                 let flags = ["d1/f6", "d1", "many", "d2/falloc"].map(|p| inode_flags(&kernel.join(p)).ok()).to_vec();
                 unmount_kernel(&kernel);
                 flags
@@ -296,18 +291,6 @@ fn a_mounted_image_changed_by_file_calls_is_clean_for_e2fsck_and_the_kernel() {
         });
         unmount_and_wait(child, &scratch.mnt());
         read_back.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-    }
-}
-
-/// Free blocks of the file system mounted at `dir` (`statvfs`).
-fn free_blocks(dir: &Path) -> u64 {
-    use std::os::unix::ffi::OsStrExt;
-    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).unwrap();
-    // SAFETY: a NUL-terminated path and a zeroed struct for the kernel to fill.
-    unsafe {
-        let mut st: libc::statvfs = std::mem::zeroed();
-        assert_eq!(libc::statvfs(path.as_ptr(), &mut st), 0);
-        st.f_bfree
     }
 }
 
@@ -562,14 +545,10 @@ fn on_a_pi_device_a_flipped_data_or_guard_byte_reads_as_eio_and_the_image_stays_
 
     // The kernel reads the same bytes: the image is plain ext4.
     let kernel = scratch.0.join("kernel");
-    std::fs::create_dir_all(&kernel).unwrap();
-    let out = Command::new("mount").args(["-o", "loop,ro"]).arg(&image).arg(&kernel).output().unwrap();
-    if out.status.success() {
+    if kernel_mount(&image, &kernel, "loop,ro") {
         let read = std::fs::read(kernel.join("file"));
-        let _ = Command::new("umount").arg(&kernel).output();
+        unmount_kernel(&kernel);
         assert_eq!(read.unwrap(), want);
-    } else {
-        skip("a loop mount (the kernel refused it)");
     }
 
     // A mount that does not keep the PI makes it stale: scrub refuses it,

@@ -19,7 +19,6 @@ use common::*;
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 /// A script's run on one mount: every line it noted.
 struct Run {
@@ -297,16 +296,6 @@ impl Run {
             st.f_bsize, st.f_frsize, st.f_blocks, st.f_bfree, st.f_bavail, st.f_files, st.f_ffree, st.f_namemax
         ));
     }
-
-    fn free_blocks(&self) -> u64 {
-        let path = self.c("");
-        // SAFETY: as in `statfs`.
-        unsafe {
-            let mut st: libc::statvfs = std::mem::zeroed();
-            assert_eq!(libc::statvfs(path.as_ptr(), &mut st), 0);
-            st.f_bfree
-        }
-    }
 }
 
 /// The script: what a program asks of a file system, and what it is told.
@@ -569,7 +558,7 @@ fn script(root: &Path) -> Vec<String> {
     r.said("fsync doomed", i64::from(unsafe { libc::fsync(fd) }));
     std::fs::remove_file(root.join("doomed")).unwrap();
     r.statfs();
-    let before = r.free_blocks();
+    let before = free_blocks(&r.root);
     // SAFETY: a descriptor this run opened; a zeroed stat to fill.
     let links = unsafe {
         let mut st: libc::stat = std::mem::zeroed();
@@ -581,12 +570,12 @@ fn script(root: &Path) -> Vec<String> {
     // The kernel frees at the final iput, before close returns; FUSE sends
     // its release after (asynchronously): wait for it, at most 10 s.
     for _ in 0..100 {
-        if r.free_blocks() != before {
+        if free_blocks(&r.root) != before {
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
-    r.note(format!("doomed's close freed {} blocks", r.free_blocks() - before));
+    r.note(format!("doomed's close freed {} blocks", free_blocks(&r.root) - before));
     // The same for a file that existed before it was opened (FUSE's open,
     // not its create).
     std::fs::write(root.join("held"), pattern(50_000, 4)).unwrap();
@@ -600,15 +589,15 @@ fn script(root: &Path) -> Vec<String> {
     let n = unsafe { libc::pread(fd, back.as_mut_ptr().cast(), back.len(), 0) };
     let n = r.said_count("pread held after its unlink", n as i64);
     r.note(format!("  digest {:016x}", digest(&back[..n.max(0) as usize])));
-    let before = r.free_blocks();
+    let before = free_blocks(&r.root);
     Run::close(fd);
     for _ in 0..100 {
-        if r.free_blocks() != before {
+        if free_blocks(&r.root) != before {
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
-    r.note(format!("held's close freed {} blocks", r.free_blocks() - before));
+    r.note(format!("held's close freed {} blocks", free_blocks(&r.root) - before));
     r.statfs();
     r.list("");
     r.lines
@@ -682,12 +671,6 @@ fn assert_same(kernel: &[String], csumfs: &[String], what: &str) {
         kernel.get(first),
         csumfs.get(first)
     );
-}
-
-fn kernel_mount(image: &Path, at: &Path, options: &str) -> bool {
-    std::fs::create_dir_all(at).unwrap();
-    let out = Command::new("mount").args(["-t", "ext4", "-o", options]).arg(image).arg(at).output().unwrap();
-    out.status.success() || skip(&format!("a kernel loop mount ({})", String::from_utf8_lossy(&out.stderr).trim()))
 }
 
 #[test]

@@ -171,6 +171,26 @@ pub fn unmount_kernel(path: &Path) {
     panic!("umount {}: still busy after 5 s", path.display());
 }
 
+/// Mounts `image` at `at` with the kernel's ext4 (`-o options`, e.g.
+/// `loop,ro`); false, with a visible skip, when the kernel refuses.
+pub fn kernel_mount(image: &Path, at: &Path, options: &str) -> bool {
+    std::fs::create_dir_all(at).unwrap();
+    let out = Command::new("mount").args(["-t", "ext4", "-o", options]).arg(image).arg(at).output().unwrap();
+    out.status.success() || skip(&format!("a kernel loop mount ({})", String::from_utf8_lossy(&out.stderr).trim()))
+}
+
+/// Free blocks of the file system mounted at `dir` (`statvfs`'s f_bfree).
+pub fn free_blocks(dir: &Path) -> u64 {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).unwrap();
+    // SAFETY: a NUL-terminated path and a zeroed struct for the kernel to fill.
+    unsafe {
+        let mut st: libc::statvfs = std::mem::zeroed();
+        assert_eq!(libc::statvfs(path.as_ptr(), &mut st), 0);
+        st.f_bfree
+    }
+}
+
 /// `FS_IOC_GETFLAGS` of `path` (what `lsattr` shows).
 pub fn inode_flags(path: &Path) -> std::io::Result<u32> {
     let file = std::fs::File::open(path)?;
