@@ -5,6 +5,7 @@
 //! moves.
 
 use crate::error::Error;
+use crate::immutable::{self, FLAG_APPEND, FLAG_IMMUTABLE};
 use crate::inode::{Inode, Timespec};
 use crate::le::{put16, put32};
 use crate::volume::Volume;
@@ -27,6 +28,10 @@ pub struct SetAttr {
     pub mtime: Option<Timespec>,
     /// Last inode change; now when unset and anything else changes.
     pub ctime: Option<Timespec>,
+    /// `atime`/`mtime` are the clock's now (`utimensat`'s `UTIME_NOW`, a
+    /// `touch`), not times the caller chose: allowed on an append-only
+    /// inode, as `notify_change` allows them.
+    pub times_now: bool,
 }
 
 impl Volume {
@@ -37,6 +42,14 @@ impl Volume {
     /// As [`inode`](Self::inode) and [`truncate`](Self::truncate).
     pub fn set_attr(&mut self, ino: u32, attr: SetAttr) -> Result<Inode, Error> {
         let mut inode = self.inode(ino)?;
+        let chosen = attr.mode.is_some()
+            || attr.uid.is_some()
+            || attr.gid.is_some()
+            || attr.size.is_some()
+            || !attr.times_now && (attr.atime.is_some() || attr.mtime.is_some());
+        if inode.is_immutable() || chosen {
+            immutable::may_modify(&inode, "no attribute change")?;
+        }
         if let Some(size) = attr.size {
             inode = self.truncate(ino, size)?;
         }
@@ -81,27 +94,34 @@ impl Volume {
 
     /// `FS_IOC_SETFLAGS`: sets inode `ino`'s flags to `flags` (as `chattr`
     /// passes them: every user-visible flag, changed or not). Only the
-    /// flags whose promise csumfs keeps may change: nodump (`d`, a mark for
-    /// backup tools) and noatime (`A`: csumfs never updates atime on
-    /// reads). ctime becomes now.
+    /// flags whose promise csumfs keeps may change: immutable (`i`) and
+    /// append-only (`a`), enforced as ext4 does (immutable.rs; who may
+    /// change them is the caller's check — `CAP_LINUX_IMMUTABLE`), nodump
+    /// (`d`, a mark for backup tools) and noatime (`A`: csumfs never
+    /// updates atime on reads). ctime becomes now.
     ///
     /// # Errors
-    /// [`Error::Unsupported`] (`EOPNOTSUPP`) naming a flag that would
-    /// change and is not one of those — immutable and append-only (which
-    /// csumfs does not enforce), sync, and the flags only the filesystem sets.
+    /// [`Error::Permission`] (`EPERM`) for a change to an immutable
+    /// inode's other flags while it stays immutable
+    /// (`ext4_ioctl_check_immutable`); [`Error::Unsupported`]
+    /// (`EOPNOTSUPP`) naming a flag that would change and is not one of
+    /// those — sync, and the flags only the filesystem sets.
     pub fn set_flags(&mut self, ino: u32, flags: u32) -> Result<Inode, Error> {
         let inode = self.inode(ino)?;
         let changed = (flags ^ inode.flags) & FLAGS_USER_VISIBLE;
+        if inode.is_immutable() && flags & FLAG_IMMUTABLE != 0 && changed != 0 {
+            return Err(Error::Permission(format!("inode {ino} is immutable: its flags stay")));
+        }
         if let Some(&(_, name)) = FLAG_NAMES.iter().find(|(bit, _)| changed & bit & !FLAGS_SETTABLE != 0) {
             return Err(Error::Unsupported {
                 feature: name,
-                remedy: "csumfs sets only the nodump (d) and noatime (A) flags",
+                remedy: "csumfs sets only the immutable (i), append-only (a), nodump (d) and noatime (A) flags",
             });
         }
         if changed & !FLAGS_SETTABLE != 0 {
             return Err(Error::Unsupported {
                 feature: "an inode flag",
-                remedy: "csumfs sets only the nodump (d) and noatime (A) flags",
+                remedy: "csumfs sets only the immutable (i), append-only (a), nodump (d) and noatime (A) flags",
             });
         }
         let new = inode.flags & !FLAGS_SETTABLE | flags & FLAGS_SETTABLE;
@@ -195,12 +215,10 @@ impl Volume {
 
 /// `EXT4_FL_USER_VISIBLE`: the flags `FS_IOC_GETFLAGS` reports.
 pub(crate) const FLAGS_USER_VISIBLE: u32 = 0x705B_DFFF;
-/// `FS_NODUMP_FL | FS_NOATIME_FL`: what [`Volume::set_flags`] may change.
-const FLAGS_SETTABLE: u32 = 0x40 | 0x80;
+/// Immutable, append-only, nodump, noatime: what [`Volume::set_flags`] may change.
+const FLAGS_SETTABLE: u32 = FLAG_IMMUTABLE | FLAG_APPEND | 0x40 | 0x80;
 /// Flags a user may ask for that csumfs refuses, by `chattr`'s names.
-const FLAG_NAMES: [(u32, &str); 8] = [
-    (0x10, "the immutable flag (i)"),
-    (0x20, "the append-only flag (a)"),
+const FLAG_NAMES: [(u32, &str); 6] = [
     (0x8, "the synchronous-updates flag (S)"),
     (0x1_0000, "the synchronous-directory flag (D)"),
     (0x1, "the secure-deletion flag (s)"),

@@ -6,6 +6,7 @@
 //! zeroed in place, and blocks that leave the file are freed.
 
 use crate::error::Error;
+use crate::immutable;
 use crate::inode::{Inode, FLAG_EXTENTS};
 use crate::le::{put16, put32};
 use crate::map::Run;
@@ -22,6 +23,7 @@ impl Volume {
     /// file; [`Error::Unsupported`] for inline or block-mapped files and
     /// extent trees deeper than one level.
     pub fn truncate(&mut self, ino: u32, size: u64) -> Result<Inode, Error> {
+        immutable::may_modify(&self.inode(ino)?, "no truncate")?;
         let mut inode = self.extent_file(ino)?;
         if size > self.max_file_size() {
             return Err(Error::Io {
@@ -66,6 +68,7 @@ impl Volume {
     /// As [`truncate`](Self::truncate); `EINVAL` / `EFBIG` for a range
     /// past the largest offset.
     pub fn punch_hole(&mut self, ino: u32, offset: u64, len: u64) -> Result<Inode, Error> {
+        immutable::may_modify(&self.inode(ino)?, "no hole punched")?;
         let mut inode = self.extent_file(ino)?;
         let bs = self.layout.block_size;
         let end = self.range_end(ino, offset, len)?.min(inode.size.next_multiple_of(bs));
@@ -91,6 +94,7 @@ impl Volume {
     /// # Errors
     /// As [`punch_hole`](Self::punch_hole); `ENOSPC` as [`Error::Io`].
     pub fn zero_range(&mut self, ino: u32, offset: u64, len: u64, keep_size: bool) -> Result<Inode, Error> {
+        immutable::may_modify(&self.inode(ino)?, "no range zeroed")?;
         let mut inode = self.extent_file(ino)?;
         let bs = self.layout.block_size;
         let end = self.range_end(ino, offset, len)?;

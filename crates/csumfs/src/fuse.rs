@@ -297,6 +297,9 @@ const CAP_FSETID: u32 = 4;
 const CREATE_AND_REPLACE: i32 = libc::XATTR_CREATE | libc::XATTR_REPLACE;
 /// `_IOR('X', 31, struct fsxattr)`.
 const FS_IOC_FSGETXATTR: u32 = 0x801C_581F;
+/// `FS_IMMUTABLE_FL | FS_APPEND_FL`: only root changes them.
+const IMMUTABLE_OR_APPEND: u32 = 0x10 | 0x20;
+
 /// Inode flag → `FS_XFLAG_*` (sync, immutable, append, nodump, noatime,
 /// project inherit), as `fileattr_fill_flags` maps them.
 const XFLAGS: [(u32, u32); 6] =
@@ -355,6 +358,12 @@ impl Filesystem for Fs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        // A chosen time is refused on an append-only file, as ext4 refuses
+        // it. With the writeback cache the kernel sends a written file's
+        // mtime on its own as a chosen time (fsync fails if it is
+        // refused), so there only a chosen atime counts.
+        let chosen = |t: &Option<TimeOrNow>| matches!(t, Some(TimeOrNow::SpecificTime(_)));
+        let times_now = !chosen(&atime) && (self.writeback_cache || !chosen(&mtime));
         let attr = SetAttr {
             mode: mode.map(|m| m as u16),
             uid,
@@ -363,6 +372,7 @@ impl Filesystem for Fs {
             atime: atime.map(time_or_now),
             mtime: mtime.map(time_or_now),
             ctime: ctime.map(timespec),
+            times_now,
         };
         match self.change(|v| v.set_attr(from_fuse(ino), attr)) {
             Ok(inode) => reply.attr(&self.ttl, &self.attr(&inode)),
@@ -463,7 +473,13 @@ impl Filesystem for Fs {
         reply_entry!(self, made, reply);
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        // The VFS's may_open for immutable and append-only files.
+        match self.read().inode(from_fuse(ino)) {
+            Ok(inode) if inode.open_refused(flags.0) => return reply.error(Errno::EPERM),
+            Err(e) => return reply.error(errno(&e)),
+            Ok(_) => {}
+        }
         if !self.read_only {
             self.volume.write().unwrap_or_else(std::sync::PoisonError::into_inner).hold(from_fuse(ino));
         }
@@ -601,9 +617,15 @@ impl Filesystem for Fs {
             let Some(flags) = in_data.get(..4).map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes"))) else {
                 return reply.error(Errno::from_i32(libc::EINVAL));
             };
-            let owner = self.read().inode(from_fuse(ino)).map(|i| i.uid);
-            match owner {
-                Ok(uid) if uid != req.uid() && req.uid() != 0 => return reply.error(Errno::from_i32(libc::EPERM)),
+            // The owner (or root) may set flags; only root
+            // (CAP_LINUX_IMMUTABLE) changes immutable and append-only —
+            // the VFS's fileattr_set_prepare checks that too.
+            let (root, inode) = (req.uid() == 0, self.read().inode(from_fuse(ino)));
+            match inode {
+                Ok(inode) if inode.uid != req.uid() && !root => return reply.error(Errno::EPERM),
+                Ok(inode) if (inode.flags ^ flags) & IMMUTABLE_OR_APPEND != 0 && !root => {
+                    return reply.error(Errno::EPERM)
+                }
                 Err(e) => return reply.error(errno(&e)),
                 Ok(_) => {}
             }
@@ -655,7 +677,6 @@ impl Filesystem for Fs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        let Some(name) = name.to_str() else { return reply.error(Errno::from_i32(libc::EOPNOTSUPP)) };
         let ino = from_fuse(ino);
         let mode = match flags {
             0 => XattrMode::Either,
@@ -665,8 +686,12 @@ impl Filesystem for Fs {
                 // Both (the syscall lets them through): ext4 refuses either
                 // way — EEXIST for a name the inode has, ENODATA otherwise.
                 let volume = self.read();
-                return match volume.inode(ino).and_then(|inode| volume.getxattr(&inode, name)) {
-                    Ok(_) => reply.error(Errno::EEXIST),
+                return match volume.inode(ino) {
+                    Ok(inode) if inode.is_immutable() || inode.is_append_only() => reply.error(Errno::EPERM),
+                    Ok(inode) => match volume.getxattr(&inode, name) {
+                        Ok(_) => reply.error(Errno::EEXIST),
+                        Err(e) => reply.error(errno(&e)),
+                    },
                     Err(e) => reply.error(errno(&e)),
                 };
             }
@@ -687,13 +712,11 @@ impl Filesystem for Fs {
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let Some(name) = name.to_str() else { return reply.error(Errno::from_i32(libc::ENODATA)) };
         reply_empty!(self.change(|v| v.removexattr(from_fuse(ino), name)), reply);
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         let volume = self.read();
-        let Some(name) = name.to_str() else { return reply.error(Errno::from_i32(libc::ENODATA)) };
         // The per-seed counters, on the root only, under a name no ext4
         // image can hold (`csumkit mount --stats DIR` reads it).
         let found = if ino == INodeNo::ROOT && name == STATS_XATTR {

@@ -35,6 +35,7 @@ mod extents;
 pub mod fuse;
 pub mod hash;
 mod htree;
+mod immutable;
 mod inline;
 mod inode;
 mod le;

@@ -5,6 +5,7 @@
 //! patched the same way, and the two parents' link counts follow.
 
 use crate::error::Error;
+use crate::immutable;
 use crate::inode::{Inode, FLAG_EXTENTS, FLAG_INDEX, ROOT};
 use crate::volume::Volume;
 use crate::write::{encode_time, file_type, le16, now, put16, put32, put_time, Fill, NewInode};
@@ -56,6 +57,15 @@ impl Volume {
         }
         if target.as_ref().is_some_and(|t| t.ino == source.ino) {
             return Ok(()); // two names of one inode: POSIX says do nothing
+        }
+        // The VFS's own refusals (EEXIST, ENOENT) come first; then
+        // `may_delete` of the source and `may_create`/`may_delete` at the target.
+        if !matches!((mode, &target), (RenameMode::Exchange, None) | (RenameMode::NoReplace, Some(_))) {
+            immutable::may_remove_name(&from_dir, &source)?;
+            match &target {
+                Some(target) => immutable::may_remove_name(&to_dir, target)?,
+                None => immutable::may_add_name(&to_dir)?,
+            }
         }
         match (mode, target) {
             (RenameMode::Exchange, None) => Err(Error::NotFound(shown(new_name))),
@@ -129,6 +139,8 @@ impl Volume {
             return Err(Error::NotDir(format!("inode {new_dir}")));
         }
         self.check_new_name(&dir, new_name)?;
+        immutable::may_add_name(&dir)?;
+        immutable::may_modify(&inode, "no new link")?;
         self.add_entry(&dir, new_name, ino, file_type(inode.mode))?;
         self.touch_dir(new_dir, 0)?;
         let (sec, extra) = encode_time(now());
@@ -154,6 +166,7 @@ impl Volume {
             return Err(Error::NotDir(format!("inode {dir}")));
         }
         self.check_new_name(&parent, name)?;
+        immutable::may_add_name(&parent)?;
         let group = self.layout.inode_group(u64::from(dir)).0;
         let ino = self.allocate_inode(group, false)?;
         let new = NewInode { mode: 0o120_777, uid, gid };

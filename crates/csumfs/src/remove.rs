@@ -7,6 +7,7 @@
 
 use crate::dir::records;
 use crate::error::Error;
+use crate::immutable;
 use crate::inode::{Inode, FLAG_INDEX, FLAG_INLINE_DATA};
 use crate::volume::Volume;
 use crate::write::{encode_time, le16, le32, now, put16, put32, put_time};
@@ -21,6 +22,7 @@ impl Volume {
         let parent = self.extent_mapped_dir(dir)?;
         let entry = self.lookup(&parent, name)?;
         let inode = self.inode(entry.ino)?;
+        immutable::may_remove_name(&parent, &inode)?;
         if inode.is_dir() {
             return Err(Error::IsDir(String::from_utf8_lossy(name).into_owned()));
         }
@@ -40,6 +42,7 @@ impl Volume {
         let parent = self.extent_mapped_dir(dir)?;
         let entry = self.lookup(&parent, name)?;
         let inode = self.inode(entry.ino)?;
+        immutable::may_remove_name(&parent, &inode)?;
         if !inode.is_dir() {
             return Err(Error::NotDir(String::from_utf8_lossy(name).into_owned()));
         }

@@ -17,6 +17,7 @@
 
 use crate::dir_write::new_dir_block;
 use crate::error::Error;
+use crate::immutable;
 use crate::inode::{Inode, Timespec, FLAG_EXTENTS};
 pub(crate) use crate::le::{le16, le32, put16, put32};
 use crate::map::Run;
@@ -831,6 +832,7 @@ impl Volume {
         if !inode.is_file() {
             return Err(Error::IsDir(format!("inode {ino}")));
         }
+        immutable::may_write(&inode)?;
         let end = self.range_end(ino, offset, len)?;
         if inode.flags & FLAG_EXTENTS == 0 {
             inode = self.extent_mapped(ino)?;
@@ -860,6 +862,7 @@ impl Volume {
         if !inode.is_file() {
             return Err(Error::IsDir(format!("inode {ino}")));
         }
+        immutable::may_write(&inode)?;
         let end = self.range_end(ino, offset, data.len() as u64)?;
         if inode.flags & FLAG_EXTENTS == 0 {
             inode = self.extent_mapped(ino)?;
@@ -990,6 +993,7 @@ impl Volume {
             return Err(Error::NotDir(format!("inode {dir}")));
         }
         self.check_new_name(&parent, name)?;
+        immutable::may_add_name(&parent)?;
         let group = self.layout.inode_group(u64::from(dir)).0;
         let ino = self.allocate_inode(group, false)?;
         // Only files, directories and symlinks are extent-mapped (as
@@ -1016,6 +1020,7 @@ impl Volume {
             return Err(Error::NotDir(format!("inode {dir}")));
         }
         self.check_new_name(&parent, name)?;
+        immutable::may_add_name(&parent)?;
         // Orlov-like spread: a new top-level directory goes to the group
         // after its parent's, deeper ones stay near their parent.
         let parent_group = self.layout.inode_group(u64::from(dir)).0;

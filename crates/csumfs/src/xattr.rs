@@ -13,9 +13,13 @@ use crate::stats::Stats;
 use crate::volume::Volume;
 use csumkit::crc32c;
 use csumkit::xattr_filter::{bit_of, Filter};
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 
 pub(crate) const MAGIC: u32 = 0xEA02_0000;
 /// The ext4 name indexes and their prefixes (2 and 3 are whole names).
+/// A name's suffix is any bytes, as the kernel stores it: names are
+/// `OsStr`s here, not UTF-8 strings.
 const PREFIXES: [(u8, &str); 7] = [
     (1, "user."),
     (2, "system.posix_acl_access"),
@@ -40,17 +44,17 @@ pub(crate) struct Entry {
 }
 
 impl Entry {
-    fn full_name(&self) -> Option<String> {
+    fn full_name(&self) -> Option<OsString> {
         let prefix = PREFIXES.iter().find(|(i, _)| *i == self.index)?.1;
-        Some(format!("{prefix}{}", String::from_utf8_lossy(&self.suffix)))
+        Some(OsString::from_vec([prefix.as_bytes(), &self.suffix].concat()))
     }
 }
 
 /// (index, suffix) of a full name; `None` when no ext4 prefix fits.
-pub(crate) fn split(name: &str) -> Option<(u8, &[u8])> {
+pub(crate) fn split(name: &OsStr) -> Option<(u8, &[u8])> {
     PREFIXES.iter().find_map(|&(index, prefix)| {
-        let suffix = name.strip_prefix(prefix)?;
-        (!matches!(index, 2 | 3 | 8) || suffix.is_empty()).then_some((index, suffix.as_bytes()))
+        let suffix = name.as_bytes().strip_prefix(prefix.as_bytes())?;
+        (!matches!(index, 2 | 3 | 8) || suffix.is_empty()).then_some((index, suffix))
     })
 }
 
@@ -65,7 +69,7 @@ impl Volume {
     /// [`Error::Corrupt`] for malformed entries; [`Error::Checksum`] for a
     /// wrong xattr block checksum; [`Error::Invalid`] for a stored ACL the
     /// kernel would not read either.
-    pub fn xattrs(&self, inode: &Inode) -> Result<Vec<(String, Vec<u8>)>, Error> {
+    pub fn xattrs(&self, inode: &Inode) -> Result<Vec<(OsString, Vec<u8>)>, Error> {
         let mut out = Vec::new();
         for entry in self.entries(inode)? {
             if entry.index == 7 && entry.suffix == b"data" {
@@ -90,8 +94,9 @@ impl Volume {
     ///
     /// # Errors
     /// [`Error::NoData`] when absent; as [`xattrs`](Self::xattrs).
-    pub fn getxattr(&self, inode: &Inode, name: &str) -> Result<Vec<u8>, Error> {
-        let absent = || Error::NoData(format!("inode {} {name}", inode.ino));
+    pub fn getxattr(&self, inode: &Inode, name: impl AsRef<OsStr>) -> Result<Vec<u8>, Error> {
+        let name = name.as_ref();
+        let absent = || Error::NoData(format!("inode {} {}", inode.ino, name.to_string_lossy()));
         let Some((index, suffix)) = split(name) else { return Err(absent()) };
         let cached = self.filters.lock().expect("filter cache").get(&inode.ino).copied();
         if let Some(filter) = cached {
@@ -117,7 +122,7 @@ impl Volume {
     ///
     /// # Errors
     /// As [`xattrs`](Self::xattrs), less the values' own.
-    pub fn xattr_names(&self, inode: &Inode) -> Result<Vec<String>, Error> {
+    pub fn xattr_names(&self, inode: &Inode) -> Result<Vec<OsString>, Error> {
         let entries = self.entries(inode)?;
         Ok(entries.iter().filter(|e| !(e.index == 7 && e.suffix == b"data")).filter_map(Entry::full_name).collect())
     }

@@ -11,6 +11,7 @@
 use crate::acl;
 use crate::ea_inode;
 use crate::error::{corrupt, Error};
+use crate::immutable;
 use crate::inode::{Inode, FLAG_INLINE_DATA};
 use crate::le::{le32, put16, put32};
 use crate::volume::Volume;
@@ -18,6 +19,7 @@ use crate::write::{encode_time, now, put_time, splice_all};
 use crate::xattr::{split, Entry, MAGIC};
 use csumkit::crc32c;
 use csumkit::ext4::Features;
+use std::ffi::OsStr;
 
 /// What `setxattr` requires of the name's presence (`XATTR_CREATE`,
 /// `XATTR_REPLACE`, or neither).
@@ -127,7 +129,13 @@ impl Volume {
     /// without `ea_inode`), `E2BIG` for a value over 64 KiB (the VFS's
     /// limit); for an ACL, `EINVAL` or `EOPNOTSUPP` as the kernel parses
     /// it, `EACCES` for a default ACL on a non-directory.
-    pub fn setxattr(&mut self, ino: u32, name: &str, value: &[u8], mode: XattrMode) -> Result<Inode, Error> {
+    pub fn setxattr(
+        &mut self,
+        ino: u32,
+        name: impl AsRef<OsStr>,
+        value: &[u8],
+        mode: XattrMode,
+    ) -> Result<Inode, Error> {
         self.setxattr_by(ino, name, value, mode, true)
     }
 
@@ -143,21 +151,24 @@ impl Volume {
     pub fn setxattr_by(
         &mut self,
         ino: u32,
-        name: &str,
+        name: impl AsRef<OsStr>,
         value: &[u8],
         mode: XattrMode,
         in_group_or_capable: bool,
     ) -> Result<Inode, Error> {
+        let name = name.as_ref();
+        immutable::may_modify(&self.inode(ino)?, "no xattr set")?;
+        let shown = || name.to_string_lossy().into_owned();
         let (index, suffix) = split(name).ok_or(Error::Unsupported {
             feature: "this xattr namespace",
             remedy: "ext4 stores user., trusted., security., system. and POSIX ACL names only",
         })?;
         if suffix.len() > 255 {
-            return Err(Error::NameTooLong(name.into()));
+            return Err(Error::NameTooLong(shown()));
         }
         if value.len() > ea_inode::VALUE_BYTES_MAX {
             return Err(Error::Io {
-                context: format!("xattr {name}"),
+                context: format!("xattr {}", shown()),
                 source: std::io::Error::from_raw_os_error(libc::E2BIG),
             });
         }
@@ -166,8 +177,8 @@ impl Volume {
             return self.set_acl(inode, index, value, !in_group_or_capable);
         }
         self.set_xattr_entry(inode, index, suffix, value.to_vec(), mode).map_err(|e| match e {
-            Error::Exists(_) => Error::Exists(name.into()),
-            Error::NoData(_) => Error::NoData(name.into()),
+            Error::Exists(_) => Error::Exists(shown()),
+            Error::NoData(_) => Error::NoData(shown()),
             other => other,
         })
     }
@@ -221,16 +232,19 @@ impl Volume {
     ///
     /// # Errors
     /// `ENODATA` when absent; as [`setxattr`](Self::setxattr).
-    pub fn removexattr(&mut self, ino: u32, name: &str) -> Result<Inode, Error> {
+    pub fn removexattr(&mut self, ino: u32, name: impl AsRef<OsStr>) -> Result<Inode, Error> {
+        let name = name.as_ref();
+        let absent = || Error::NoData(name.to_string_lossy().into_owned());
         let inode = self.inode(ino)?;
+        immutable::may_modify(&inode, "no xattr removed")?;
         if !self.entries(&inode)?.iter().any(|e| split(name) == Some((e.index, &e.suffix[..]))) {
-            return Err(Error::NoData(name.into()));
+            return Err(absent());
         }
         let inode = self.uninline(ino)?;
-        let (index, suffix) = split(name).ok_or_else(|| Error::NoData(name.into()))?;
+        let (index, suffix) = split(name).ok_or_else(absent)?;
         match self.remove_xattr_entry(inode, index, suffix)? {
             (inode, true) => Ok(inode),
-            (_, false) => Err(Error::NoData(name.into())),
+            (_, false) => Err(absent()),
         }
     }
 

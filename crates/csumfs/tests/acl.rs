@@ -222,7 +222,7 @@ fn run_kernel(mnt: &Path) -> Vec<i32> {
 }
 
 /// Every path's mode and xattrs as the kernel reads them at `mnt`.
-fn kernel_view(mnt: &Path) -> BTreeMap<String, (u32, BTreeMap<String, Vec<u8>>)> {
+fn kernel_view(mnt: &Path) -> BTreeMap<String, (u32, BTreeMap<std::ffi::OsString, Vec<u8>>)> {
     let mut out = BTreeMap::new();
     for path in [
         "same",
@@ -309,7 +309,7 @@ fn acls_keep_the_mode_in_step_as_the_kernels_ext4_does() {
     assert_eq!((sgid("sgid_out"), sgid("sgid_in")), (0o770, 0o2770), "S_ISGID cleared outside the group only");
     let (mode, attrs) = &ours_seen["named"];
     assert_eq!(
-        (mode & 0o777, attrs[ACCESS][28..32].to_vec()),
+        (mode & 0o777, attrs[std::ffi::OsStr::new(ACCESS)][28..32].to_vec()),
         (0o600, vec![0x10, 0, 0, 0]),
         "chmod 600 empties the mask"
     );
@@ -341,7 +341,7 @@ fn stored_acls_that_are_not_are_read_as_the_kernel_reads_them() {
     }
     assert_clean(&image, "raw ACL values");
     let v = Volume::open(&image, Options::default()).unwrap();
-    let ours: Vec<(Vec<String>, i32)> = values
+    let ours: Vec<(Vec<std::ffi::OsString>, i32)> = values
         .iter()
         .map(|(file, _)| {
             let inode = v.resolve(&format!("/{file}")).unwrap();

@@ -70,6 +70,7 @@ fn truncation_times_unwritten_extents_and_devices_are_what_e2fsck_and_the_kernel
         mtime: Some(t((1 << 32) + 5, 999_999_999)),
         ctime: Some(t(-1, 500)),
         size: None,
+        times_now: false,
     };
     let changed = v.set_attr(falloc, attr).unwrap();
     assert_eq!((changed.mode, changed.uid, changed.gid), (0o104_751, 70_000, 80_000));
@@ -174,9 +175,11 @@ fn device_numbers_are_encoded_byte_for_byte_as_the_kernel_encodes_them() {
 /// `chattr` passes every user-visible flag: csumfs stores nodump and
 /// noatime as asked (each on its own, the other flags kept), ignores the
 /// bits outside the user-visible set, refuses a named flag by its name and
-/// any other change (dropping the extents flag too), changing nothing then.
+/// any other change (dropping the extents flag too), changing nothing then;
+/// immutable and append-only are stored and enforced (EPERM as ext4), and
+/// e2fsck and debugfs read the flags csumfs stored.
 #[test]
-fn chattr_stores_nodump_and_noatime_and_refuses_other_flags_by_name() {
+fn chattr_stores_and_enforces_its_flags_and_refuses_other_flags_by_name() {
     if !have_e2fsprogs() {
         return;
     }
@@ -204,11 +207,61 @@ fn chattr_stores_nodump_and_noatime_and_refuses_other_flags_by_name() {
         Err(csumfs::Error::Unsupported { feature, .. }) => feature.to_string(),
         other => panic!("flags {flags:#x}: {other:?}"),
     };
-    assert_eq!(refused(&mut v, now | 0x10), "the immutable flag (i)");
-    assert_eq!(refused(&mut v, now | 0x20 | 0x1), "the append-only flag (a)", "the first named in chattr's order");
+    assert_eq!(refused(&mut v, now | 0x8), "the synchronous-updates flag (S)");
+    assert_eq!(refused(&mut v, now | 0x1 | 0x2), "the secure-deletion flag (s)", "the first named in chattr's order");
     assert_eq!(refused(&mut v, now | 0x4), "an inode flag", "compression (c): no name of its own");
     assert_eq!(refused(&mut v, NODUMP | NOATIME), "an inode flag", "the extents flag dropped");
     assert_eq!(v.inode(f).unwrap().flags, now, "a refusal changes nothing");
+
+    // Immutable: every change to it, its name and its flags is EPERM (the
+    // FUSE mount's calls are compared with the kernel's in
+    // csumkit-cli's mount_syscalls); cleared, it changes again.
+    const IMMUTABLE: u32 = 0x10;
+    const APPEND: u32 = 0x20;
+    let d = v.mkdir(ROOT, b"d", NewInode { mode: 0o040_755, uid: 0, gid: 0 }).unwrap().ino;
+    v.create(d, b"in-d", FILE).unwrap();
+    let now = v.set_flags(f, now | IMMUTABLE).unwrap().flags;
+    let d_flags = v.inode(d).unwrap().flags;
+    v.set_flags(d, d_flags | IMMUTABLE).unwrap();
+    let eperm = |r: Result<(), csumfs::Error>, what: &str| {
+        assert_eq!(r.map_err(|e| e.errno()), Err(libc::EPERM), "{what}");
+    };
+    let chosen = Timespec { sec: 5, nsec: 6 };
+    eperm(v.write(f, 4, b"x").map(drop), "write");
+    eperm(v.fallocate(f, 0, 8192, false).map(drop), "fallocate");
+    eperm(v.truncate(f, 0).map(drop), "truncate");
+    eperm(v.punch_hole(f, 0, 1).map(drop), "punch");
+    eperm(v.set_attr(f, SetAttr { mode: Some(0o600), ..SetAttr::default() }).map(drop), "chmod");
+    eperm(v.set_attr(f, SetAttr { atime: Some(chosen), times_now: true, ..SetAttr::default() }).map(drop), "touch");
+    eperm(v.setxattr(f, "user.x", b"v", csumfs::XattrMode::Either).map(drop), "setxattr");
+    eperm(v.removexattr(f, "user.x").map(drop), "removexattr, though absent");
+    eperm(v.link(f, ROOT, b"f2").map(drop), "link");
+    eperm(v.unlink(ROOT, b"f"), "unlink");
+    eperm(v.rename(ROOT, b"f", ROOT, b"g", csumfs::RenameMode::Replace), "rename");
+    eperm(v.create(d, b"new", FILE).map(drop), "create in an immutable directory");
+    eperm(v.unlink(d, b"in-d"), "unlink from an immutable directory");
+    eperm(v.rename(d, b"in-d", ROOT, b"out", csumfs::RenameMode::Replace), "rename out of it");
+    eperm(v.set_flags(f, now & !NODUMP).map(drop), "another flag while it stays immutable");
+    assert_eq!(v.read_all(&v.inode(f).unwrap()).unwrap(), b"kept");
+    // Append-only: data added, nothing else; names added to a directory.
+    let now = v.set_flags(f, now & !IMMUTABLE | APPEND).unwrap().flags;
+    v.set_flags(d, d_flags | APPEND).unwrap();
+    v.write(f, 4, b" more").unwrap();
+    v.fallocate(f, 0, 8192, true).unwrap();
+    v.set_attr(f, SetAttr { atime: Some(chosen), times_now: true, ..SetAttr::default() }).unwrap();
+    eperm(v.set_attr(f, SetAttr { atime: Some(chosen), ..SetAttr::default() }).map(drop), "chosen times");
+    eperm(v.truncate(f, 4).map(drop), "truncate");
+    eperm(v.zero_range(f, 0, 4, true).map(drop), "zero range");
+    eperm(v.unlink(ROOT, b"f"), "unlink");
+    v.create(d, b"new", FILE).unwrap();
+    eperm(v.unlink(d, b"new"), "unlink from an append-only directory");
+    // Cleared, both change again.
+    let now = v.set_flags(f, now & !APPEND).unwrap().flags;
+    v.set_flags(d, d_flags).unwrap();
+    assert_eq!(v.read_all(&v.inode(f).unwrap()).unwrap(), b"kept more");
+    v.truncate(f, 4).unwrap();
+    v.unlink(d, b"new").unwrap();
+    let now = v.set_flags(f, now | IMMUTABLE | APPEND).unwrap().flags;
     v.sync().unwrap();
     drop(v);
     assert_clean(&image, "flags");

@@ -64,7 +64,7 @@ fn inline_files_and_directories_mke2fs_wrote_are_changed_and_stay_valid() {
         // Listed as the kernel lists them: user.data is, system.data (the
         // inline content) is not.
         let listed = v.xattrs(&v.inode(a).unwrap()).unwrap();
-        assert_eq!(listed, [("user.data".to_string(), b"kept".to_vec())], "{bs}: xattrs of /a");
+        assert_eq!(listed, [("user.data".into(), b"kept".to_vec())], "{bs}: xattrs of /a");
         assert_eq!(v.xattr_names(&v.inode(a).unwrap()).unwrap(), ["user.data"], "{bs}: xattr names of /a");
         v.write(a, 30, b" and more").unwrap();
         assert_eq!(v.getxattr(&v.inode(a).unwrap(), "user.data").unwrap(), b"kept", "{bs}: kept past uninlining");

@@ -88,7 +88,7 @@ fn every_path_reads_as_the_kernel_shows_it() {
                 .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
                 .collect();
             let ours: BTreeMap<String, String> =
-                volume.xattrs(&inode).unwrap().into_iter().map(|(k, v)| (k, hex(&v))).collect();
+                volume.xattrs(&inode).unwrap().into_iter().map(|(k, v)| (k.into_string().unwrap(), hex(&v))).collect();
             assert_eq!(ours, kernel, "{}", at("xattrs"));
             for (xname, value) in &kernel {
                 assert_eq!(&hex(&volume.getxattr(&inode, xname).unwrap()), value, "{}", at(xname));

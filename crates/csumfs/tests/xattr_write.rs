@@ -8,13 +8,13 @@ use common::xattrs::{kernel_xattrs, vfs_acl};
 use common::{assert_clean, have_e2fsprogs, mke2fs, with_kernel_mount, Scratch};
 use csumfs::{Error, NewInode, Options, Volume, XattrMode, ROOT};
 use std::collections::BTreeMap;
-use std::ffi::CString;
+use std::ffi::{CString, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::process::Command;
 
 /// The kernel (a read-only loop mount) reads exactly `model`'s xattrs.
-fn kernel_reads(image: &Path, mnt: &Path, model: &BTreeMap<&str, BTreeMap<String, Vec<u8>>>) {
+fn kernel_reads(image: &Path, mnt: &Path, model: &BTreeMap<&str, BTreeMap<OsString, Vec<u8>>>) {
     with_kernel_mount(image, mnt, || {
         for (name, want) in model {
             assert_eq!(&kernel_xattrs(&mnt.join(name)), want, "kernel: xattrs of {name}");
@@ -32,7 +32,7 @@ fn xattrs_set_and_removed_are_what_e2fsck_and_the_kernel_expect() {
     mke2fs(&image, "4096", "32M");
     let mut v = Volume::open(&image, Options { write: true, check_updates: true, ..Options::default() }).unwrap();
     let file = NewInode { mode: 0o100_644, uid: 0, gid: 0 };
-    let mut model: BTreeMap<&str, BTreeMap<String, Vec<u8>>> = BTreeMap::new();
+    let mut model: BTreeMap<&str, BTreeMap<OsString, Vec<u8>>> = BTreeMap::new();
 
     // "many": a small one in the inode, then twenty 100-byte values that
     // spill into a block; one replaced, one removed.
@@ -43,15 +43,15 @@ fn xattrs_set_and_removed_are_what_e2fsck_and_the_kernel_expect() {
     assert_eq!(v.inode(many).unwrap().file_acl, 0, "a small value stays in the inode");
     for i in 0..20 {
         let value = format!("value-{i}-{}", "x".repeat(90)).into_bytes();
-        v.setxattr(many, &format!("user.attr{i}"), &value, XattrMode::Create).unwrap();
-        attrs.insert(format!("user.attr{i}"), value);
+        v.setxattr(many, format!("user.attr{i}"), &value, XattrMode::Create).unwrap();
+        attrs.insert(format!("user.attr{i}").into(), value);
     }
     assert_ne!(v.inode(many).unwrap().file_acl, 0, "the rest spills into a block");
     assert_clean(&image, "twenty xattrs");
     v.setxattr(many, "user.attr7", b"replaced", XattrMode::Replace).unwrap();
     attrs.insert("user.attr7".into(), b"replaced".to_vec());
     v.removexattr(many, "user.attr3").unwrap();
-    attrs.remove("user.attr3");
+    attrs.remove(std::ffi::OsStr::new("user.attr3"));
     v.setxattr(many, "trusted.t", b"", XattrMode::Either).unwrap();
     attrs.insert("trusted.t".into(), Vec::new());
     // Refusals change nothing.
@@ -64,7 +64,7 @@ fn xattrs_set_and_removed_are_what_e2fsck_and_the_kernel_expect() {
     assert_eq!(errno(v.setxattr(many, "user.huge", &[7; 5000], XattrMode::Either).unwrap_err()), libc::ENOSPC);
     let mut filled = 0;
     let full = loop {
-        match v.setxattr(many, &format!("user.fill{filled}"), &[b'f'; 300], XattrMode::Create) {
+        match v.setxattr(many, format!("user.fill{filled}"), &[b'f'; 300], XattrMode::Create) {
             Ok(_) => filled += 1,
             Err(e) => break e,
         }
@@ -72,7 +72,7 @@ fn xattrs_set_and_removed_are_what_e2fsck_and_the_kernel_expect() {
     };
     assert_eq!(full.errno(), libc::ENOSPC);
     for i in 0..filled {
-        v.removexattr(many, &format!("user.fill{i}")).unwrap();
+        v.removexattr(many, format!("user.fill{i}")).unwrap();
     }
     assert_eq!(v.xattrs(&v.inode(many).unwrap()).unwrap(), before, "a refused or undone call changes nothing");
     assert_clean(&image, "replace, remove, refusals, a full block emptied again");
@@ -80,11 +80,11 @@ fn xattrs_set_and_removed_are_what_e2fsck_and_the_kernel_expect() {
     // "gone": into a block and out again: the block is freed.
     let gone = v.create(ROOT, b"gone", file).unwrap().ino;
     for i in 0..3 {
-        v.setxattr(gone, &format!("user.g{i}"), &[b'g'; 200], XattrMode::Either).unwrap();
+        v.setxattr(gone, format!("user.g{i}"), &[b'g'; 200], XattrMode::Either).unwrap();
     }
     assert_ne!(v.inode(gone).unwrap().file_acl, 0);
     for i in 0..3 {
-        v.removexattr(gone, &format!("user.g{i}")).unwrap();
+        v.removexattr(gone, format!("user.g{i}")).unwrap();
     }
     assert_eq!(v.inode(gone).unwrap().file_acl, 0, "an emptied block is freed");
     model.insert("gone", BTreeMap::new());
@@ -155,7 +155,7 @@ fn values_in_inodes_of_their_own_are_counted_charged_and_freed_as_e2fsck_expects
     let mut v = Volume::open(&image, Options { write: true, check_updates: true, ..Options::default() }).unwrap();
     let file = NewInode { mode: 0o100_644, uid: 1000, gid: 100 };
     let empty = v.statfs().free_inodes;
-    let mut model: BTreeMap<&str, BTreeMap<String, Vec<u8>>> = BTreeMap::new();
+    let mut model: BTreeMap<&str, BTreeMap<OsString, Vec<u8>>> = BTreeMap::new();
 
     // A value past a block less 56 bytes goes to an inode of its own; the
     // file is charged its two blocks.
@@ -194,7 +194,7 @@ fn values_in_inodes_of_their_own_are_counted_charged_and_freed_as_e2fsck_expects
     assert_eq!(v.statfs().free_inodes, empty - 3);
     assert_clean(&image, "large values replaced");
     v.removexattr(big, "user.b3000").unwrap();
-    attrs.remove("user.b3000");
+    attrs.remove(std::ffi::OsStr::new("user.b3000"));
     assert_eq!(v.statfs().free_inodes, empty - 2);
     assert_clean(&image, "a value inode's entry removed");
 
@@ -428,11 +428,85 @@ fn in_inode_xattrs_after_a_longer_i_extra_isize_read_as_the_kernels() {
     let kernel = std::sync::Mutex::new(BTreeMap::new());
     with_kernel_mount(&image, &mnt, || *kernel.lock().unwrap() = kernel_xattrs(&mnt.join("t")));
     let kernel = kernel.into_inner().unwrap();
-    assert_eq!(kernel.get("user.in").map(Vec::as_slice), Some(&b"twenty bytes, inline"[..]));
+    assert_eq!(kernel.get(std::ffi::OsStr::new("user.in")).map(Vec::as_slice), Some(&b"twenty bytes, inline"[..]));
     let v = Volume::open(&image, Options::default()).unwrap();
     let t = v.resolve("/t").unwrap();
     assert_eq!(t.file_acl, 0, "the kernel kept it in the inode");
     assert_eq!(v.xattrs(&t).unwrap().into_iter().collect::<BTreeMap<_, _>>(), kernel);
+}
+
+/// xattr names are bytes after their prefix, as the kernel stores them:
+/// names the kernel wrote that are not UTF-8 (in the inode and in the
+/// block) are listed and read by csumfs byte for byte — never as a lossy
+/// string, which would list a name no one can read (and merge two names
+/// that differ in such a byte) — and csumfs's own changes to them read
+/// back in the kernel.
+#[test]
+fn xattr_names_that_are_not_utf8_read_and_change_as_the_kernel_keeps_them() {
+    use std::ffi::{OsStr, OsString};
+    use std::os::unix::ffi::OsStrExt;
+    if !have_e2fsprogs() {
+        return;
+    }
+    let scratch = Scratch::new("xattr-bytes");
+    let image = scratch.0.join("x.img");
+    mke2fs(&image, "4096", "16M");
+    let mnt = scratch.0.join("mnt");
+    let names: [&[u8]; 4] = [b"user.\xff\xfe", b"user.\xff\xff", b"trusted.\x80 in the block", b"user.\xc3\xa9"];
+    let set = std::sync::atomic::AtomicBool::new(false);
+    common::with_kernel_mount_with(&image, &mnt, "loop", || {
+        std::fs::write(mnt.join("t"), b"").unwrap();
+        let path = CString::new(mnt.join("t").as_os_str().as_bytes()).unwrap();
+        for (i, name) in names.iter().enumerate() {
+            // The third value is too large for the inode: it goes to the block.
+            let value = pattern(i as u8, if i == 2 { 2000 } else { 10 });
+            let cname = CString::new(*name).unwrap();
+            // SAFETY: NUL-terminated path and name; a value and its length.
+            let done = unsafe { libc::setxattr(path.as_ptr(), cname.as_ptr(), value.as_ptr().cast(), value.len(), 0) };
+            assert_eq!(done, 0, "{}: {}", name.escape_ascii(), std::io::Error::last_os_error());
+        }
+        set.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    if !set.into_inner() {
+        return;
+    }
+    let read_by_kernel = |image: &Path| {
+        let kernel = std::sync::Mutex::new(BTreeMap::new());
+        with_kernel_mount(image, &mnt, || *kernel.lock().unwrap() = kernel_xattrs(&mnt.join("t")));
+        kernel.into_inner().unwrap()
+    };
+    let kernel = read_by_kernel(&image);
+    assert_eq!(kernel.len(), 4, "{kernel:?}");
+    let mut v = Volume::open(&image, Options { write: true, check_updates: true, ..Options::default() }).unwrap();
+    let t = v.resolve("/t").unwrap();
+    assert_ne!(t.file_acl, 0, "one value is in the xattr block");
+    let ours: BTreeMap<OsString, Vec<u8>> = v.xattrs(&t).unwrap().into_iter().collect();
+    assert_eq!(ours, kernel);
+    let mut listed = v.xattr_names(&t).unwrap();
+    listed.sort();
+    assert_eq!(listed, kernel.keys().cloned().collect::<Vec<_>>());
+    for (i, name) in names.iter().enumerate() {
+        let want = pattern(i as u8, if i == 2 { 2000 } else { 10 });
+        assert_eq!(v.getxattr(&t, OsStr::from_bytes(name)).unwrap(), want, "{}", name.escape_ascii());
+    }
+    let absent = v.getxattr(&t, OsStr::from_bytes(b"user.\xff\xfd")).unwrap_err();
+    assert_eq!(absent.errno(), libc::ENODATA);
+
+    // csumfs changes one, removes another and adds a third; the kernel reads it.
+    v.setxattr(t.ino, OsStr::from_bytes(names[1]), b"replaced", XattrMode::Replace).unwrap();
+    v.removexattr(t.ino, OsStr::from_bytes(names[0])).unwrap();
+    let added = OsStr::from_bytes(b"security.\xfe\x01");
+    v.setxattr(t.ino, added, b"added", XattrMode::Create).unwrap();
+    let err = v.setxattr(t.ino, OsStr::from_bytes(b"other.\xff"), b"x", XattrMode::Either).unwrap_err();
+    assert_eq!(err.errno(), libc::EOPNOTSUPP, "no ext4 prefix: {err}");
+    v.sync().unwrap();
+    let ours: BTreeMap<OsString, Vec<u8>> = v.xattrs(&v.inode(t.ino).unwrap()).unwrap().into_iter().collect();
+    drop(v);
+    assert_clean(&image, "xattr names that are not UTF-8 changed");
+    let kernel = read_by_kernel(&image);
+    assert_eq!(ours, kernel);
+    assert_eq!(kernel.get(OsStr::from_bytes(names[1])).map(Vec::as_slice), Some(&b"replaced"[..]));
+    assert!(!kernel.contains_key(OsStr::from_bytes(names[0])) && kernel.contains_key(added), "{kernel:?}");
 }
 
 /// The xattrs of the placement test: file, then (name, value length).

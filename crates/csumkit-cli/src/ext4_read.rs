@@ -4,7 +4,9 @@
 
 use clap::Args;
 use csumfs::{Error, Inode, Options, Timespec, Volume};
+use std::ffi::OsStr;
 use std::io::Write;
+use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -26,7 +28,7 @@ pub struct GetfattrArgs {
     at: PathArgs,
     /// Only this attribute (e.g. user.mime_type); exit 1 when absent.
     #[arg(short, long)]
-    name: Option<String>,
+    name: Option<std::ffi::OsString>,
 }
 
 /// Which reading command.
@@ -176,15 +178,15 @@ fn shown(value: &[u8]) -> String {
     }
 }
 
-fn getfattr(volume: &Volume, inode: &Inode, name: Option<&str>) -> Result<(), Error> {
+/// Names go out as the bytes they are (as getfattr prints them): a name
+/// need not be UTF-8.
+fn getfattr(volume: &Volume, inode: &Inode, name: Option<&OsStr>) -> Result<(), Error> {
     let mut out = std::io::stdout().lock();
+    let mut line = |name: &OsStr, value: &[u8]| {
+        out.write_all(name.as_bytes()).and_then(|()| writeln!(out, "={}", shown(value))).map_err(io)
+    };
     match name {
-        Some(name) => writeln!(out, "{name}={}", shown(&volume.getxattr(inode, name)?)).map_err(io),
-        None => {
-            for (name, value) in volume.xattrs(inode)? {
-                writeln!(out, "{name}={}", shown(&value)).map_err(io)?;
-            }
-            Ok(())
-        }
+        Some(name) => line(name, &volume.getxattr(inode, name)?),
+        None => volume.xattrs(inode)?.iter().try_for_each(|(name, value)| line(name, value)),
     }
 }

@@ -94,7 +94,12 @@ fn finish(image: &Path, result: Result<(), Error>) -> ExitCode {
             eprintln!("csumkit ext4: {}: {e}", image.display());
             let usage = matches!(
                 e,
-                Error::NotFound(_) | Error::NotDir(_) | Error::Exists(_) | Error::IsDir(_) | Error::NotEmpty(_)
+                Error::NotFound(_)
+                    | Error::NotDir(_)
+                    | Error::Exists(_)
+                    | Error::IsDir(_)
+                    | Error::NotEmpty(_)
+                    | Error::Permission(_)
             );
             ExitCode::from(if usage { 1 } else { 2 })
         }
@@ -173,7 +178,7 @@ struct Source {
     meta: std::fs::Metadata,
     /// Symlink target.
     target: Option<Vec<u8>>,
-    xattrs: Vec<(String, Vec<u8>)>,
+    xattrs: Vec<(std::ffi::OsString, Vec<u8>)>,
 }
 
 pub fn put(args: &PutArgs) -> ExitCode {
@@ -351,8 +356,9 @@ fn copy_data(volume: &mut Volume, path: &Path, ino: u32, len: u64, bar: Option<&
     Ok(())
 }
 
-/// The xattrs of `path` itself (a symlink's own), by `llistxattr`.
-fn host_xattrs(path: &Path) -> std::io::Result<Vec<(String, Vec<u8>)>> {
+/// The xattrs of `path` itself (a symlink's own), by `llistxattr`; names
+/// are kept as the bytes they are (they need not be UTF-8).
+fn host_xattrs(path: &Path) -> std::io::Result<Vec<(std::ffi::OsString, Vec<u8>)>> {
     let cpath = std::ffi::CString::new(path.as_os_str().as_bytes())?;
     // SAFETY: a NUL-terminated path; a null buffer asks for the size.
     let size = unsafe { libc::llistxattr(cpath.as_ptr(), std::ptr::null_mut(), 0) };
@@ -381,7 +387,7 @@ fn host_xattrs(path: &Path) -> std::io::Result<Vec<(String, Vec<u8>)>> {
             return Err(std::io::Error::last_os_error());
         }
         value.truncate(len as usize);
-        out.push((String::from_utf8_lossy(name).into_owned(), value));
+        out.push((std::ffi::OsStr::from_bytes(name).to_os_string(), value));
     }
     Ok(out)
 }

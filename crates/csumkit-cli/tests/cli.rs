@@ -719,6 +719,11 @@ fn ext4_put_mkdir_mv_rm_build_an_image_e2fsck_accepts() {
         let name = std::ffi::CString::new("user.origin").unwrap();
         let set = libc::setxattr(cpath(&tree.join("a.txt")).as_ptr(), name.as_ptr(), b"host".as_ptr().cast(), 4, 0);
         assert_eq!(set, 0, "setxattr: {}", std::io::Error::last_os_error());
+        // A name that is not UTF-8 is copied as its bytes (it was written
+        // as U+FFFD twice).
+        let name = std::ffi::CString::new(&b"user.\xff\xfe"[..]).unwrap();
+        let set = libc::setxattr(cpath(&tree.join("a.txt")).as_ptr(), name.as_ptr(), b"bytes".as_ptr().cast(), 5, 0);
+        assert_eq!(set, 0, "setxattr: {}", std::io::Error::last_os_error());
         let times = [
             libc::timespec { tv_sec: 1_000_000_000, tv_nsec: 123_456_789 },
             libc::timespec { tv_sec: 1_234_567_890, tv_nsec: 987_654_321 },
@@ -742,6 +747,8 @@ fn ext4_put_mkdir_mv_rm_build_an_image_e2fsck_accepts() {
         assert_eq!(v.read_all(&a).unwrap(), b"alpha\n");
         assert_eq!((a.links, a.mtime.sec, a.mtime.nsec, a.atime.sec), (2, 1_234_567_890, 987_654_321, 1_000_000_000));
         assert_eq!(v.getxattr(&a, "user.origin").unwrap(), b"host");
+        assert_eq!(v.getxattr(&a, std::ffi::OsStr::from_bytes(b"user.\xff\xfe")).unwrap(), b"bytes");
+        assert_eq!(v.xattrs(&a).unwrap().len(), 2);
         assert_eq!(v.resolve("/put-tree/inner/hard").unwrap().ino, a.ino, "the hard link is one inode");
         assert_eq!(v.read_all(&v.resolve("/put-tree/inner/big.bin").unwrap()).unwrap(), big);
         let sparse = v.resolve("/put-tree/sparse").unwrap();
@@ -754,6 +761,17 @@ fn ext4_put_mkdir_mv_rm_build_an_image_e2fsck_accepts() {
         let fifo = v.resolve("/put-tree/fifo").unwrap();
         assert_eq!((fifo.mode & 0o170_000, fifo.mode & 0o7777), (0o010_000, 0o640));
     }
+    // getfattr prints names as their bytes, and takes one that way.
+    let out = csumkit(&["ext4", "getfattr", img, "/put-tree/a.txt"], None);
+    let line = b"user.\xff\xfe=\"bytes\"\n";
+    assert!(out.stdout.windows(line.len()).any(|w| w == line), "{}", out.stdout.escape_ascii());
+    let out = Command::new(env!("CARGO_BIN_EXE_csumkit"))
+        .args(["ext4", "getfattr", "-n"])
+        .arg(std::ffi::OsStr::from_bytes(b"user.\xff\xfe"))
+        .args([img, "/put-tree/a.txt"])
+        .output()
+        .unwrap();
+    assert_eq!(out.stdout, b"user.\xff\xfe=\"bytes\"\n", "{}", String::from_utf8_lossy(&out.stderr));
     // mv into a directory, mv -n onto a name, rm without and with -r.
     assert!(csumkit(&["ext4", "mv", img, "/put-tree/sparse", "/made"], None).status.success());
     assert_eq!(csumkit(&["ext4", "mv", img, "-n", "/put-tree/link", "/put-tree/a.txt"], None).status.code(), Some(1));
@@ -774,6 +792,22 @@ fn ext4_put_mkdir_mv_rm_build_an_image_e2fsck_accepts() {
     let out = csumkit(&["ext4", "put", img, "/nonexistent/source", "/x"], None);
     assert_eq!(out.status.code(), Some(2));
     assert!(std::fs::read(&image).unwrap() == before, "a refused put changed the image");
+    // An immutable file (chattr +i) is not removed: one line, exit 1, the
+    // image unchanged.
+    {
+        let options = csumfs::Options { write: true, ..csumfs::Options::default() };
+        let mut v = csumfs::Volume::open(&image, options).unwrap();
+        let a = v.resolve("/put-tree/a.txt").unwrap();
+        v.set_flags(a.ino, a.flags | 0x10).unwrap();
+        v.sync().unwrap();
+    }
+    let before = std::fs::read(&image).unwrap();
+    let out = csumkit(&["ext4", "rm", img, "/put-tree/a.txt"], None);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("is immutable") && stderr.lines().count() == 1, "{stderr}");
+    assert!(std::fs::read(&image).unwrap() == before, "a refused rm changed the image");
+    clean();
     std::fs::remove_dir_all(&tree).unwrap();
 }
 

@@ -255,12 +255,12 @@ fn a_mounted_image_changed_by_file_calls_is_clean_for_e2fsck_and_the_kernel() {
             let f6 = scratch.mnt().join("d1/f6");
             let flags = inode_flags(&f6).unwrap();
             assert_eq!(flags & 0x80000, 0x80000, "FS_IOC_GETFLAGS: {flags:#x}");
-            // chattr +dA (nodump, noatime) is kept; +i (immutable, which
-            // csumfs does not enforce) is refused and changes nothing. The
-            // kernel sees d and A below.
+            // chattr +dA (nodump, noatime) is kept; +S (synchronous
+            // updates, which csumfs does not keep) is refused and changes
+            // nothing. The kernel sees d and A below.
             set_inode_flags(&f6, flags | 0x40 | 0x80).unwrap();
             assert_eq!(inode_flags(&f6).unwrap(), flags | 0xC0);
-            let refused = set_inode_flags(&f6, flags | 0xC0 | 0x10).unwrap_err();
+            let refused = set_inode_flags(&f6, flags | 0xC0 | 0x8).unwrap_err();
             assert_eq!(refused.raw_os_error(), Some(libc::EOPNOTSUPP));
             assert_eq!(inode_flags(&f6).unwrap(), flags | 0xC0);
             model
@@ -689,4 +689,65 @@ fn an_acl_set_from_outside_the_files_group_clears_its_set_group_id_bit() {
     }
     unmount_and_wait(child, &mnt);
     e2fsck_clean(&image);
+}
+
+/// An append-only file (`chattr +a`) is appended to through the kernel's
+/// writeback cache — which rewrites the last page from its start, and
+/// sends the file's mtime as a chosen time (refused, as a caller's would
+/// be, it fails the fsync) — while
+/// an open without `O_APPEND`, a truncate and chosen times stay `EPERM`;
+/// e2fsck is clean and the kernel reads the appended bytes and the flag.
+/// (Without the cache, tests/mount_syscalls.rs compares every refusal
+/// with the kernel's.)
+#[test]
+fn an_append_only_file_is_appended_to_through_the_writeback_cache() {
+    use std::os::unix::fs::OpenOptionsExt;
+    if cannot_mount() {
+        return;
+    }
+    let scratch = Scratch::new("append-only");
+    let image = scratch.image("16M", "4096");
+    let child = mount_foreground(&image, &scratch.mnt(), &["-o", "writeback_cache"]);
+    let log = scratch.mnt().join("log");
+    let appended = std::panic::catch_unwind(|| {
+        let mut want = b"first\n".to_vec();
+        std::fs::write(&log, &want).unwrap();
+        // An mtime long past: the appends must move it (the cache's mtime
+        // reaching csumfs), though a caller's chosen times are refused.
+        let past = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1000);
+        std::fs::File::options().write(true).open(&log).unwrap().set_modified(past).unwrap();
+        set_inode_flags(&log, inode_flags(&log).unwrap() | 0x20).unwrap();
+        for i in 0..200 {
+            let line = format!("line {i} {}\n", "x".repeat(i * 7 % 300));
+            let mut file = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+            file.write_all(line.as_bytes()).unwrap();
+            if i % 50 == 49 {
+                file.sync_all().unwrap();
+            }
+            want.extend_from_slice(line.as_bytes());
+        }
+        let refused = |r: std::io::Result<()>, what: &str| {
+            assert_eq!(r.map_err(|e| e.raw_os_error()), Err(Some(libc::EPERM)), "{what}");
+        };
+        refused(std::fs::OpenOptions::new().write(true).open(&log).map(drop), "open without O_APPEND");
+        let file = std::fs::OpenOptions::new().append(true).custom_flags(0).open(&log).unwrap();
+        refused(file.set_len(0), "ftruncate");
+        let chosen = std::fs::FileTimes::new().set_accessed(std::time::UNIX_EPOCH);
+        refused(file.set_times(chosen), "chosen times");
+        drop(file);
+        assert_eq!(std::fs::read(&log).unwrap(), want);
+        want
+    });
+    unmount_and_wait(child, &scratch.mnt());
+    let want = appended.unwrap_or_else(|p| std::panic::resume_unwind(p));
+    e2fsck_clean(&image);
+    let kernel = scratch.0.join("kernel");
+    if kernel_mount(&image, &kernel, "loop,ro") {
+        let (read, flags) = (std::fs::read(kernel.join("log")), inode_flags(&kernel.join("log")));
+        let mtime = std::fs::metadata(kernel.join("log")).map(|m| m.mtime());
+        unmount_kernel(&kernel);
+        assert_eq!(read.unwrap(), want);
+        assert!(mtime.unwrap() > 1_000_000, "the appends' mtime reached the image");
+        assert_eq!(flags.unwrap() & 0x20, 0x20, "append-only, as the kernel reads it");
+    }
 }

@@ -127,19 +127,24 @@ impl Run {
         }
     }
 
-    fn setxattr(&mut self, rel: &str, name: &str, value: &[u8], flags: i32) {
+    /// xattr names are bytes (not UTF-8 always): shown escaped, so two
+    /// names that differ in a non-UTF-8 byte never read alike.
+    fn setxattr(&mut self, rel: &str, name: impl AsRef<[u8]>, value: &[u8], flags: i32) {
+        let name = name.as_ref();
         let (path, cname) = (self.c(rel), CString::new(name).unwrap());
         // SAFETY: valid path, name and value of the given length.
         let ret = unsafe { libc::lsetxattr(path.as_ptr(), cname.as_ptr(), value.as_ptr().cast(), value.len(), flags) };
+        let name = name.escape_ascii();
         self.said(&format!("setxattr {rel} {name} ({} bytes, flags {flags})", value.len()), i64::from(ret));
     }
 
-    fn getxattr(&mut self, rel: &str, name: &str, size: usize) {
+    fn getxattr(&mut self, rel: &str, name: impl AsRef<[u8]>, size: usize) {
+        let name = name.as_ref();
         let (path, cname) = (self.c(rel), CString::new(name).unwrap());
         let mut value = vec![0u8; size];
         // SAFETY: valid path and name; a buffer of `size` bytes.
         let ret = unsafe { libc::lgetxattr(path.as_ptr(), cname.as_ptr(), value.as_mut_ptr().cast(), size) };
-        let ret = self.said_count(&format!("getxattr {rel} {name} into {size}"), ret as i64);
+        let ret = self.said_count(&format!("getxattr {rel} {} into {size}", name.escape_ascii()), ret as i64);
         if ret > 0 && size > 0 {
             self.note(format!("  value {:?}", String::from_utf8_lossy(&value[..ret as usize])));
         }
@@ -154,7 +159,7 @@ impl Run {
         if ret > 0 && size > 0 {
             let mut list: Vec<&[u8]> = names[..ret as usize].split(|&b| b == 0).filter(|n| !n.is_empty()).collect();
             list.sort();
-            let list: Vec<String> = list.iter().map(|n| String::from_utf8_lossy(n).into_owned()).collect();
+            let list: Vec<String> = list.iter().map(|n| n.escape_ascii().to_string()).collect();
             self.note(format!("  names {list:?}"));
         }
     }
@@ -502,7 +507,7 @@ fn script(root: &Path) -> Vec<String> {
     r.setxattr("data", "user.empty", b"", 0);
     r.setxattr("data", "trusted.t", b"trusted value", 0);
     r.setxattr("data", "security.s", b"security value", 0);
-    r.setxattr("data", &format!("user.{}", "n".repeat(250)), b"too long a name", 0);
+    r.setxattr("data", format!("user.{}", "n".repeat(250)), b"too long a name", 0);
     r.setxattr("data", "user.big", &vec![b'v'; 5_000], 0);
     r.setxattr("sgid/dir", "user.on-a-dir", b"d", 0);
     r.setxattr("fifo", "user.on-a-fifo", b"f", 0);
@@ -517,13 +522,20 @@ fn script(root: &Path) -> Vec<String> {
     r.listxattr("data", 4096);
     r.listxattr_exact("data");
     r.listxattr("short", 4096);
-    {
-        let (p, name) = (r.c("data"), CString::new("user.zz").unwrap());
+    // Names are bytes after the prefix, UTF-8 or not (as `cp -a` copies
+    // them): two that differ only in a non-UTF-8 byte are two names.
+    r.setxattr("data", b"user.\xff\xfe not UTF-8", b"bytes", libc::XATTR_CREATE);
+    r.setxattr("data", b"trusted.\x80", b"t", 0);
+    r.setxattr("data", b"user.\xc3\xa9t\xc3\xa9", b"UTF-8, not ASCII", 0);
+    r.getxattr("data", b"user.\xff\xfe not UTF-8", 16);
+    r.getxattr("data", b"user.\xff\xff not UTF-8", 16);
+    r.getxattr("data", b"user.\xc3\xa9t\xc3\xa9", 32);
+    r.listxattr_exact("data");
+    for name in [&b"user.zz"[..], b"user.a", b"trusted.\x80", b"trusted.\x81"] {
+        let (p, cname) = (r.c("data"), CString::new(name).unwrap());
         // SAFETY: valid path and name.
-        r.said("removexattr data user.zz", i64::from(unsafe { libc::lremovexattr(p.as_ptr(), name.as_ptr()) }));
-        let name = CString::new("user.a").unwrap();
-        // SAFETY: as above.
-        r.said("removexattr data user.a", i64::from(unsafe { libc::lremovexattr(p.as_ptr(), name.as_ptr()) }));
+        let ret = unsafe { libc::lremovexattr(p.as_ptr(), cname.as_ptr()) };
+        r.said(&format!("removexattr data {}", name.escape_ascii()), i64::from(ret));
     }
     r.getxattr("data", "user.a", 8);
 
@@ -538,6 +550,108 @@ fn script(root: &Path) -> Vec<String> {
     r.fsgetxattr("sgid");
     r.ioctl_int("data", "FS_IOC_GETVERSION", libc::FS_IOC_GETVERSION, None, false);
     r.ioctl_int("data", "an unknown command", 0x8004_6699, None, true);
+
+    // chattr +i and +a: what ext4 refuses on them (EPERM) and what it still
+    // allows — reading, appending through O_APPEND, touch, fallocate
+    // without punching, a name added to an append-only directory.
+    std::fs::write(root.join("imm"), b"immutable contents").unwrap();
+    std::fs::write(root.join("app"), b"line 1\n").unwrap();
+    std::fs::write(root.join("mover"), b"").unwrap();
+    for dir in ["imm-dir", "app-dir"] {
+        mkdir(&mut r, dir, 0o755);
+        std::fs::write(root.join(format!("{dir}/inside")), b"x").unwrap();
+    }
+    for (rel, flag) in [("imm", 0x10), ("app", 0x20), ("imm-dir", 0x10), ("app-dir", 0x20)] {
+        let flags = inode_flags(&root.join(rel)).unwrap() as i32 | flag;
+        r.ioctl_int(rel, "FS_IOC_SETFLAGS", libc::FS_IOC_SETFLAGS, Some(flags), false);
+        r.ioctl_int(rel, "FS_IOC_GETFLAGS", libc::FS_IOC_GETFLAGS, None, true);
+        r.fsgetxattr(rel);
+    }
+    // Another flag changed while immutable stays is refused; nodump on an
+    // append-only file is not.
+    let imm_flags = inode_flags(&root.join("imm")).unwrap() as i32;
+    r.ioctl_int("imm", "FS_IOC_SETFLAGS", libc::FS_IOC_SETFLAGS, Some(imm_flags | 0x40), false);
+    let app_flags = inode_flags(&root.join("app")).unwrap() as i32;
+    r.ioctl_int("app", "FS_IOC_SETFLAGS", libc::FS_IOC_SETFLAGS, Some(app_flags | 0x40), false);
+    for (rel, flags) in [
+        ("imm", libc::O_WRONLY),
+        ("imm", libc::O_RDONLY | libc::O_TRUNC),
+        ("imm", libc::O_RDWR | libc::O_APPEND),
+        ("app", libc::O_WRONLY),
+        ("app", libc::O_WRONLY | libc::O_APPEND | libc::O_TRUNC),
+        ("imm-dir/new", libc::O_WRONLY | libc::O_CREAT),
+    ] {
+        let fd = r.open(rel, flags, 0o644);
+        if fd >= 0 {
+            Run::close(fd);
+        }
+    }
+    r.read_all("imm");
+    let fd = r.open("app", libc::O_WRONLY | libc::O_APPEND, 0);
+    // SAFETY: a descriptor this run opened; a buffer of the length given.
+    r.said_count("write app", unsafe { libc::write(fd, b"line 2\n".as_ptr().cast(), 7) } as i64);
+    r.fallocate(fd, 0, 0, 8_192);
+    r.fallocate(fd, libc::FALLOC_FL_KEEP_SIZE, 0, 16_384);
+    r.fallocate(fd, libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, 0, 4_096);
+    r.fallocate(fd, libc::FALLOC_FL_ZERO_RANGE, 0, 4_096);
+    // SAFETY: as above.
+    r.said("ftruncate app 0", i64::from(unsafe { libc::ftruncate(fd, 0) }));
+    // SAFETY: as above.
+    r.said("fsync app", i64::from(unsafe { libc::fsync(fd) }));
+    Run::close(fd);
+    r.read_all("app");
+    for rel in ["imm", "app", "imm-dir", "app-dir"] {
+        let (p, new) = (r.c(rel), r.c(&format!("{rel}-new-name")));
+        let chosen = [libc::timespec { tv_sec: 5, tv_nsec: 6 }, libc::timespec { tv_sec: 7, tv_nsec: 8 }];
+        let name = c"user.refused";
+        // SAFETY: valid paths and names; buffers of the lengths given.
+        unsafe {
+            r.said(&format!("truncate {rel} 0"), i64::from(libc::truncate(p.as_ptr(), 0)));
+            r.said(&format!("chmod {rel} 700"), i64::from(libc::chmod(p.as_ptr(), 0o700)));
+            r.said(&format!("chown {rel} 1 1"), i64::from(libc::chown(p.as_ptr(), 1, 1)));
+            let ret = libc::utimensat(libc::AT_FDCWD, p.as_ptr(), chosen.as_ptr(), 0);
+            r.said(&format!("utimensat {rel} chosen times"), i64::from(ret));
+            let ret = libc::utimensat(libc::AT_FDCWD, p.as_ptr(), std::ptr::null(), 0);
+            r.said(&format!("utimensat {rel} now"), i64::from(ret));
+            let mtime_only = [libc::timespec { tv_sec: 0, tv_nsec: libc::UTIME_OMIT }, chosen[1]];
+            let ret = libc::utimensat(libc::AT_FDCWD, p.as_ptr(), mtime_only.as_ptr(), 0);
+            r.said(&format!("utimensat {rel} chosen mtime"), i64::from(ret));
+            let ret = libc::setxattr(p.as_ptr(), name.as_ptr(), b"v".as_ptr().cast(), 1, 0);
+            r.said(&format!("setxattr {rel} user.refused"), i64::from(ret));
+            r.said(&format!("removexattr {rel} user.refused"), i64::from(libc::removexattr(p.as_ptr(), name.as_ptr())));
+            r.said(&format!("link {rel}"), i64::from(libc::link(p.as_ptr(), new.as_ptr())));
+        }
+        r.renameat2(rel, &format!("{rel}-new-name"), 0);
+        r.stat(rel);
+    }
+    for dir in ["imm-dir", "app-dir"] {
+        mkdir(&mut r, &format!("{dir}/sub"), 0o755);
+        r.renameat2(&format!("{dir}/inside"), &format!("{dir}/moved"), 0);
+        r.renameat2(&format!("{dir}/inside"), "moved-out", 0);
+        r.renameat2("mover", &format!("{dir}/mover"), 0);
+        let p = r.c(&format!("{dir}/inside"));
+        // SAFETY: a valid path.
+        r.said(&format!("unlink {dir}/inside"), i64::from(unsafe { libc::unlink(p.as_ptr()) }));
+        let (target, at) = (c"inside", r.c(&format!("{dir}/symlink")));
+        // SAFETY: valid paths.
+        r.said(&format!("symlink {dir}/symlink"), i64::from(unsafe { libc::symlink(target.as_ptr(), at.as_ptr()) }));
+        r.list(dir);
+    }
+    // (unlink of a directory or rmdir of a file is the VFS's EISDIR or
+    // ENOTDIR before FUSE asks csumfs: ext4 says EPERM first.)
+    for (rel, dir) in [("imm", false), ("app", false), ("imm-dir", true), ("app-dir", true), ("mover", false)] {
+        let p = r.c(rel);
+        // SAFETY: a valid path.
+        let ret = unsafe {
+            if dir {
+                libc::rmdir(p.as_ptr())
+            } else {
+                libc::unlink(p.as_ptr())
+            }
+        };
+        r.said(&format!("remove {rel}"), i64::from(ret));
+    }
+    r.read_all("app-dir/mover");
 
     // A directory big enough to list in pieces and resume.
     mkdir(&mut r, "list", 0o755);

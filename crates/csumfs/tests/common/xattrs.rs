@@ -2,8 +2,8 @@
 //! ACLs in the VFS encoding the tests set.
 
 use std::collections::BTreeMap;
-use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
+use std::ffi::{CString, OsString};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::Path;
 
 /// An ACL in the VFS encoding: (tag, perm, id) entries.
@@ -21,29 +21,25 @@ fn c_path(path: &Path) -> CString {
     CString::new(path.as_os_str().as_bytes()).unwrap()
 }
 
-/// The names the kernel's `llistxattr` gives for `path`.
-pub fn kernel_xattr_names(path: &Path) -> Vec<String> {
+/// The names the kernel's `llistxattr` gives for `path` (any bytes).
+pub fn kernel_xattr_names(path: &Path) -> Vec<OsString> {
     let mut names = vec![0u8; 65536];
     // SAFETY: valid path and buffer of the given size.
     let n = unsafe { libc::llistxattr(c_path(path).as_ptr(), names.as_mut_ptr().cast(), names.len()) };
     assert!(n >= 0, "llistxattr {}: {}", path.display(), std::io::Error::last_os_error());
-    names[..n as usize]
-        .split(|&b| b == 0)
-        .filter(|n| !n.is_empty())
-        .map(|n| String::from_utf8(n.to_vec()).unwrap())
-        .collect()
+    names[..n as usize].split(|&b| b == 0).filter(|n| !n.is_empty()).map(|n| OsString::from_vec(n.to_vec())).collect()
 }
 
 /// Every xattr of `path` as the kernel returns it.
-pub fn kernel_xattrs(path: &Path) -> BTreeMap<String, Vec<u8>> {
+pub fn kernel_xattrs(path: &Path) -> BTreeMap<OsString, Vec<u8>> {
     let c = c_path(path);
     let mut out = BTreeMap::new();
     for name in kernel_xattr_names(path) {
-        let cname = CString::new(name.as_str()).unwrap();
+        let cname = CString::new(name.as_bytes()).unwrap();
         let mut value = vec![0u8; 65536];
         // SAFETY: valid path, name and buffer.
         let len = unsafe { libc::lgetxattr(c.as_ptr(), cname.as_ptr(), value.as_mut_ptr().cast(), value.len()) };
-        assert!(len >= 0, "lgetxattr {name}: {}", std::io::Error::last_os_error());
+        assert!(len >= 0, "lgetxattr {name:?}: {}", std::io::Error::last_os_error());
         value.truncate(len as usize);
         out.insert(name, value);
     }
