@@ -67,6 +67,8 @@ csumfs_files=(
   crates/csumfs/src/inode.rs
   crates/csumfs/src/xattr.rs
   crates/csumfs/src/extents.rs
+  crates/csumfs/src/immutable.rs
+  crates/csumfs/src/reserve.rs
 )
 # csumfs's FUSE glue: its tests are the mount's, in csumkit-cli (`mount.rs`,
 # and `mount_syscalls.rs`, which holds every answer to the kernel's ext4's).

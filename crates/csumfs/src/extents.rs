@@ -10,6 +10,7 @@ use crate::immutable;
 use crate::inode::{Inode, FLAG_EXTENTS};
 use crate::le::{put16, put32};
 use crate::map::Run;
+use crate::reserve::Caller;
 use crate::volume::Volume;
 use crate::write::{encode_time, now, put_time};
 
@@ -24,6 +25,10 @@ impl Volume {
     /// extent trees deeper than one level.
     pub fn truncate(&mut self, ino: u32, size: u64) -> Result<Inode, Error> {
         immutable::may_modify(&self.inode(ino)?, "no truncate")?;
+        if self.caller != Caller::Unrestricted {
+            // A removal: its extent split may take ext4's reserve.
+            return self.unrestricted(|v| v.truncate(ino, size));
+        }
         let mut inode = self.extent_file(ino)?;
         if size > self.max_file_size() {
             return Err(Error::Io {
@@ -69,6 +74,9 @@ impl Volume {
     /// past the largest offset.
     pub fn punch_hole(&mut self, ino: u32, offset: u64, len: u64) -> Result<Inode, Error> {
         immutable::may_modify(&self.inode(ino)?, "no hole punched")?;
+        if self.caller != Caller::Unrestricted {
+            return self.unrestricted(|v| v.punch_hole(ino, offset, len));
+        }
         let mut inode = self.extent_file(ino)?;
         let bs = self.layout.block_size;
         let end = self.range_end(ino, offset, len)?.min(inode.size.next_multiple_of(bs));

@@ -11,7 +11,7 @@
 
 use crate::error::Error;
 use crate::inode::{Inode, Timespec, ROOT};
-use crate::{DirEntry, NewInode, RenameMode, SetAttr, Volume, XattrMode};
+use crate::{Caller, DirEntry, NewInode, RenameMode, SetAttr, Volume, XattrMode};
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, IoctlFlags, KernelConfig,
     LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
@@ -217,13 +217,16 @@ impl Fs {
     /// Runs `op` as one all-or-nothing change of the volume (its undo log
     /// puts back what a failed operation changed; its end may commit or
     /// checkpoint the ByteLog); `EROFS` on a read-only mount.
-    fn change<T>(&self, op: impl FnOnce(&mut Volume) -> Result<T, Error>) -> Result<T, Errno> {
+    fn change<T>(&self, req: &Request, op: impl FnOnce(&mut Volume) -> Result<T, Error>) -> Result<T, Errno> {
         if self.read_only {
             return Err(Errno::EROFS);
         }
         let mut volume = self.volume.write().unwrap_or_else(std::sync::PoisonError::into_inner);
         volume.begin();
+        let caller = Self::caller(req, &volume);
+        volume.set_caller(caller);
         let result = op(&mut volume);
+        volume.set_caller(Caller::Unrestricted);
         if let Err(e) = volume.end(result.is_ok()) {
             eprintln!("csumfs: ending an operation (undo, or a ByteLog commit or checkpoint): {e}");
             return Err(Errno::EIO);
@@ -254,16 +257,37 @@ impl Fs {
     /// capabilities. A caller gone before it is read is judged by its uid
     /// alone (root: capable).
     fn in_group_or_capable(req: &Request, gid: u32) -> bool {
-        if req.gid() == gid {
-            return true;
+        req.gid() == gid || Self::in_group_or_has(req, Some(gid), CAP_FSETID)
+    }
+
+    /// Whose allocations the request's are (reserve.rs): the reserved
+    /// blocks' owner, a member of their group (not root's), or a holder
+    /// of `CAP_SYS_RESOURCE` may take them (`ext4_has_free_clusters`).
+    /// /proc is read only for a caller who is neither the owner nor in
+    /// the group by its own gid.
+    fn caller(req: &Request, volume: &Volume) -> Caller {
+        let (uid, gid) = volume.reserved_blocks_owner();
+        let group = (gid != 0).then_some(gid);
+        let privileged =
+            req.uid() == uid || group == Some(req.gid()) || Self::in_group_or_has(req, group, CAP_SYS_RESOURCE);
+        if privileged {
+            Caller::Privileged
+        } else {
+            Caller::Unprivileged
         }
+    }
+
+    /// Whether the caller's supplementary groups hold `gid`, or its
+    /// effective capabilities `capability` (`/proc/PID/status`; root when
+    /// that is gone).
+    fn in_group_or_has(req: &Request, gid: Option<u32>, capability: u32) -> bool {
         let Ok(status) = std::fs::read_to_string(format!("/proc/{}/status", req.pid())) else {
             return req.uid() == 0;
         };
         let field = |name: &str| status.lines().find_map(|l| l.strip_prefix(name)).unwrap_or("").trim().to_string();
-        let in_groups = field("Groups:").split_whitespace().any(|g| g.parse() == Ok(gid));
+        let in_groups = field("Groups:").split_whitespace().any(|g| g.parse().ok() == gid);
         let capabilities = u64::from_str_radix(&field("CapEff:"), 16).unwrap_or(0);
-        in_groups || capabilities & 1 << CAP_FSETID != 0
+        in_groups || capabilities & 1 << capability != 0
     }
 
     fn handle(&self) -> FileHandle {
@@ -293,6 +317,8 @@ macro_rules! reply_empty {
 
 /// The capability to keep the set-group-ID bit outside the file's group.
 const CAP_FSETID: u32 = 4;
+/// `CAP_SYS_RESOURCE`: may take the reserved blocks.
+const CAP_SYS_RESOURCE: u32 = 24;
 /// `setxattr`'s two flags at once.
 const CREATE_AND_REPLACE: i32 = libc::XATTR_CREATE | libc::XATTR_REPLACE;
 /// `_IOR('X', 31, struct fsxattr)`.
@@ -342,7 +368,7 @@ impl Filesystem for Fs {
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -374,7 +400,7 @@ impl Filesystem for Fs {
             ctime: ctime.map(timespec),
             times_now,
         };
-        match self.change(|v| v.set_attr(from_fuse(ino), attr)) {
+        match self.change(req, |v| v.set_attr(from_fuse(ino), attr)) {
             Ok(inode) => reply.attr(&self.ttl, &self.attr(&inode)),
             Err(e) => reply.error(e),
         }
@@ -390,7 +416,7 @@ impl Filesystem for Fs {
 
     fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
         let parent = from_fuse(parent);
-        let made = self.change(|v| {
+        let made = self.change(req, |v| {
             let (mode, acls) = v.acl_create(parent, mode as u16, umask as u16)?;
             let new = Self::new_inode(v, req, parent, mode)?;
             // The VFS gives a regular file its type (`vfs_create`).
@@ -406,7 +432,7 @@ impl Filesystem for Fs {
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
         let (parent, mode) = (from_fuse(parent), (mode & 0o7777) as u16 | 0o040_000);
-        let made = self.change(|v| {
+        let made = self.change(req, |v| {
             let (mode, acls) = v.acl_create(parent, mode, umask as u16)?;
             let new = Self::new_inode(v, req, parent, mode)?;
             let inode = v.mkdir(parent, name.as_bytes(), new)?;
@@ -415,17 +441,17 @@ impl Filesystem for Fs {
         reply_entry!(self, made, reply);
     }
 
-    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        reply_empty!(self.change(|v| v.unlink(from_fuse(parent), name.as_bytes())), reply);
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply_empty!(self.change(req, |v| v.unlink(from_fuse(parent), name.as_bytes())), reply);
     }
 
-    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        reply_empty!(self.change(|v| v.rmdir(from_fuse(parent), name.as_bytes())), reply);
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply_empty!(self.change(req, |v| v.rmdir(from_fuse(parent), name.as_bytes())), reply);
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
         let parent = from_fuse(parent);
-        let made = self.change(|v| {
+        let made = self.change(req, |v| {
             let new = Self::new_inode(v, req, parent, 0o120_777)?;
             v.symlink(parent, link_name.as_bytes(), target.as_os_str().as_bytes(), new.uid, new.gid)
         });
@@ -454,7 +480,7 @@ impl Filesystem for Fs {
         };
         let (from, to) = (from_fuse(parent), from_fuse(newparent));
         reply_empty!(
-            self.change(|v| {
+            self.change(req, |v| {
                 v.rename(from, name.as_bytes(), to, newname.as_bytes(), mode)?;
                 if whiteout {
                     let (mode, acls) = v.acl_create(from, 0o020_000, 0)?;
@@ -468,8 +494,8 @@ impl Filesystem for Fs {
         );
     }
 
-    fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
-        let made = self.change(|v| v.link(from_fuse(ino), from_fuse(newparent), newname.as_bytes()));
+    fn link(&self, req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        let made = self.change(req, |v| v.link(from_fuse(ino), from_fuse(newparent), newname.as_bytes()));
         reply_entry!(self, made, reply);
     }
 
@@ -508,7 +534,7 @@ impl Filesystem for Fs {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -521,7 +547,7 @@ impl Filesystem for Fs {
         // As the kernel's `generic_write_checks`: a write that starts below
         // the largest file size is cut short there; one that starts at or
         // past it is `EFBIG` (the FUSE mount's own limit is far larger).
-        let written = self.change(|v| {
+        let written = self.change(req, |v| {
             let room = usize::try_from(v.max_file_size().saturating_sub(offset)).unwrap_or(usize::MAX);
             let len = if room == 0 { data.len() } else { data.len().min(room) };
             v.write(from_fuse(ino), offset, &data[..len]).map(|_| len)
@@ -538,7 +564,7 @@ impl Filesystem for Fs {
 
     fn release(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         _flags: OpenFlags,
@@ -550,7 +576,7 @@ impl Filesystem for Fs {
             return reply.ok();
         }
         // The last close of an unlinked file frees it: a change like any other.
-        reply_empty!(self.change(|v| v.unhold(from_fuse(ino))), reply);
+        reply_empty!(self.change(req, |v| v.unhold(from_fuse(ino))), reply);
     }
 
     fn fsync(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
@@ -629,7 +655,7 @@ impl Filesystem for Fs {
                 Err(e) => return reply.error(errno(&e)),
                 Ok(_) => {}
             }
-            return match self.change(|v| v.set_flags(from_fuse(ino), flags)) {
+            return match self.change(req, |v| v.set_flags(from_fuse(ino), flags)) {
                 Ok(_) => reply.ioctl(0, &[]),
                 Err(e) => reply.error(e),
             };
@@ -698,7 +724,7 @@ impl Filesystem for Fs {
             _ => return reply.error(Errno::EINVAL),
         };
         reply_empty!(
-            self.change(|v| {
+            self.change(req, |v| {
                 // Setting an access ACL clears S_ISGID of a file outside the
                 // caller's groups (`posix_acl_update_mode`): /proc is read
                 // only for a set-group-ID file.
@@ -711,8 +737,8 @@ impl Filesystem for Fs {
         );
     }
 
-    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        reply_empty!(self.change(|v| v.removexattr(from_fuse(ino), name)), reply);
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply_empty!(self.change(req, |v| v.removexattr(from_fuse(ino), name)), reply);
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
@@ -767,7 +793,7 @@ impl Filesystem for Fs {
         reply: ReplyCreate,
     ) {
         let parent = from_fuse(parent);
-        let made = self.change(|v| {
+        let made = self.change(req, |v| {
             let (mode, acls) = v.acl_create(parent, mode as u16, umask as u16)?;
             let new = Self::new_inode(v, req, parent, mode)?;
             let inode = v.create(parent, name.as_bytes(), NewInode { mode: new.mode | 0o100_000, ..new })?;
@@ -787,7 +813,7 @@ impl Filesystem for Fs {
 
     fn fallocate(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -797,13 +823,13 @@ impl Filesystem for Fs {
     ) {
         let (ino, keep_size) = (from_fuse(ino), mode & libc::FALLOC_FL_KEEP_SIZE != 0);
         match mode & !libc::FALLOC_FL_KEEP_SIZE {
-            0 => reply_empty!(self.change(|v| v.fallocate(ino, offset, length, keep_size)), reply),
+            0 => reply_empty!(self.change(req, |v| v.fallocate(ino, offset, length, keep_size)), reply),
             // Linux takes a punch only with KEEP_SIZE.
             libc::FALLOC_FL_PUNCH_HOLE if keep_size => {
-                reply_empty!(self.change(|v| v.punch_hole(ino, offset, length)), reply);
+                reply_empty!(self.change(req, |v| v.punch_hole(ino, offset, length)), reply);
             }
             libc::FALLOC_FL_ZERO_RANGE => {
-                reply_empty!(self.change(|v| v.zero_range(ino, offset, length, keep_size)), reply);
+                reply_empty!(self.change(req, |v| v.zero_range(ino, offset, length, keep_size)), reply);
             }
             _ => reply.error(Errno::from_i32(libc::EOPNOTSUPP)), // collapse, insert, unshare
         }

@@ -47,6 +47,7 @@ mod pi;
 mod ranges;
 mod redo;
 mod remove;
+mod reserve;
 mod stats;
 mod undo;
 mod volume;
@@ -66,6 +67,7 @@ pub use pi::PiOpened;
 pub use redo::{
     log_pending, Backing, LogMedium, Replayed, LOG_ON_DAX, LOG_ON_FILE, LOG_ON_TMPFS, LOG_PENDING, TAG_LAST, TAG_PART,
 };
+pub use reserve::Caller;
 pub use stats::Stats;
 pub use volume::{Checksums, Options, StatFs, Volume};
 pub use write::NewInode;

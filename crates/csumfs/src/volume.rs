@@ -3,6 +3,7 @@
 //! block access.
 
 use crate::error::{corrupt, Error};
+use crate::reserve::Caller;
 use crate::stats::Stats;
 use csumkit::ext4::{Features, Layout};
 use std::collections::{HashMap, HashSet};
@@ -131,6 +132,8 @@ pub struct Volume {
     pub(crate) orphans: HashSet<u32>,
     /// Data checksums, when kept ([`Volume::enable_data_checksums`]).
     pub(crate) datasums: Option<crate::datasum::DataSums>,
+    /// Whose allocations the operations are (reserve.rs).
+    pub(crate) caller: Caller,
     /// All-or-nothing operations, when on ([`Volume::enable_undo`]).
     pub(crate) undo: Option<crate::undo::UndoLog>,
     /// Metadata made durable through a ByteLog ([`Volume::open_logged`]).
@@ -149,9 +152,6 @@ pub struct Volume {
     /// ([`Volume::enable_pi`], seed 004).
     pub(crate) pi: Option<std::sync::Arc<csumkit::pi::Device>>,
 }
-
-/// `EXT4_FEATURE_INCOMPAT_EXTENTS`.
-const INCOMPAT_EXTENTS: u32 = 0x40;
 
 /// (feature bit, name, remedy) of the incompat features this code refuses.
 const REFUSED_INCOMPAT: [(u32, &str, &str); 5] = [
@@ -234,6 +234,7 @@ impl Volume {
             orphans: HashSet::new(),
             datasums: None,
             undo: None,
+            caller: Caller::Unrestricted,
             redo: None,
             replayed_sums: Vec::new(),
             pi: None,
@@ -293,25 +294,16 @@ impl Volume {
     /// reserve for extent-tree growth (`ext4_calculate_resv_clusters`: 2 %
     /// of the clusters or 4096, whichever is fewer; none without extents).
     pub fn statfs(&self) -> StatFs {
-        let sb = &self.map[1024..2048];
-        let le32 = |at: usize| u64::from(u32::from_le_bytes(sb[at..at + 4].try_into().expect("4 bytes")));
         let l = &self.layout;
-        let wide = l.features.incompat & Features::INCOMPAT_64BIT != 0;
-        let free_blocks = le32(0x0C) | if wide { le32(0x158) << 32 } else { 0 };
-        let reserved = le32(0x08) | if wide { le32(0x154) << 32 } else { 0 };
-        let cluster = self.cluster_blocks();
-        let growth = if l.features.incompat & INCOMPAT_EXTENTS != 0 {
-            (l.blocks_count / cluster / 50).min(4096) * cluster
-        } else {
-            0
-        };
+        let free_blocks = self.free_and_reserved_blocks().0;
+        let free_inodes = u32::from_le_bytes(self.map[1024 + 0x10..1024 + 0x14].try_into().expect("4 bytes"));
         StatFs {
             block_size: l.block_size,
             blocks: l.blocks_count.saturating_sub(self.overhead_blocks()),
             free_blocks,
-            available_blocks: free_blocks.saturating_sub(reserved.saturating_add(growth)),
+            available_blocks: free_blocks.saturating_sub(self.held_back_blocks(Caller::Unprivileged)),
             inodes: l.inodes_count,
-            free_inodes: le32(0x10),
+            free_inodes: u64::from(free_inodes),
             name_max: 255,
         }
     }
@@ -343,7 +335,7 @@ impl Volume {
     }
 
     /// Blocks per allocation cluster (1 without bigalloc).
-    fn cluster_blocks(&self) -> u64 {
+    pub(crate) fn cluster_blocks(&self) -> u64 {
         (self.layout.blocks_per_group / self.layout.clusters_per_group.max(1)).max(1)
     }
 }

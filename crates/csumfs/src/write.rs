@@ -493,6 +493,7 @@ impl Volume {
     /// free block — so a large file does not fill the one-block holes
     /// deletions left. Groups not yet initialised are initialised first.
     pub(crate) fn allocate_blocks(&mut self, goal: u64, want: u64) -> Result<(u64, u64), Error> {
+        let want = self.allowance(want)?;
         let min_run = want.clamp(1, 16);
         if let Some(found) = self.allocate_run(goal, want, min_run)? {
             return Ok(found);

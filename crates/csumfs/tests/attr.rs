@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{assert_clean, have_e2fsprogs, mke2fs, with_kernel_mount, with_kernel_mount_with, Scratch};
+use common::{assert_clean, have_e2fsprogs, mke2fs, mke2fs_with, with_kernel_mount, with_kernel_mount_with, Scratch};
 use csumfs::{NewInode, Options, SetAttr, Timespec, Volume, ROOT};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 
@@ -363,4 +363,69 @@ fn statfs_counts_size_and_available_space_as_the_kernel_does() {
             );
         });
     }
+}
+
+/// Who takes the last free blocks (reserve.rs): an unprivileged caller
+/// stops where `statfs` says nothing is available (the reserved blocks
+/// and ext4's growth reserve left), a privileged one where only the
+/// growth reserve is left, the library's own use at the last block; a
+/// punch by the unprivileged caller on the full file system still frees
+/// space. (Through the mount, mount.rs compares the same with the
+/// kernel's ext4.)
+#[test]
+fn the_last_free_blocks_go_to_the_callers_ext4_lets_take_them() {
+    use csumfs::Caller;
+    if !have_e2fsprogs() {
+        return;
+    }
+    let scratch = Scratch::new("reserve");
+    let image = scratch.0.join("r.img");
+    mke2fs_with(&image, "1024", "20M", &["-m", "10"]);
+    let mut v = Volume::open(&image, Options { write: true, check_updates: true, ..Options::default() }).unwrap();
+    let s = v.statfs();
+    let growth = 20 * 1024 / 50; // 2 % of the blocks (under the cap of 4096)
+    let reserved = s.free_blocks - s.available_blocks - growth;
+    assert!(reserved > 1000, "mke2fs -m 10 reserved {reserved} blocks");
+    let f = v.create(ROOT, b"f", FILE).unwrap().ino;
+    let fill = |v: &mut Volume, caller: Caller| {
+        v.set_caller(caller);
+        let mut at = v.inode(f).unwrap().size;
+        loop {
+            v.begin();
+            let done = v.write(f, at, &[7u8; 8192]);
+            v.end(done.is_ok()).unwrap();
+            match done {
+                Ok(_) => at += 8192,
+                Err(e) if e.errno() == libc::ENOSPC => break,
+                Err(e) => panic!("{caller:?}: {e}"),
+            }
+        }
+        // The last piece, a block at a time: up to the caller's floor exactly.
+        loop {
+            v.begin();
+            let done = v.write(f, at, &[7u8; 1024]);
+            v.end(done.is_ok()).unwrap();
+            if done.is_err() {
+                break;
+            }
+            at += 1024;
+        }
+        v.statfs()
+    };
+    // Each step leaves one block for the extent tree's growth at most.
+    let user = fill(&mut v, Caller::Unprivileged);
+    assert_eq!(user.available_blocks, 0, "{user:?}");
+    assert!(user.free_blocks - (reserved + growth) <= 1, "{user:?}");
+    let privileged = fill(&mut v, Caller::Privileged);
+    assert!(privileged.free_blocks - growth <= 1 && privileged.free_blocks >= growth, "{privileged:?}");
+    let library = fill(&mut v, Caller::Unrestricted);
+    assert!(library.free_blocks <= 1, "{library:?}");
+    // Full: the unprivileged caller may still punch (and truncate).
+    v.set_caller(Caller::Unprivileged);
+    v.punch_hole(f, 1 << 20, 1 << 20).unwrap();
+    assert!(v.statfs().free_blocks >= 1024, "the punch freed its blocks");
+    v.truncate(f, 4096).unwrap();
+    v.sync().unwrap();
+    drop(v);
+    assert_clean(&image, "filled by three callers, punched, truncated");
 }

@@ -1,0 +1,101 @@
+//! The free blocks ext4 holds back from an allocation, by who asks
+//! (`ext4_has_free_clusters`): from everyone but the file system's own
+//! metadata, its reserve for extent-tree growth (2 % of the clusters or
+//! 4096, whichever is fewer; none without extents); from everyone but
+//! `s_def_resuid`, a member of `s_def_resgid` or a holder of
+//! `CAP_SYS_RESOURCE`, also the superblock's reserved blocks (`tune2fs -m`).
+//! `statfs`'s available blocks are what an unprivileged caller may take.
+//! The library itself (tools, tests) takes every free block unless told
+//! who the caller is ([`Volume::set_caller`]; the FUSE layer tells it).
+
+use crate::error::Error;
+use crate::volume::Volume;
+use csumkit::ext4::Features;
+
+/// `EXT4_FEATURE_INCOMPAT_EXTENTS`.
+const INCOMPAT_EXTENTS: u32 = 0x40;
+
+/// Whose allocations the operations under way are.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Caller {
+    /// Every free block (the library's own use; removals, which ext4
+    /// lets dip into its reserve too).
+    #[default]
+    Unrestricted,
+    /// `s_def_resuid`, `s_def_resgid`'s members, `CAP_SYS_RESOURCE`: all
+    /// but ext4's reserve for extent-tree growth.
+    Privileged,
+    /// Anyone else: all but the reserved blocks and that reserve.
+    Unprivileged,
+}
+
+impl Volume {
+    /// Whose allocations the next operations are (until set again).
+    pub fn set_caller(&mut self, caller: Caller) {
+        self.caller = caller;
+    }
+
+    /// `s_def_resuid` and `s_def_resgid`: who may take the reserved blocks.
+    #[must_use]
+    pub fn reserved_blocks_owner(&self) -> (u32, u32) {
+        let sb = &self.map[1024..2048];
+        (u32::from(u16::from_le_bytes([sb[0x50], sb[0x51]])), u32::from(u16::from_le_bytes([sb[0x52], sb[0x53]])))
+    }
+
+    /// (free blocks, reserved blocks) as the superblock counts them.
+    pub(crate) fn free_and_reserved_blocks(&self) -> (u64, u64) {
+        let sb = &self.map[1024..2048];
+        let le32 = |at: usize| u64::from(u32::from_le_bytes(sb[at..at + 4].try_into().expect("4 bytes")));
+        let wide = self.layout.features.incompat & Features::INCOMPAT_64BIT != 0;
+        let high = |at: usize| if wide { le32(at) << 32 } else { 0 };
+        (le32(0x0C) | high(0x158), le32(0x08) | high(0x154))
+    }
+
+    /// ext4's reserve for extent-tree growth (`ext4_calculate_resv_clusters`).
+    pub(crate) fn growth_reserve_blocks(&self) -> u64 {
+        let l = &self.layout;
+        if l.features.incompat & INCOMPAT_EXTENTS == 0 {
+            return 0;
+        }
+        let cluster = self.cluster_blocks();
+        (l.blocks_count / cluster / 50).min(4096) * cluster
+    }
+
+    /// Free blocks `caller` must leave.
+    pub(crate) fn held_back_blocks(&self, caller: Caller) -> u64 {
+        match caller {
+            Caller::Unrestricted => 0,
+            Caller::Privileged => self.growth_reserve_blocks(),
+            Caller::Unprivileged => self.free_and_reserved_blocks().1.saturating_add(self.growth_reserve_blocks()),
+        }
+    }
+
+    /// How many of `want` blocks the current caller may take now.
+    ///
+    /// # Errors
+    /// `ENOSPC` when none.
+    pub(crate) fn allowance(&self, want: u64) -> Result<u64, Error> {
+        let floor = self.held_back_blocks(self.caller);
+        if floor == 0 {
+            return Ok(want); // the allocator's own ENOSPC, when no block is free
+        }
+        let free = self.free_and_reserved_blocks().0;
+        match free.saturating_sub(floor).min(want) {
+            0 if want > 0 => Err(Error::Io {
+                context: format!("block allocation ({floor} free blocks held back from this caller)"),
+                source: std::io::Error::from_raw_os_error(libc::ENOSPC),
+            }),
+            allowed => Ok(allowed),
+        }
+    }
+
+    /// `op` with every free block open to it (a removal: ext4 lets a
+    /// punch or truncate dip into its reserve, so space can be freed on a
+    /// full file system).
+    pub(crate) fn unrestricted<T>(&mut self, op: impl FnOnce(&mut Volume) -> T) -> T {
+        let caller = std::mem::take(&mut self.caller);
+        let result = op(self);
+        self.caller = caller;
+        result
+    }
+}
