@@ -221,9 +221,10 @@ impl Fs {
         if self.read_only {
             return Err(Errno::EROFS);
         }
+        // Judged before the change's lock is taken: it may read /proc.
+        let caller = Self::caller(req, &self.read());
         let mut volume = self.volume.write().unwrap_or_else(std::sync::PoisonError::into_inner);
         volume.begin();
-        let caller = Self::caller(req, &volume);
         volume.set_caller(caller);
         let result = op(&mut volume);
         volume.set_caller(Caller::Unrestricted);

@@ -243,9 +243,26 @@ fn chattr_stores_and_enforces_its_flags_and_refuses_other_flags_by_name() {
     eperm(v.rename(d, b"in-d", ROOT, b"out", csumfs::RenameMode::Replace), "rename out of it");
     eperm(v.set_flags(f, now & !NODUMP).map(drop), "another flag while it stays immutable");
     assert_eq!(v.read_all(&v.inode(f).unwrap()).unwrap(), b"kept");
+    // may_open's refusals (the mount's opens are compared with the
+    // kernel's in mount_syscalls): per open flags, (immutable, append-only).
+    let (rdonly, wronly, rdwr, append, trunc) =
+        (libc::O_RDONLY, libc::O_WRONLY, libc::O_RDWR, libc::O_APPEND, libc::O_TRUNC);
+    let opens = [
+        (rdonly, (false, false)),
+        (rdonly | append, (false, false)),
+        (rdonly | trunc, (true, true)),
+        (wronly, (true, true)),
+        (rdwr, (true, true)),
+        (wronly | append, (true, false)),
+        (rdwr | append, (true, false)),
+        (wronly | append | trunc, (true, true)),
+    ];
+    let refusals = |v: &Volume| opens.map(|(flags, _)| v.inode(f).unwrap().open_refused(flags));
+    assert_eq!(refusals(&v), opens.map(|(_, (immutable, _))| immutable), "immutable");
     // Append-only: data added, nothing else; names added to a directory.
     let now = v.set_flags(f, now & !IMMUTABLE | APPEND).unwrap().flags;
     v.set_flags(d, d_flags | APPEND).unwrap();
+    assert_eq!(refusals(&v), opens.map(|(_, (_, append_only))| append_only), "append-only");
     v.write(f, 4, b" more").unwrap();
     v.fallocate(f, 0, 8192, true).unwrap();
     v.set_attr(f, SetAttr { atime: Some(chosen), times_now: true, ..SetAttr::default() }).unwrap();
@@ -258,6 +275,7 @@ fn chattr_stores_and_enforces_its_flags_and_refuses_other_flags_by_name() {
     // Cleared, both change again.
     let now = v.set_flags(f, now & !APPEND).unwrap().flags;
     v.set_flags(d, d_flags).unwrap();
+    assert_eq!(refusals(&v), [false; 8], "neither");
     assert_eq!(v.read_all(&v.inode(f).unwrap()).unwrap(), b"kept more");
     v.truncate(f, 4).unwrap();
     v.unlink(d, b"new").unwrap();
@@ -381,7 +399,15 @@ fn the_last_free_blocks_go_to_the_callers_ext4_lets_take_them() {
     let scratch = Scratch::new("reserve");
     let image = scratch.0.join("r.img");
     mke2fs_with(&image, "1024", "20M", &["-m", "10"]);
+    // Who owns the reserved blocks (the mount judges its callers by it).
+    let tune2fs = std::process::Command::new(common::tool("tune2fs").unwrap())
+        .args(["-u", "4242", "-g", "4343"])
+        .arg(&image)
+        .output()
+        .unwrap();
+    assert!(tune2fs.status.success(), "{}", String::from_utf8_lossy(&tune2fs.stderr));
     let mut v = Volume::open(&image, Options { write: true, check_updates: true, ..Options::default() }).unwrap();
+    assert_eq!(v.reserved_blocks_owner(), (4242, 4343));
     let s = v.statfs();
     let growth = 20 * 1024 / 50; // 2 % of the blocks (under the cap of 4096)
     let reserved = s.free_blocks - s.available_blocks - growth;
