@@ -501,11 +501,14 @@ impl Filesystem for Fs {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        // The VFS's may_open for immutable and append-only files.
-        match self.read().inode(from_fuse(ino)) {
-            Ok(inode) if inode.open_refused(flags.0) => return reply.error(Errno::EPERM),
-            Err(e) => return reply.error(errno(&e)),
-            Ok(_) => {}
+        // The VFS's may_open for immutable and append-only files; a
+        // read-only open (no O_TRUNC) is never refused, and reads no inode.
+        if flags.0 & (libc::O_ACCMODE | libc::O_TRUNC) != libc::O_RDONLY {
+            match self.read().inode(from_fuse(ino)) {
+                Ok(inode) if inode.open_refused(flags.0) => return reply.error(Errno::EPERM),
+                Err(e) => return reply.error(errno(&e)),
+                Ok(_) => {}
+            }
         }
         if !self.read_only {
             self.volume.write().unwrap_or_else(std::sync::PoisonError::into_inner).hold(from_fuse(ino));
