@@ -785,18 +785,9 @@ fn the_reserved_blocks_are_held_back_from_users_as_on_ext4() {
             std::fs::metadata(to).unwrap().len()
         };
         let user = dd(&shared.join("user"), true);
-        let statvfs = |dir: &Path| {
-            let path = CString::new(dir.as_os_str().as_bytes()).unwrap();
-            // SAFETY: a NUL-terminated path and a zeroed struct to fill.
-            unsafe {
-                let mut st: libc::statvfs = std::mem::zeroed();
-                assert_eq!(libc::statvfs(path.as_ptr(), &mut st), 0);
-                (st.f_bavail, st.f_bfree)
-            }
-        };
-        let available = statvfs(root).0;
+        let available = statvfs(root).f_bavail;
         let by_root = dd(&shared.join("root"), false);
-        (user, available, by_root, statvfs(root).1)
+        (user, available, by_root, statvfs(root).f_bfree)
     };
     let kernel = scratch.0.join("kernel");
     if !kernel_mount(&twin, &kernel, "loop") {

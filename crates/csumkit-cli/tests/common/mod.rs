@@ -181,13 +181,18 @@ pub fn kernel_mount(image: &Path, at: &Path, options: &str) -> bool {
 
 /// Free blocks of the file system mounted at `dir` (`statvfs`'s f_bfree).
 pub fn free_blocks(dir: &Path) -> u64 {
+    statvfs(dir).f_bfree
+}
+
+/// `statvfs` of the file system mounted at `dir`.
+pub fn statvfs(dir: &Path) -> libc::statvfs {
     use std::os::unix::ffi::OsStrExt;
     let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).unwrap();
     // SAFETY: a NUL-terminated path and a zeroed struct for the kernel to fill.
     unsafe {
         let mut st: libc::statvfs = std::mem::zeroed();
         assert_eq!(libc::statvfs(path.as_ptr(), &mut st), 0);
-        st.f_bfree
+        st
     }
 }
 
