@@ -292,7 +292,7 @@ fn acls_keep_the_mode_in_step_as_the_kernels_ext4_does() {
         return;
     }
     let kernel = std::panic::catch_unwind(|| (run_kernel(&mnt), kernel_view(&mnt)));
-    assert!(Command::new("umount").arg(&mnt).status().unwrap().success());
+    common::kernel_umount(&mnt);
     let (kernel_results, kernel_view_of_theirs) = kernel.unwrap_or_else(|p| std::panic::resume_unwind(p));
     for (i, (ours, theirs)) in our_results.iter().zip(&kernel_results).enumerate() {
         assert_eq!(ours, theirs, "step {i}: errno (csumfs, kernel)");

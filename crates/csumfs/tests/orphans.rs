@@ -59,7 +59,7 @@ fn orphans_in_the_kernels_orphan_file_are_freed_and_the_flag_cleared() {
     assert!(run("fsfreeze", &["-u", mnt.to_str().unwrap()], dir).status.success());
     drop(held);
     drop(many);
-    assert!(Command::new("umount").arg(&mnt).status().unwrap().success());
+    common::kernel_umount(&mnt);
 
     let report = e2fsck_clean(&snapshot).expect_err("orphans in the orphan file are a finding until cleaned");
     assert!(report.contains("Orphan file"), "{report}");

@@ -238,7 +238,7 @@ fn a_value_inode_the_kernel_shares_between_two_files_lives_until_its_last_entry_
         let rc = unsafe { libc::setxattr(c.as_ptr(), c"user.same".as_ptr(), value.as_ptr().cast(), value.len(), 0) };
         assert_eq!(rc, 0, "setxattr: {}", std::io::Error::last_os_error());
     }
-    assert!(Command::new("umount").arg(&mnt).status().unwrap().success());
+    common::kernel_umount(&mnt);
     assert_clean(&image, "the kernel's two files");
 
     let mut v = Volume::open(&image, Options { write: true, check_updates: true, ..Options::default() }).unwrap();
@@ -594,7 +594,7 @@ fn placement_and_block_hash_match_the_kernel() {
         let read_back =
             |mnt: &Path| placements(bs).iter().map(|(f, _)| kernel_xattrs(&mnt.join(f))).collect::<Vec<_>>();
         let theirs_read = read_back(&mnt);
-        assert!(Command::new("umount").arg(&mnt).status().unwrap().success());
+        common::kernel_umount(&mnt);
         assert_eq!(our_errnos, kernel_errnos, "{bs}: each setxattr's errno (csumfs, kernel)");
         assert!(kernel_errnos.contains(&libc::ENOSPC) && kernel_errnos.contains(&libc::E2BIG), "{kernel_errnos:?}");
         for (file, _) in placements(bs) {
