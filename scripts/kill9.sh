@@ -5,15 +5,21 @@
 # cut short), read back every file whose fsync returned (data checksums verified),
 # unmount, and e2fsck -fn each image. Prints how many runs left findings. Needs root,
 # /dev/fuse, e2fsprogs.
-#   scripts/kill9.sh [N]     (default 20; CSUMKIT: the binary; MOUNT_OPTS: extra mount options)
+# JOBS=J runs J such workloads at once, each in a directory of its own (their fsyncs then
+# share commits: the mount's group commit).
+#   scripts/kill9.sh [N]     (default 20; CSUMKIT: the binary; MOUNT_OPTS: extra mount options;
+#                             JOBS: workloads at once, default 1)
 root=$(cd "$(dirname "$0")/.." && pwd)
 csumkit=${CSUMKIT:-$root/target/release/csumkit}
-n=${1:-20}; bad=0; lost=0
+n=${1:-20}; jobs=${JOBS:-1}; bad=0; lost=0
 for run in $(seq $n); do
   d=$(mktemp -d /tmp/crash.XXXX); mkdir $d/m; truncate -s 64M $d/img; mke2fs -q -F -t ext4 -O metadata_csum,^has_journal -b 4096 $d/img
   "$csumkit" mount -f $d/img $d/m $MOUNT_OPTS & pid=$!
   for _ in $(seq 100); do mountpoint -q $d/m && break; sleep 0.01; done
-  python3 - $d/m > $d/acked 2>/dev/null <<'PY' &
+  wls=()
+  for job in $(seq $jobs); do
+  mkdir -p $d/m/j$job
+  python3 - $d/m/j$job > $d/acked$job 2>/dev/null <<'PY' &
 import os, sys
 m = sys.argv[1]
 i = 0
@@ -29,16 +35,19 @@ while True:
     if i % 5 == 0 and i > 10: os.unlink(f"{m}/d{(i-10)%7}/f{i-10}" + (".r" if (i-10) % 3 == 0 else "")); print("rm", i-10, flush=True)
     i += 1
 PY
-  wl=$!
+  wls+=($!)
+  done
   sleep 0.$((RANDOM % 9 + 1))
-  kill -9 $pid; wait $pid 2>/dev/null; kill $wl 2>/dev/null; wait $wl 2>/dev/null
+  kill -9 $pid; wait $pid 2>/dev/null; kill "${wls[@]}" 2>/dev/null; wait "${wls[@]}" 2>/dev/null
   fusermount3 -uz $d/m 2>/dev/null
   # Mount again (the log replayed); every file whose fsync returned is there
   # with its size (under its new name once a later fsync made the rename
   # durable), unless the workload removed it; unmount; then e2fsck judges.
   "$csumkit" mount -f $d/img $d/m $MOUNT_OPTS & pid=$!
   for _ in $(seq 100); do mountpoint -q $d/m && break; sleep 0.01; done
-  python3 - $d/m $d/acked <<'PY' || lost=$((lost+1))
+  missing=0
+  for job in $(seq $jobs); do
+  python3 - $d/m/j$job $d/acked$job <<'PY' || missing=1
 import os, sys
 m, acked = sys.argv[1], open(sys.argv[2]).read().split("\n")
 files, moved, removed = {}, set(), set()
@@ -61,9 +70,11 @@ for f, size in files.items():
         print(f"acknowledged {f} ({size} B) missing")
         sys.exit(1)
 PY
+  done
+  lost=$((lost+missing))
   fusermount3 -u $d/m; wait $pid
   if ! e2fsck -fn $d/img >$d/fsck 2>&1; then bad=$((bad+1)); [ $bad = 1 ] && grep -v '^Pass\|^e2fsck\|files' $d/fsck | head -8; fi
   rm -rf $d
 done
-echo "kill -9 runs: $n, e2fsck -fn not clean after: $bad, acknowledged files missing in: $lost"
+echo "kill -9 runs: $n ($jobs workloads at once), e2fsck -fn not clean after: $bad, acknowledged files missing in: $lost"
 [ "$bad" = 0 ] && [ "$lost" = 0 ]

@@ -45,6 +45,8 @@ csumkit_files=(
 #     --test pi --test power_cut --test undo --test orphans
 csumfs_files=(
   crates/csumfs/src/redo.rs
+  crates/csumfs/src/log_writer.rs
+  crates/csumfs/src/group_sync.rs
   crates/csumfs/src/remove.rs
   crates/csumfs/src/namespace.rs
   crates/csumfs/src/dir.rs

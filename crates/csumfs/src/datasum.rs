@@ -55,6 +55,9 @@ pub(crate) struct DataSums {
     /// Blocks whose checksum was forgotten (freed) since the last commit:
     /// the durable tree or log may still hold it.
     freed: RangeSet,
+    /// Bumped whenever `intent` or `freed` grows: a ByteLog commit's end
+    /// empties them only when nothing was added after it was staged.
+    version: u64,
 }
 
 /// The span an intent-list entry covers at least: random overwrites into
@@ -253,7 +256,7 @@ impl Volume {
         let logged = self.redo.is_some().then(std::collections::BTreeMap::new);
         let dirty = count > 0 || !replayed.is_empty();
         let freed = RangeSet::default();
-        self.datasums = Some(DataSums { tree, store, dirty, intent: Vec::new(), logged, freed });
+        self.datasums = Some(DataSums { tree, store, dirty, intent: Vec::new(), logged, freed, version: 0 });
         if count > 0 && write {
             if forgotten > 0 {
                 eprintln!(
@@ -291,6 +294,7 @@ impl Volume {
             if last.0 <= start && start <= last.0 + last.1 {
                 last.1 = end - last.0; // not covered: `end` is past the entry's
                 let run = *last;
+                sums.version += 1;
                 sums.store.write_intent(i, run, None)?;
                 Stats::bump(&self.stats.datasum_intent_flushes);
                 return sums.store.flush_intent();
@@ -301,6 +305,7 @@ impl Volume {
         }
         let sums = self.datasums.as_mut().expect("checked above");
         sums.intent.push((start, end - start));
+        sums.version += 1;
         let i = sums.intent.len() - 1;
         sums.store.write_intent(i, (start, end - start), Some(sums.intent.len() as u64))?;
         Stats::bump(&self.stats.datasum_intent_flushes);
@@ -365,6 +370,7 @@ impl Volume {
                 }
                 sums.tree.remove(b);
                 sums.freed.insert(b as usize, b as usize + 1);
+                sums.version += 1;
                 if let Some(logged) = &mut sums.logged {
                     logged.insert(b, None);
                 }
@@ -436,6 +442,12 @@ impl DataSums {
     pub(crate) fn take_logged(&mut self) -> Vec<(u64, Option<u32>)> {
         let Some(logged) = &mut self.logged else { return Vec::new() };
         std::mem::take(logged).into_iter().collect()
+    }
+
+    /// A count that grows whenever the intent list or the forgotten
+    /// blocks do.
+    pub(crate) fn version(&self) -> u64 {
+        self.version
     }
 
     /// The ByteLog commit carrying the changes [`take_logged`](Self::take_logged) gave is

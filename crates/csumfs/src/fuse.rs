@@ -10,7 +10,9 @@
 //! by the kernel for `Fs::ttl` — csumfs is the image's only writer.
 
 use crate::error::Error;
+use crate::group_sync::GroupSync;
 use crate::inode::{Inode, Timespec, ROOT};
+use crate::stats::Stats;
 use crate::{Caller, DirEntry, NewInode, RenameMode, SetAttr, Volume, XattrMode};
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, IoctlFlags, KernelConfig,
@@ -73,6 +75,8 @@ pub struct Fs {
     /// through one snapshot however the directory changes meanwhile.
     listings: Mutex<HashMap<u64, Vec<DirEntry>>>,
     next_handle: AtomicU64,
+    /// `fsync`s that arrive during a sync share the next one.
+    fsyncs: GroupSync<Errno>,
 }
 
 /// Mounts `volume` at `mountpoint`; the caller runs the returned session
@@ -108,6 +112,7 @@ pub fn mount(
         writeback_cache: options.writeback_cache && !options.read_only,
         listings: Mutex::new(HashMap::new()),
         next_handle: AtomicU64::new(1),
+        fsyncs: GroupSync::new(),
     };
     fuser::Session::new(fs, mountpoint, &config)
 }
@@ -587,11 +592,23 @@ impl Filesystem for Fs {
         if self.read_only {
             return reply.ok();
         }
-        let mut volume = self.volume.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-        match volume.sync() {
+        let done = Box::new(move |result: Result<(), Errno>| match result {
             Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
-        }
+            Err(e) => reply.error(e),
+        });
+        // The commit is made under the volume's lock, its flushes after it
+        // is let go: the calls that go on meanwhile send the next fsyncs.
+        let lock = || self.volume.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.fsyncs.submit(done, |fsyncs| {
+            let pending = {
+                let mut volume = lock();
+                Stats::bump(&volume.stats().fsync_syncs);
+                Stats::add(&volume.stats().fsync_requests, fsyncs as u64);
+                volume.start_sync().map_err(|e| errno(&e))?
+            };
+            let durable = pending.wait().map_err(|e| errno(&e))?;
+            lock().finish_sync(durable).map_err(|e| errno(&e))
+        });
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {

@@ -33,12 +33,14 @@ mod error;
 mod extent_tree;
 mod extents;
 pub mod fuse;
+mod group_sync;
 pub mod hash;
 mod htree;
 mod immutable;
 mod inline;
 mod inode;
 mod le;
+mod log_writer;
 mod map;
 mod migrate;
 mod namespace;
@@ -61,11 +63,13 @@ pub use datasum::{forget_data_checksums, ScrubReport};
 pub use dir::DirEntry;
 pub use error::Error;
 pub use inode::{Inode, Timespec, ROOT};
+pub use log_writer::SyncHandle;
 pub use map::Run;
 pub use namespace::RenameMode;
 pub use pi::PiOpened;
 pub use redo::{
-    log_pending, Backing, LogMedium, Replayed, LOG_ON_DAX, LOG_ON_FILE, LOG_ON_TMPFS, LOG_PENDING, TAG_LAST, TAG_PART,
+    log_pending, Backing, DurableSync, LogMedium, PendingSync, Replayed, LOG_ON_DAX, LOG_ON_FILE, LOG_ON_TMPFS,
+    LOG_PENDING, TAG_LAST, TAG_PART,
 };
 pub use reserve::Caller;
 pub use stats::Stats;

@@ -151,6 +151,10 @@ impl Backing for PiBacking {
     fn sync(&mut self) -> std::io::Result<()> {
         self.0.flush().map_err(into_io)
     }
+    fn sync_handle(&self) -> std::io::Result<crate::SyncHandle> {
+        let device = self.0.clone();
+        Ok(Box::new(move || device.flush().map_err(into_io)))
+    }
 }
 
 fn into_io(e: csumkit::Error) -> std::io::Error {

@@ -30,11 +30,13 @@
 use crate::datasum::DataSums;
 use crate::error::{corrupt, Error};
 use crate::le::le32;
+use crate::log_writer::{SyncHandle, Writer};
 use crate::ranges::RangeSet;
 use crate::stats::Stats;
 use crate::volume::{Bytes, Volume};
 use csumkit::bytelog::{ByteLog, Medium, RecordRef, PAYLOAD_BYTES_MAX};
 use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 /// Incompat feature bit csumfs sets on disk while its log holds changes
@@ -76,6 +78,12 @@ pub trait Backing: Send + Sync {
     /// # Errors
     /// What the flush reports.
     fn sync(&mut self) -> std::io::Result<()>;
+    /// A handle that does what [`sync`](Self::sync) does while writes go
+    /// on: a commit's flushes run after the volume's lock is let go.
+    ///
+    /// # Errors
+    /// What duplicating the file's descriptor reports.
+    fn sync_handle(&self) -> std::io::Result<SyncHandle>;
 }
 
 impl Backing for std::fs::File {
@@ -84,6 +92,10 @@ impl Backing for std::fs::File {
     }
     fn sync(&mut self) -> std::io::Result<()> {
         self.sync_data()
+    }
+    fn sync_handle(&self) -> std::io::Result<SyncHandle> {
+        let file = self.try_clone()?;
+        Ok(Box::new(move || file.sync_data()))
     }
 }
 
@@ -96,6 +108,9 @@ impl Backing for Nowhere {
     }
     fn sync(&mut self) -> std::io::Result<()> {
         Ok(())
+    }
+    fn sync_handle(&self) -> std::io::Result<SyncHandle> {
+        Ok(Box::new(|| Ok(())))
     }
 }
 
@@ -125,7 +140,10 @@ impl Medium for AnyMedium {
 
 /// The log and what the image file lacks.
 pub(crate) struct Redo {
-    log: ByteLog<AnyMedium>,
+    /// The log and the commits staged for it, flushed outside the volume's lock.
+    writer: Arc<Mutex<Writer>>,
+    /// The number of the last commit staged.
+    staged: u64,
     backing: Box<dyn Backing>,
     /// Ranges changed since the last commit.
     pending: Vec<(usize, usize)>,
@@ -139,7 +157,11 @@ pub(crate) struct Redo {
     /// Pages holding blocks freed since the last commit: until the free is
     /// durable, the blocks may still be a file's after a crash, so data
     /// for them goes through the log (ext4 does not reuse such blocks).
+    /// Emptied once the commit carrying the frees is durable.
     freed: RangeSet,
+    /// Bumped by every free: a commit's end empties `freed` only when
+    /// nothing was freed after it was staged.
+    freed_version: u64,
     /// Data written to the backing since its last sync.
     data_unsynced: bool,
     /// The superblock on disk carries [`LOG_PENDING`].
@@ -156,6 +178,51 @@ pub(crate) struct Redo {
     /// Which medium [`log_medium`] chose ([`LOG_ON_DAX`]…); `None` for one
     /// a caller of [`Volume::enable_log`] gave.
     log_on: Option<&'static str>,
+}
+
+/// A sync begun by [`Volume::start_sync`]: wait for it without the
+/// volume, then hand what the wait returns to [`Volume::finish_sync`].
+#[must_use = "a started sync is durable only once waited for"]
+pub struct PendingSync {
+    writer: Option<Arc<Mutex<Writer>>>,
+    /// The commit to wait for.
+    number: u64,
+    versions: Versions,
+}
+
+/// A sync whose commit is durable: what [`Volume::finish_sync`] takes
+/// (only [`PendingSync::wait`] makes one).
+#[must_use = "finish_sync lets go of what waited for the commit"]
+pub struct DurableSync(Option<Versions>);
+
+/// How many frees and intents there had been when a commit was staged.
+#[derive(Clone, Copy)]
+struct Versions {
+    freed: u64,
+    sums: u64,
+}
+
+impl PendingSync {
+    fn done() -> PendingSync {
+        PendingSync { writer: None, number: 0, versions: Versions { freed: 0, sums: 0 } }
+    }
+
+    /// Makes the commit durable (and every one staged before it): the
+    /// image file's data first, then the records. One caller at a time
+    /// flushes; the others wait for it and find their commit durable.
+    ///
+    /// # Errors
+    /// [`Error::Io`] from the image file or the log; the commit stays
+    /// staged, and the next wait tries it again.
+    pub fn wait(self) -> Result<DurableSync, Error> {
+        match &self.writer {
+            Some(writer) => {
+                writer.lock().unwrap_or_else(PoisonError::into_inner).flush_through(self.number)?;
+                Ok(DurableSync(Some(self.versions)))
+            }
+            None => Ok(DurableSync(None)),
+        }
+    }
 }
 
 /// What opening the log found.
@@ -504,7 +571,12 @@ impl Redo {
     pub(crate) fn freed(&mut self, at: usize, len: usize) {
         if len > 0 {
             self.freed.insert(at / PAGE, (at + len - 1) / PAGE + 1);
+            self.freed_version += 1;
         }
+    }
+
+    fn writer(&self) -> MutexGuard<'_, Writer> {
+        self.writer.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Sets [`LOG_PENDING`] on disk before the first record the image lacks.
@@ -526,13 +598,19 @@ impl Redo {
         Ok(())
     }
 
-    /// Appends the pending ranges of `image` as one commit. `Ok(false)`:
-    /// the log has no room for it (checkpoint, then write through).
+    /// Stages the pending ranges of `image` as one commit (copied now,
+    /// appended by [`Writer::flush_through`], which first makes the data
+    /// written in place durable). `Ok(false)`: the log has no room for it
+    /// (checkpoint, then write through).
     fn commit(&mut self, image: &[u8], sums: &mut Option<DataSums>, stats: &Stats) -> Result<bool, Error> {
-        self.sync_data()?;
         self.last_commit = Instant::now();
         let has_sums = sums.as_ref().and_then(|s| s.logged.as_ref()).is_some_and(|l| !l.is_empty());
         if self.pending.is_empty() && !has_sums {
+            if std::mem::take(&mut self.data_unsynced) {
+                // Data alone (overwrites in place): its sync, no records.
+                self.staged += 1;
+                self.writer().stage(self.staged, Vec::new(), true, 0);
+            }
             return Ok(true);
         }
         let ranges = merged(&self.pending);
@@ -540,8 +618,9 @@ impl Redo {
             // Many new checksums (a large sequential write): the tree goes
             // to the sidecar now, its own two flushes, instead of hundreds of
             // log records each made durable on its own. The image's data is
-            // durable already (above), so the sidecar never names data the
-            // image lacks.
+            // made durable first, so the sidecar never names data the image
+            // lacks.
+            self.sync_data()?;
             crate::datasum::commit(sums, stats)?;
             if let Some(logged) = sums.as_mut().and_then(|s| s.logged.as_mut()) {
                 logged.clear();
@@ -552,28 +631,18 @@ impl Redo {
         // Room for every record plus a wrap marker's worth of waste.
         let need: u64 = records.iter().map(|r| csumkit::bytelog::record_span(r.len())).sum::<u64>()
             + csumkit::bytelog::RECORD_BYTES_MAX as u64;
-        if need > self.log.free_bytes() {
+        if need > self.writer().free_bytes() {
             // The tree, committed at the checkpoint that follows, has them.
             return Ok(false);
         }
         self.mark()?;
-        let before = self.log.stats().bytes_persisted;
-        let last = records.len() - 1;
-        for (i, record) in records.iter().enumerate() {
-            self.log.append(if i == last { TAG_LAST } else { TAG_PART }, 0, record)?;
-        }
-        if let Some(sums) = sums {
-            sums.log_committed()?;
-        }
-        Stats::bump(&stats.log_commits);
-        Stats::add(&stats.log_commit_bytes, self.log.stats().bytes_persisted - before);
-        Stats::add(&stats.log_records, records.len() as u64);
-        Stats::add(&stats.log_datasums, changes.len() as u64);
+        self.staged += 1;
+        let data_first = std::mem::take(&mut self.data_unsynced);
+        self.writer().stage(self.staged, records, data_first, changes.len() as u64);
         self.committed.extend(ranges);
         self.pending.clear();
         self.pending_bytes = 0;
         self.pending_data = 0;
-        self.freed.clear();
         Ok(true)
     }
 
@@ -587,13 +656,17 @@ impl Redo {
         through: bool,
         stats: &Stats,
     ) -> Result<(), Error> {
+        // Every staged commit is in the log before the log is emptied: one
+        // appended after would replay bytes older than the image's.
+        self.writer().flush_all()?;
         let mut ranges = std::mem::take(&mut self.committed);
         if through {
             ranges.append(&mut self.pending);
             self.pending_bytes = 0;
             self.pending_data = 0;
-            self.freed.clear();
         }
+        // The image file now gets every change: nothing freed is pending.
+        self.freed.clear();
         for (start, end) in merged(&ranges) {
             self.backing.write_at(start as u64, &image[start..end]).map_err(io("image"))?;
         }
@@ -614,7 +687,7 @@ impl Redo {
             self.backing.sync().map_err(io("fdatasync of the image"))?;
             self.marked = false;
         }
-        self.log.checkpoint()?;
+        self.writer().log.checkpoint()?;
         self.last_checkpoint = Instant::now();
         Stats::bump(&stats.log_checkpoints);
         Ok(())
@@ -763,8 +836,10 @@ impl Volume {
                 Ok(())
             })?
         };
+        let image_sync = backing.sync_handle().map_err(io("duplicating the image's descriptor"))?;
         let redo = Redo {
-            log,
+            writer: Arc::new(Mutex::new(Writer::new(log, image_sync, self.stats.clone()))),
+            staged: 0,
             backing,
             pending: Vec::new(),
             pending_bytes: 0,
@@ -772,6 +847,7 @@ impl Volume {
             committed: applied,
             touched: BTreeSet::new(),
             freed: RangeSet::default(),
+            freed_version: 0,
             data_unsynced: false,
             marked: expect_log,
             image_superblock,
@@ -855,13 +931,62 @@ impl Volume {
         Ok(())
     }
 
-    /// The log's part of `sync`: the data, then one commit.
+    /// The log's part of `sync`: one commit, made durable before this
+    /// returns.
     pub(crate) fn sync_logged(&mut self) -> Result<(), Error> {
-        let Some(redo) = self.redo.as_mut() else { return Ok(()) };
+        let durable = self.start_sync_logged()?.wait()?;
+        self.finish_sync(durable)
+    }
+
+    /// The log's part of [`start_sync`](Self::start_sync).
+    fn start_sync_logged(&mut self) -> Result<PendingSync, Error> {
+        let Some(redo) = self.redo.as_mut() else { return Ok(PendingSync::done()) };
         if !redo.commit(&self.map, &mut self.datasums, &self.stats)? {
             self.checkpoint_now(false, true)?;
+            return Ok(PendingSync::done());
         }
-        Ok(())
+        let sums_version = self.datasums.as_ref().map_or(0, DataSums::version);
+        Ok(PendingSync {
+            writer: Some(redo.writer.clone()),
+            number: redo.staged,
+            versions: Versions { freed: redo.freed_version, sums: sums_version },
+        })
+    }
+
+    /// The first half of [`sync`](Self::sync), under the volume's lock:
+    /// with a ByteLog, the changes since the last commit are encoded
+    /// (copied) and staged, and [`PendingSync::wait`] makes them durable
+    /// without the volume — other operations may run meanwhile; their
+    /// changes go to the next commit. Without a log the whole sync runs
+    /// here. Then [`finish_sync`](Self::finish_sync).
+    ///
+    /// # Errors
+    /// As `sync`.
+    pub fn start_sync(&mut self) -> Result<PendingSync, Error> {
+        if self.redo.is_some() {
+            return self.start_sync_logged();
+        }
+        self.sync_in_place()?;
+        Ok(PendingSync::done())
+    }
+
+    /// The last half of [`sync`](Self::sync), under the volume's lock
+    /// again: what waited for the commit to be durable — blocks freed
+    /// before it may take data in place, the data checksums' intent list
+    /// and forgotten blocks are let go — unless more of those came after
+    /// it was staged (they wait for the next commit).
+    ///
+    /// # Errors
+    /// [`Error::Io`] emptying the intent list.
+    pub fn finish_sync(&mut self, durable: DurableSync) -> Result<(), Error> {
+        let (Some(versions), Some(redo)) = (durable.0, self.redo.as_mut()) else { return Ok(()) };
+        if redo.freed_version == versions.freed {
+            redo.freed.clear();
+        }
+        match self.datasums.as_mut() {
+            Some(sums) if sums.version() == versions.sums => sums.log_committed(),
+            _ => Ok(()),
+        }
     }
 
     /// At the end of an operation: commit when enough is pending or the
@@ -875,7 +1000,12 @@ impl Volume {
             self.sync_logged()?;
         }
         let redo = self.redo.as_ref().expect("checked above");
-        let ring_half = redo.log.free_bytes() < (redo.log.medium().len() - csumkit::bytelog::RING_OFFSET) / 2;
+        // Not while a sync flushes the log (this holds the volume's lock,
+        // which every call waits for): the next operation's end looks.
+        let ring_half = redo
+            .writer
+            .try_lock()
+            .is_ok_and(|writer| writer.free_bytes() < (writer.log.medium().len() - csumkit::bytelog::RING_OFFSET) / 2);
         let old = !redo.committed.is_empty() && redo.last_checkpoint.elapsed() >= CHECKPOINT_AGE;
         if ring_half || old || redo.touched.len() >= CHECKPOINT_PAGES {
             self.checkpoint_now(false, false)?;
@@ -905,6 +1035,10 @@ impl Volume {
             Stats::bump(&self.stats.log_write_through);
         }
         redo.checkpoint(&self.map, &mut self.datasums, final_, through, &self.stats)?;
+        // Everything committed is durable and in the image file now.
+        if let Some(sums) = self.datasums.as_mut() {
+            sums.log_committed()?;
+        }
         let pages = std::mem::take(&mut redo.touched);
         // The file now holds what these copied pages hold.
         let ranges: Vec<(usize, usize)> = pages.iter().map(|&p| (p * PAGE, (p + 1) * PAGE)).collect();
@@ -1155,8 +1289,10 @@ mod tests {
     /// A `Redo` over a simulated log and a backing that keeps nothing.
     fn bare_redo() -> Redo {
         let medium = AnyMedium(Box::new(csumkit::bytelog::SimMedium::new(64 << 10)));
+        let log = ByteLog::format(medium, 1).unwrap();
         Redo {
-            log: ByteLog::format(medium, 1).unwrap(),
+            writer: Arc::new(Mutex::new(Writer::new(log, Box::new(|| Ok(())), Arc::default()))),
+            staged: 0,
             backing: Box::new(Nowhere),
             pending: Vec::new(),
             pending_bytes: 0,
@@ -1164,6 +1300,7 @@ mod tests {
             committed: Vec::new(),
             touched: BTreeSet::new(),
             freed: RangeSet::default(),
+            freed_version: 0,
             data_unsynced: false,
             marked: false,
             image_superblock: vec![0; 1024],
@@ -1223,6 +1360,9 @@ mod tests {
         }
         fn sync(&mut self) -> std::io::Result<()> {
             Ok(())
+        }
+        fn sync_handle(&self) -> std::io::Result<SyncHandle> {
+            Ok(Box::new(|| Ok(())))
         }
     }
 

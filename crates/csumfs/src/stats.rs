@@ -42,6 +42,11 @@ pub struct Stats {
     pub log_datasums: AtomicU64,
     /// Bytes those commits made durable (whole 64-byte lines).
     pub log_commit_bytes: AtomicU64,
+    /// `fsync`s through the mount, and the syncs that answered them
+    /// (concurrent ones share a sync: group commit).
+    pub fsync_requests: AtomicU64,
+    /// See [`fsync_requests`](Self::fsync_requests).
+    pub fsync_syncs: AtomicU64,
     /// Checkpoints (the image file brought up to the log, the log emptied).
     pub log_checkpoints: AtomicU64,
     /// Commits too large for the log, written through to the image instead.
@@ -74,7 +79,7 @@ impl Stats {
         format!(
             "seed 000 incremental checksums: {} metadata checksum updates moved by flip_range/splice, {} recomputed in full\n\
              seed 001 ByteLog on {}: {} metadata commits in {} records, {} bytes persisted ({} per commit), \
-             {} checkpoints, {} commits written through, {} KiB of the image held in memory until the next checkpoint\n\
+             {} fsyncs answered by {} syncs (group commit), {} checkpoints, {} commits written through, {} KiB of the image held in memory until the next checkpoint\n\
              seed 002 data checksums: {} blocks checksummed on write ({} while their write was under way), \
              {} verified on read, {} mismatches (EIO), {} carried by ByteLog commits, {} tree commits writing {} bytes, \
              {} intent-list flushes\n\
@@ -88,6 +93,8 @@ impl Stats {
             g(&self.log_records),
             g(&self.log_commit_bytes),
             g(&self.log_commit_bytes).checked_div(g(&self.log_commits)).unwrap_or(0),
+            g(&self.fsync_requests),
+            g(&self.fsync_syncs),
             g(&self.log_checkpoints),
             g(&self.log_write_through),
             private_copy.map_or("no".to_string(), |bytes| (bytes / 1024).to_string()),

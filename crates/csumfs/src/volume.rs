@@ -125,7 +125,7 @@ pub struct Volume {
     /// (block, directory's seed): not verified again on every lookup (the
     /// kernel's `buffer_verified`). Every write of one keeps it valid.
     pub(crate) verified_dir_blocks: Mutex<std::collections::HashSet<(u64, u32)>>,
-    pub(crate) stats: Stats,
+    pub(crate) stats: std::sync::Arc<Stats>,
     /// Open handles per inode ([`Volume::hold`]).
     pub(crate) holds: HashMap<u32, u32>,
     /// Held inodes whose last name is gone: freed at their last unhold.
@@ -229,7 +229,7 @@ impl Volume {
             verified_dir_blocks: Mutex::new(std::collections::HashSet::new()),
             free_space: HashMap::new(),
             free_inodes: HashMap::new(),
-            stats: Stats::default(),
+            stats: std::sync::Arc::default(),
             holds: HashMap::new(),
             orphans: HashSet::new(),
             datasums: None,

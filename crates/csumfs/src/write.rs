@@ -1052,9 +1052,12 @@ impl Volume {
     /// # Errors
     /// [`Error::Io`] when the flush fails.
     pub fn sync(&mut self) -> Result<(), Error> {
-        if self.redo.is_some() {
-            return self.sync_logged();
-        }
+        let durable = self.start_sync()?.wait()?;
+        self.finish_sync(durable)
+    }
+
+    /// `sync` without a log: the image file's data and metadata in place.
+    pub(crate) fn sync_in_place(&mut self) -> Result<(), Error> {
         if let Some(device) = &self.pi {
             device.flush()?;
         } else if let Bytes::MapMut(_, file) = &self.map {

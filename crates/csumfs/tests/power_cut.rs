@@ -24,7 +24,7 @@ mod common;
 
 use common::model::{apply, op, pick, Model, Node, Op};
 use common::{assert_clean, have_e2fsprogs, mke2fs, Scratch};
-use csumfs::{Backing, Options, Stats, Volume};
+use csumfs::{Backing, Options, Stats, SyncHandle, Volume};
 use csumkit::bytelog::{Medium, SimMedium};
 use csumkit::pi::{GuardSize, PiFormat, PiLocation, PiType, Protection};
 use csumkit::DurableFile;
@@ -55,16 +55,26 @@ impl Backing for SimDisk {
         Ok(())
     }
     fn sync(&mut self) -> std::io::Result<()> {
-        let mut disk = self.0.lock().unwrap();
-        let Disk { current, durable, unsynced } = &mut *disk;
-        for (start, end) in unsynced.drain(..) {
-            durable[start..end].copy_from_slice(&current[start..end]);
-        }
+        self.0.lock().unwrap().flush();
         Ok(())
+    }
+    fn sync_handle(&self) -> std::io::Result<SyncHandle> {
+        let disk = self.0.clone();
+        Ok(Box::new(move || {
+            disk.lock().unwrap().flush();
+            Ok(())
+        }))
     }
 }
 
 impl Disk {
+    fn flush(&mut self) {
+        let Disk { current, durable, unsynced } = self;
+        for (start, end) in unsynced.drain(..) {
+            durable[start..end].copy_from_slice(&current[start..end]);
+        }
+    }
+
     fn new(bytes: Vec<u8>) -> Disk {
         Disk { current: bytes.clone(), durable: bytes, unsynced: Vec::new() }
     }
@@ -171,6 +181,9 @@ impl Backing for Discard {
     }
     fn sync(&mut self) -> std::io::Result<()> {
         Ok(())
+    }
+    fn sync_handle(&self) -> std::io::Result<SyncHandle> {
+        Ok(Box::new(|| Ok(())))
     }
 }
 
@@ -468,6 +481,12 @@ fn run(seed: u64, block_size: &str, ops: usize, sync_every: usize, pi: Option<Pr
         })
         .collect();
     let mut model = Model::from([("/".to_string(), Node::Dir)]);
+    // Every other sync is split as the mount's group commit splits it: the
+    // commit made, one more operation run, then the flushes — that
+    // operation's changes (blocks freed before the commit, data written in
+    // place) must not reach a cut ahead of the commit. (The sync, and the
+    // index of the first tree it acknowledges.)
+    let mut split: Option<(csumfs::PendingSync, usize)> = None;
     for (step, op) in workload.iter().enumerate() {
         volume.begin();
         history.lock().unwrap().in_flight = data_target(&model, op);
@@ -480,11 +499,25 @@ fn run(seed: u64, block_size: &str, ops: usize, sync_every: usize, pi: Option<Pr
         h.in_flight = None;
         drop(h);
         volume.end(true).unwrap();
+        if let Some((pending, first)) = split.take() {
+            let durable = pending.wait().unwrap();
+            volume.finish_sync(durable).unwrap();
+            history.lock().unwrap().trees.drain(..first);
+        }
         if step % sync_every == sync_every - 1 {
+            if (step / sync_every).is_multiple_of(2) {
+                let first = history.lock().unwrap().trees.len() - 1;
+                split = Some((volume.start_sync().unwrap(), first));
+                continue;
+            }
             volume.sync().unwrap();
             // Acknowledged: older trees are no longer acceptable.
             history.lock().unwrap().trees = vec![model.clone()];
         }
+    }
+    if let Some((pending, _)) = split.take() {
+        let durable = pending.wait().unwrap();
+        volume.finish_sync(durable).unwrap();
     }
     let stats = volume.stats();
     let (logged, checkpoints) = (Stats::get(&stats.log_commit_bytes), Stats::get(&stats.log_checkpoints));
@@ -532,7 +565,11 @@ fn every_fence_of_the_log_survives_a_power_cut() {
         return;
     }
     let mut counts = [0u64; 5];
-    for (seed, block_size) in seeds(&[(1, "1024"), (2, "4096"), (3, "1024"), (4, "4096")], 1000) {
+    // Seed 1004 is the one of 1000–1007 that catches a commit letting go of
+    // its freed blocks before it is durable (a split sync's next operation
+    // then writes them in place).
+    let fixed = [(1, "1024"), (2, "4096"), (3, "1024"), (4, "4096"), (1004, "1024")];
+    for (seed, block_size) in seeds(&fixed, 1000) {
         let run = run(seed, block_size, 700, 2 + seed as usize % 3, None);
         counts.iter_mut().zip(run).for_each(|(total, n)| *total += n);
     }

@@ -33,6 +33,11 @@ pub struct FsArgs {
     /// A reduced run for CI (fewer operations, smaller files).
     #[arg(long)]
     quick: bool,
+    /// Only these systems (default: all), by key: csumfs, csumfs-pi,
+    /// csumfs-datasum-off, csumfs-pmem-log, csumfs-full, fuse2fs, kernel,
+    /// kernel-fast-commit.
+    #[arg(long, value_delimiter = ',', value_parser = System::parse)]
+    systems: Vec<System>,
 }
 
 pub fn run(args: &FsArgs) -> ExitCode {
@@ -80,6 +85,26 @@ impl System {
             System::Kernel => "kernel ext4 (journal)",
             System::KernelFastCommit => "kernel ext4 fast_commit",
         }
+    }
+
+    fn key(self) -> &'static str {
+        match self {
+            System::Csumfs => "csumfs",
+            System::CsumfsPi => "csumfs-pi",
+            System::CsumfsNoDatasum => "csumfs-datasum-off",
+            System::CsumfsPmemLog => "csumfs-pmem-log",
+            System::CsumfsFull => "csumfs-full",
+            System::Fuse2fs => "fuse2fs",
+            System::Kernel => "kernel",
+            System::KernelFastCommit => "kernel-fast-commit",
+        }
+    }
+
+    fn parse(key: &str) -> Result<System, String> {
+        System::ALL.into_iter().find(|s| s.key() == key).ok_or_else(|| {
+            let keys: Vec<&str> = System::ALL.iter().map(|s| s.key()).collect();
+            format!("unknown system {key:?}; one of {}", keys.join(", "))
+        })
     }
 
     fn is_kernel(self) -> bool {
@@ -220,6 +245,48 @@ fn meta(mnt: &Path, dir: &Path, ops: usize, bytes: usize) -> Result<[f64; 4], St
     Ok([ops as f64 / elapsed, ms(percentile(&latencies, 0.5)), ms(percentile(&latencies, 0.99)), written])
 }
 
+/// Workers of (1) run together: the seed-001 fio meta jobs' 15.
+const META_JOBS: usize = 15;
+
+/// (1) with [`META_JOBS`] threads at once, each doing `ops_per_job` rounds
+/// in a directory of its own: ops/s, and KiB written per op. A filesystem
+/// that commits concurrent fsyncs together flushes once for many; one that
+/// flushes per fsync does not gain. (In one shared directory FUSE
+/// serializes the creates and unlinks on the directory's lock, each a
+/// round trip or three to the daemon: docs/mount.md.)
+fn meta_jobs(mnt: &Path, dir: &Path, ops_per_job: usize) -> Result<[f64; 2], String> {
+    let sectors_before = sectors_written(dir);
+    let start = Instant::now();
+    std::thread::scope(|scope| {
+        let jobs: Vec<_> = (0..META_JOBS)
+            .map(|job| {
+                scope.spawn(move || -> Result<(), String> {
+                    let data = vec![0x5Au8; 4096];
+                    let dir = mnt.join(format!("job{job}"));
+                    std::fs::create_dir(&dir).map_err(|e| format!("mkdir: {e}"))?;
+                    for i in 0..ops_per_job {
+                        let path = dir.join(format!("f{i}"));
+                        let mut f = std::fs::File::create(&path).map_err(|e| format!("create: {e}"))?;
+                        f.write_all(&data).map_err(|e| format!("write: {e}"))?;
+                        fsync_file(&f)?;
+                        drop(f);
+                        std::fs::remove_file(&path).map_err(|e| format!("unlink: {e}"))?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        jobs.into_iter().try_for_each(|job| job.join().map_err(|_| "a job panicked".to_string())?)
+    })?;
+    let elapsed = start.elapsed().as_secs_f64();
+    let ops = (META_JOBS * ops_per_job) as f64;
+    let written = match (sectors_before, sectors_written(dir)) {
+        (Some(a), Some(b)) => (b.saturating_sub(a) * 512) as f64 / 1024.0 / ops,
+        _ => f64::NAN,
+    };
+    Ok([ops / elapsed, written])
+}
+
 /// (2): MB/s of 1 MiB writes, fsync included.
 fn sequential(mnt: &Path, bytes: u64) -> Result<f64, String> {
     let chunk = vec![0xA5u8; 1 << 20];
@@ -344,14 +411,15 @@ fn measure(system: System, bs: u32, root: &Path, sizes: &Sizes) -> Result<Vec<St
         let m = meta(&mnt, root, sizes.meta_ops, 4096)?;
         // The seed-001 fio meta job's size (ANCHORS.md): a write under a page.
         let small = meta(&mnt, root, sizes.meta_ops, 100)?;
+        let many = meta_jobs(&mnt, root, sizes.meta_ops / 5)?;
         let seq = sequential(&mnt, sizes.seq_bytes)?;
         let rand = random(&mnt, root, sizes.rand_file, sizes.rand_writes)?;
         make_tree(&mnt, sizes.tree_files)?;
         let falloc = fallocate(&mnt, fallocate_bytes)?;
-        Ok::<_, String>((m, small, seq, rand, falloc))
+        Ok::<_, String>((m, small, many, seq, rand, falloc))
     })();
     unmount(system, &image, &mnt)?;
-    let (m, small, seq, rand, falloc) = result?;
+    let (m, small, many, seq, rand, falloc) = result?;
     // Cold: a fresh mount, and the kernel's caches dropped.
     let _ = std::fs::write("/proc/sys/vm/drop_caches", "3");
     mount(system, &image, &mnt)?;
@@ -363,6 +431,7 @@ fn measure(system: System, bs: u32, root: &Path, sizes: &Sizes) -> Result<Vec<St
         format!("{} / {}", num(m[1]), num(m[2])),
         num(m[3]),
         format!("{} / {}", num(small[0]), num(small[3])),
+        format!("{} / {}", num(many[0]), num(many[1])),
         num(seq),
         format!("{} / {}", num(rand.0), rand.1.map_or("?".into(), num)),
         num(walked?),
@@ -398,10 +467,12 @@ fn bench(args: &FsArgs) -> Result<(), String> {
     let scratch = super::scratch(&parent, "fs").map_err(|e| e.to_string())?;
     println!("{}", machine_line());
     println!(
-        "workloads: (1) {} × create + 4 KiB write + fsync + unlink ((1'): 100 B, the seed-001 fio meta job); (2) {} MiB in 1 MiB writes + fsync; \
+        "workloads: (1) {} × create + 4 KiB write + fsync + unlink ((1'): 100 B, the seed-001 fio meta job; and by {} jobs at once, {} each, in a directory each); (2) {} MiB in 1 MiB writes + fsync; \
          (3) {} 4 KiB random writes into a {} MiB file + fsync; (4) walk of {} files (lstat + ACL probe) \
          after a remount, caches dropped; (5) fallocate of {} GiB (at most half the image) + fsync",
         sizes.meta_ops,
+        META_JOBS,
+        sizes.meta_ops / 5,
         sizes.seq_bytes >> 20,
         sizes.rand_writes,
         sizes.rand_file >> 20,
@@ -409,12 +480,14 @@ fn bench(args: &FsArgs) -> Result<(), String> {
         sizes.fallocate_bytes >> 30
     );
     for &bs in &args.block_sizes {
+        let jobs_header = format!("(1) {META_JOBS} jobs, a directory each: ops/s / KiB per op");
         let mut table = Table::new(&[
             "system",
             "(1) ops/s",
             "(1) fsync p50 / p99 ms",
             "(1) KiB written per op",
             "(1') 100 B: ops/s / KiB per op",
+            &jobs_header,
             "(2) MB/s",
             "(3) IOPS / extra KiB per write",
             "(4) files/s cold",
@@ -422,6 +495,9 @@ fn bench(args: &FsArgs) -> Result<(), String> {
         ]);
         let mut skipped = Vec::new();
         for system in System::ALL {
+            if !args.systems.is_empty() && !args.systems.contains(&system) {
+                continue;
+            }
             if system.is_kernel() && bs != 4096 {
                 continue; // the kernel mounts block sizes up to the page size only
             }
