@@ -219,6 +219,27 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
+/// One round of (1) on `path`: create, write `data`, fsync, close,
+/// unlink. Returns the fsync's time.
+fn meta_round(path: &Path, data: &[u8]) -> Result<Duration, String> {
+    let mut f = std::fs::File::create(path).map_err(|e| format!("create: {e}"))?;
+    f.write_all(data).map_err(|e| format!("write: {e}"))?;
+    let t = Instant::now();
+    fsync_file(&f)?;
+    let fsync = t.elapsed();
+    drop(f);
+    std::fs::remove_file(path).map_err(|e| format!("unlink: {e}"))?;
+    Ok(fsync)
+}
+
+/// KiB the disk under `dir` wrote per op since its counter read `before`.
+fn kib_per_op(dir: &Path, before: Option<u64>, ops: usize) -> f64 {
+    match (before, sectors_written(dir)) {
+        (Some(a), Some(b)) => (b.saturating_sub(a) * 512) as f64 / 1024.0 / ops as f64,
+        _ => f64::NAN,
+    }
+}
+
 /// (1): ops/s, p50 and p99 fsync latency in ms, KiB written per fsync.
 fn meta(mnt: &Path, dir: &Path, ops: usize, bytes: usize) -> Result<[f64; 4], String> {
     let data = vec![0x5Au8; bytes];
@@ -226,20 +247,10 @@ fn meta(mnt: &Path, dir: &Path, ops: usize, bytes: usize) -> Result<[f64; 4], St
     let sectors_before = sectors_written(dir);
     let start = Instant::now();
     for i in 0..ops {
-        let path = mnt.join(format!("meta-{i}"));
-        let mut f = std::fs::File::create(&path).map_err(|e| format!("create: {e}"))?;
-        f.write_all(&data).map_err(|e| format!("write: {e}"))?;
-        let t = Instant::now();
-        fsync_file(&f)?;
-        latencies.push(t.elapsed());
-        drop(f);
-        std::fs::remove_file(&path).map_err(|e| format!("unlink: {e}"))?;
+        latencies.push(meta_round(&mnt.join(format!("meta-{i}")), &data)?);
     }
     let elapsed = start.elapsed().as_secs_f64();
-    let written = match (sectors_before, sectors_written(dir)) {
-        (Some(a), Some(b)) => (b.saturating_sub(a) * 512) as f64 / 1024.0 / ops as f64,
-        _ => f64::NAN,
-    };
+    let written = kib_per_op(dir, sectors_before, ops);
     latencies.sort();
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     Ok([ops as f64 / elapsed, ms(percentile(&latencies, 0.5)), ms(percentile(&latencies, 0.99)), written])
@@ -265,12 +276,7 @@ fn meta_jobs(mnt: &Path, dir: &Path, ops_per_job: usize) -> Result<[f64; 2], Str
                     let dir = mnt.join(format!("job{job}"));
                     std::fs::create_dir(&dir).map_err(|e| format!("mkdir: {e}"))?;
                     for i in 0..ops_per_job {
-                        let path = dir.join(format!("f{i}"));
-                        let mut f = std::fs::File::create(&path).map_err(|e| format!("create: {e}"))?;
-                        f.write_all(&data).map_err(|e| format!("write: {e}"))?;
-                        fsync_file(&f)?;
-                        drop(f);
-                        std::fs::remove_file(&path).map_err(|e| format!("unlink: {e}"))?;
+                        meta_round(&dir.join(format!("f{i}")), &data)?;
                     }
                     Ok(())
                 })
@@ -279,12 +285,8 @@ fn meta_jobs(mnt: &Path, dir: &Path, ops_per_job: usize) -> Result<[f64; 2], Str
         jobs.into_iter().try_for_each(|job| job.join().map_err(|_| "a job panicked".to_string())?)
     })?;
     let elapsed = start.elapsed().as_secs_f64();
-    let ops = (META_JOBS * ops_per_job) as f64;
-    let written = match (sectors_before, sectors_written(dir)) {
-        (Some(a), Some(b)) => (b.saturating_sub(a) * 512) as f64 / 1024.0 / ops,
-        _ => f64::NAN,
-    };
-    Ok([ops / elapsed, written])
+    let ops = META_JOBS * ops_per_job;
+    Ok([ops as f64 / elapsed, kib_per_op(dir, sectors_before, ops)])
 }
 
 /// (2): MB/s of 1 MiB writes, fsync included.
