@@ -289,12 +289,14 @@ impl Volume {
         if sums.intent.iter().any(|&(s, l)| s <= start && end <= s + l) {
             return Ok(());
         }
+        // The list grows (an entry extended or added): a commit staged
+        // before this must not empty it.
+        sums.version += 1;
         let i = sums.intent.len().wrapping_sub(1);
         if let Some(last) = sums.intent.last_mut() {
             if last.0 <= start && start <= last.0 + last.1 {
                 last.1 = end - last.0; // not covered: `end` is past the entry's
                 let run = *last;
-                sums.version += 1;
                 sums.store.write_intent(i, run, None)?;
                 Stats::bump(&self.stats.datasum_intent_flushes);
                 return sums.store.flush_intent();
@@ -305,7 +307,6 @@ impl Volume {
         }
         let sums = self.datasums.as_mut().expect("checked above");
         sums.intent.push((start, end - start));
-        sums.version += 1;
         let i = sums.intent.len() - 1;
         sums.store.write_intent(i, (start, end - start), Some(sums.intent.len() as u64))?;
         Stats::bump(&self.stats.datasum_intent_flushes);

@@ -72,8 +72,7 @@ impl Writer {
         if self.durable >= number {
             return Ok(());
         }
-        let batch = self.staged.iter().take_while(|s| s.number <= number);
-        if batch.clone().any(|s| s.data_first) {
+        if self.staged.iter().take_while(|s| s.number <= number).any(|s| s.data_first) {
             (self.image_sync)().map_err(|source| Error::Io { context: "fdatasync of the image".into(), source })?;
             // Every staged commit's data was written before it was staged.
             self.staged.iter_mut().for_each(|s| s.data_first = false);
