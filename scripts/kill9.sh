@@ -76,5 +76,7 @@ PY
   if ! e2fsck -fn $d/img >$d/fsck 2>&1; then bad=$((bad+1)); [ $bad = 1 ] && grep -v '^Pass\|^e2fsck\|files' $d/fsck | head -8; fi
   rm -rf $d
 done
-echo "kill -9 runs: $n ($jobs workloads at once), e2fsck -fn not clean after: $bad, acknowledged files missing in: $lost"
+at_once="one workload"
+[ "$jobs" -gt 1 ] && at_once="$jobs workloads at once"
+echo "kill -9 runs: $n ($at_once), e2fsck -fn not clean after: $bad, acknowledged files missing in: $lost"
 [ "$bad" = 0 ] && [ "$lost" = 0 ]

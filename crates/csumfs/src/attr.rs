@@ -93,36 +93,39 @@ impl Volume {
     }
 
     /// `FS_IOC_SETFLAGS`: sets inode `ino`'s flags to `flags` (as `chattr`
-    /// passes them: every user-visible flag, changed or not). Only the
-    /// flags whose promise csumfs keeps may change: immutable (`i`) and
-    /// append-only (`a`), enforced as ext4 does (immutable.rs; who may
-    /// change them is the caller's check — `CAP_LINUX_IMMUTABLE`), nodump
-    /// (`d`, a mark for backup tools) and noatime (`A`: csumfs never
-    /// updates atime on reads). ctime becomes now.
+    /// passes them: every user-visible flag, changed or not). Only the flags whose promise csumfs keeps may change: immutable
+    /// (`i`) and append-only (`a`), enforced as ext4 does (immutable.rs;
+    /// who may change them is the caller's check — `CAP_LINUX_IMMUTABLE`),
+    /// nodump (`d`, a mark for backup tools), noatime (`A`: csumfs never
+    /// updates atime on reads), and synchronous updates (`S`, and `D` on a
+    /// directory: [`is_synchronous`]). ctime becomes now.
     ///
     /// # Errors
     /// [`Error::Permission`] (`EPERM`) for a change to an immutable
     /// inode's other flags while it stays immutable
     /// (`ext4_ioctl_check_immutable`); [`Error::Unsupported`]
     /// (`EOPNOTSUPP`) naming a flag that would change and is not one of
-    /// those — sync, and the flags only the filesystem sets.
+    /// those — secure deletion, compression, data journaling, and the
+    /// flags only the filesystem sets — or that the inode's type cannot
+    /// have (`ext4_mask_flags`: `D` on a file), as `ext4_fileattr_set`.
     pub fn set_flags(&mut self, ino: u32, flags: u32) -> Result<Inode, Error> {
         let inode = self.inode(ino)?;
+        let modifiable = flags & FLAGS_MODIFIABLE;
+        if mask_flags(inode.mode, modifiable) != modifiable {
+            return Err(Error::Unsupported {
+                feature: "a flag of directories only (D, T, project inheritance, casefold)",
+                remedy: "set it on a directory (ext4 refuses it on a file)",
+            });
+        }
         let changed = (flags ^ inode.flags) & FLAGS_USER_VISIBLE;
         if inode.is_immutable() && flags & FLAG_IMMUTABLE != 0 && changed != 0 {
             return Err(Error::Permission(format!("inode {ino} is immutable: its flags stay")));
         }
         if let Some(&(_, name)) = FLAG_NAMES.iter().find(|(bit, _)| changed & bit & !FLAGS_SETTABLE != 0) {
-            return Err(Error::Unsupported {
-                feature: name,
-                remedy: "csumfs sets only the immutable (i), append-only (a), nodump (d) and noatime (A) flags",
-            });
+            return Err(Error::Unsupported { feature: name, remedy: SETTABLE_REMEDY });
         }
         if changed & !FLAGS_SETTABLE != 0 {
-            return Err(Error::Unsupported {
-                feature: "an inode flag",
-                remedy: "csumfs sets only the immutable (i), append-only (a), nodump (d) and noatime (A) flags",
-            });
+            return Err(Error::Unsupported { feature: "an inode flag", remedy: SETTABLE_REMEDY });
         }
         let new = inode.flags & !FLAGS_SETTABLE | flags & FLAGS_SETTABLE;
         let (sec, extra) = encode_time(now());
@@ -215,12 +218,62 @@ impl Volume {
 
 /// `EXT4_FL_USER_VISIBLE`: the flags `FS_IOC_GETFLAGS` reports.
 pub(crate) const FLAGS_USER_VISIBLE: u32 = 0x705B_DFFF;
-/// Immutable, append-only, nodump, noatime: what [`Volume::set_flags`] may change.
-const FLAGS_SETTABLE: u32 = FLAG_IMMUTABLE | FLAG_APPEND | 0x40 | 0x80;
+/// `chattr +S` (`EXT4_SYNC_FL`): every change to the inode is durable
+/// before the call that made it returns.
+pub(crate) const FLAG_SYNC: u32 = 0x8;
+/// `chattr +D` (`EXT4_DIRSYNC_FL`): the same for a directory's entries.
+pub(crate) const FLAG_DIRSYNC: u32 = 0x1_0000;
+/// `EXT4_FL_USER_MODIFIABLE`: the flags a caller may ask to change.
+const FLAGS_MODIFIABLE: u32 = 0x604B_C0FF;
+/// Immutable, append-only, nodump, noatime, synchronous updates and
+/// directories: what [`Volume::set_flags`] may change.
+const FLAGS_SETTABLE: u32 = FLAG_IMMUTABLE | FLAG_APPEND | 0x40 | 0x80 | FLAG_SYNC | FLAG_DIRSYNC;
+const SETTABLE_REMEDY: &str =
+    "csumfs sets only the immutable (i), append-only (a), nodump (d), noatime (A) and synchronous (S, D) flags";
+/// `EXT4_FL_INHERITED`: the flags a new inode takes from its directory
+/// (secure deletion, undelete, compression, sync, nodump, noatime, no
+/// compression, data journaling, no tail merging, dirsync, DAX, project
+/// inheritance, casefold), less those its type drops ([`mask_flags`]).
+const FLAGS_INHERITED: u32 = 0x1
+    | 0x2
+    | 0x4
+    | FLAG_SYNC
+    | 0x40
+    | 0x80
+    | 0x400
+    | 0x4000
+    | 0x8000
+    | FLAG_DIRSYNC
+    | 0x200_0000
+    | 0x2000_0000
+    | 0x4000_0000;
+
+/// `ext4_mask_flags`: a directory keeps every flag; a regular file drops
+/// dirsync, top-of-hierarchy, casefold and project inheritance; any other
+/// inode keeps only nodump and noatime.
+pub(crate) fn mask_flags(mode: u16, flags: u32) -> u32 {
+    match mode & 0o170_000 {
+        0o040_000 => flags,
+        0o100_000 => flags & !(FLAG_DIRSYNC | 0x2_0000 | 0x4000_0000 | 0x2000_0000),
+        _ => flags & (0x40 | 0x80),
+    }
+}
+
+/// The flags a new inode of type `mode` takes from directory `dir_flags`
+/// (`__ext4_new_inode`).
+pub(crate) fn inherited_flags(dir_flags: u32, mode: u16) -> u32 {
+    mask_flags(mode, dir_flags & FLAGS_INHERITED)
+}
+
+/// Whether a change to an inode of type `mode` with `flags` must be
+/// durable before the call that made it returns: ext4's `IS_SYNC`, and
+/// `IS_DIRSYNC` for a directory — whose entries change with it.
+pub(crate) fn is_synchronous(mode: u16, flags: u32) -> bool {
+    flags & FLAG_SYNC != 0 || flags & FLAG_DIRSYNC != 0 && mode & 0o170_000 == 0o040_000
+}
+
 /// Flags a user may ask for that csumfs refuses, by `chattr`'s names.
-const FLAG_NAMES: [(u32, &str); 6] = [
-    (0x8, "the synchronous-updates flag (S)"),
-    (0x1_0000, "the synchronous-directory flag (D)"),
+const FLAG_NAMES: [(u32, &str); 4] = [
     (0x1, "the secure-deletion flag (s)"),
     (0x2, "the undeletable flag (u)"),
     (0x4000, "the data-journaling flag (j)"),

@@ -9,6 +9,7 @@
 //! (`default_permissions`, always on); attributes and entries are cached
 //! by the kernel for `Fs::ttl` — csumfs is the image's only writer.
 
+use crate::attr::is_synchronous;
 use crate::error::Error;
 use crate::group_sync::GroupSync;
 use crate::inode::{Inode, Timespec, ROOT};
@@ -49,6 +50,12 @@ pub struct MountOptions {
     /// meanwhile and sends them with `setattr`. Small buffered writes then
     /// cost a copy, not a round trip each.
     pub writeback_cache: bool,
+    /// Every change durable before it is answered (`-o sync`), as if each
+    /// inode were `chattr +S`.
+    pub sync_all: bool,
+    /// Every change to a directory durable before it is answered (`-o
+    /// dirsync`), as if each directory were `chattr +D`.
+    pub dirsync: bool,
 }
 
 impl Default for MountOptions {
@@ -60,6 +67,8 @@ impl Default for MountOptions {
             ttl: Duration::from_secs(1),
             fsname: "csumfs".into(),
             writeback_cache: false,
+            sync_all: false,
+            dirsync: false,
         }
     }
 }
@@ -75,8 +84,10 @@ pub struct Fs {
     /// through one snapshot however the directory changes meanwhile.
     listings: Mutex<HashMap<u64, Vec<DirEntry>>>,
     next_handle: AtomicU64,
-    /// `fsync`s that arrive during a sync share the next one.
+    /// `fsync`s (and synchronous changes) that arrive during a sync share
+    /// the next one.
     fsyncs: GroupSync<Errno>,
+    sync_all: bool,
 }
 
 /// Mounts `volume` at `mountpoint`; the caller runs the returned session
@@ -103,7 +114,11 @@ pub fn mount(
     }
     config.n_threads = Some(options.threads.max(1));
     config.clone_fd = options.threads > 1;
-    let block_size = volume.read().unwrap_or_else(std::sync::PoisonError::into_inner).layout().block_size as u32;
+    let block_size = {
+        let mut volume = volume.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        volume.set_dirsync(options.dirsync);
+        volume.layout().block_size as u32
+    };
     let fs = Fs {
         volume,
         block_size,
@@ -113,6 +128,7 @@ pub fn mount(
         listings: Mutex::new(HashMap::new()),
         next_handle: AtomicU64::new(1),
         fsyncs: GroupSync::new(),
+        sync_all: options.sync_all,
     };
     fuser::Session::new(fs, mountpoint, &config)
 }
@@ -237,7 +253,45 @@ impl Fs {
             eprintln!("csumfs: ending an operation (undo, or a ByteLog commit or checkpoint): {e}");
             return Err(Errno::EIO);
         }
-        result.map_err(|e| errno(&e))
+        let synchronous = volume.take_synchronous() || self.sync_all;
+        drop(volume);
+        let value = result.map_err(|e| errno(&e))?;
+        if synchronous {
+            // chattr +S / +D or -o sync: durable before it is answered,
+            // through the same group commit as the fsyncs.
+            Stats::bump(&self.read().stats().synchronous_changes);
+            self.sync_now()?;
+        }
+        Ok(value)
+    }
+
+    /// Answers `done` once every change made before the call is durable:
+    /// callers that arrive during a sync share the next one (group_sync.rs).
+    /// The commit is made under the volume's lock, its flushes after it
+    /// is let go: the calls that go on meanwhile send the next fsyncs.
+    fn sync_then(&self, done: crate::group_sync::Waiter<Errno>) {
+        let lock = || self.volume.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.fsyncs.submit(done, |fsyncs| {
+            let pending = {
+                let mut volume = lock();
+                Stats::bump(&volume.stats().fsync_syncs);
+                Stats::add(&volume.stats().fsync_requests, fsyncs as u64);
+                volume.start_sync().map_err(|e| errno(&e))?
+            };
+            let durable = pending.wait().map_err(|e| errno(&e))?;
+            lock().finish_sync(durable).map_err(|e| errno(&e))
+        });
+    }
+
+    /// [`sync_then`](Self::sync_then), waited for on this thread.
+    fn sync_now(&self) -> Result<(), Errno> {
+        let (sender, receiver) = std::sync::mpsc::channel();
+        // (The receiver waits below: the send cannot fail.)
+        self.sync_then(Box::new(move |result| {
+            let _ = sender.send(result);
+        }));
+        // A leader that panicked dropped the answer: EIO, as fuser's.
+        receiver.recv().unwrap_or(Err(Errno::EIO))
     }
 
     /// Owner of a new inode in `parent`: the caller, with the parent's
@@ -508,10 +562,16 @@ impl Filesystem for Fs {
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         // The VFS's may_open for immutable and append-only files; a
         // read-only open (no O_TRUNC) is never refused, and reads no inode.
+        let mut open_flags = FopenFlags::FOPEN_KEEP_CACHE;
         if flags.0 & (libc::O_ACCMODE | libc::O_TRUNC) != libc::O_RDONLY {
             match self.read().inode(from_fuse(ino)) {
                 Ok(inode) if inode.open_refused(flags.0) => return reply.error(Errno::EPERM),
                 Err(e) => return reply.error(errno(&e)),
+                // The writeback cache would answer a chattr +S file's
+                // writes before they reach csumfs: they bypass it.
+                Ok(inode) if self.writeback_cache && is_synchronous(inode.mode, inode.flags) => {
+                    open_flags = FopenFlags::FOPEN_DIRECT_IO;
+                }
                 Ok(_) => {}
             }
         }
@@ -519,7 +579,7 @@ impl Filesystem for Fs {
             self.volume.write().unwrap_or_else(std::sync::PoisonError::into_inner).hold(from_fuse(ino));
         }
         // Only csumfs writes the image: cached pages stay valid across opens.
-        reply.opened(self.handle(), FopenFlags::FOPEN_KEEP_CACHE);
+        reply.opened(self.handle(), open_flags);
     }
 
     fn read(
@@ -592,23 +652,10 @@ impl Filesystem for Fs {
         if self.read_only {
             return reply.ok();
         }
-        let done = Box::new(move |result: Result<(), Errno>| match result {
+        self.sync_then(Box::new(move |result: Result<(), Errno>| match result {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
-        });
-        // The commit is made under the volume's lock, its flushes after it
-        // is let go: the calls that go on meanwhile send the next fsyncs.
-        let lock = || self.volume.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-        self.fsyncs.submit(done, |fsyncs| {
-            let pending = {
-                let mut volume = lock();
-                Stats::bump(&volume.stats().fsync_syncs);
-                Stats::add(&volume.stats().fsync_requests, fsyncs as u64);
-                volume.start_sync().map_err(|e| errno(&e))?
-            };
-            let durable = pending.wait().map_err(|e| errno(&e))?;
-            lock().finish_sync(durable).map_err(|e| errno(&e))
-        });
+        }));
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {

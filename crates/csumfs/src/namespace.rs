@@ -4,6 +4,7 @@
 //! the leaf's checksum); a directory moved to another parent gets its `..`
 //! patched the same way, and the two parents' link counts follow.
 
+use crate::attr::inherited_flags;
 use crate::error::Error;
 use crate::immutable;
 use crate::inode::{Inode, FLAG_EXTENTS, FLAG_INDEX, ROOT};
@@ -171,7 +172,8 @@ impl Volume {
         let ino = self.allocate_inode(group, false)?;
         let new = NewInode { mode: 0o120_777, uid, gid };
         let fast = target.len() < 60;
-        let mut inode = self.write_new_inode(ino, &new, 1, if fast { 0 } else { FLAG_EXTENTS })?;
+        let flags = if fast { 0 } else { FLAG_EXTENTS } | inherited_flags(parent.flags, new.mode);
+        let mut inode = self.write_new_inode(ino, &new, 1, flags)?;
         let len = target.len() as u32;
         if fast {
             let mut block = [0u8; 60];

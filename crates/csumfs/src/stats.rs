@@ -47,6 +47,10 @@ pub struct Stats {
     pub fsync_requests: AtomicU64,
     /// See [`fsync_requests`](Self::fsync_requests).
     pub fsync_syncs: AtomicU64,
+    /// Changes made durable before they were answered — to inodes marked
+    /// `chattr +S` (a directory's `+D`), or all with `-o sync` — counted
+    /// among the fsyncs too.
+    pub synchronous_changes: AtomicU64,
     /// Checkpoints (the image file brought up to the log, the log emptied).
     pub log_checkpoints: AtomicU64,
     /// Commits too large for the log, written through to the image instead.
@@ -79,7 +83,7 @@ impl Stats {
         format!(
             "seed 000 incremental checksums: {} metadata checksum updates moved by flip_range/splice, {} recomputed in full\n\
              seed 001 ByteLog on {}: {} metadata commits in {} records, {} bytes persisted ({} per commit), \
-             {} fsyncs answered by {} syncs (group commit), {} checkpoints, {} commits written through, {} KiB of the image held in memory until the next checkpoint\n\
+             {} fsyncs ({} of them synchronous changes: chattr +S/+D, -o sync) answered by {} syncs (group commit), {} checkpoints, {} commits written through, {} KiB of the image held in memory until the next checkpoint\n\
              seed 002 data checksums: {} blocks checksummed on write ({} while their write was under way), \
              {} verified on read, {} mismatches (EIO), {} carried by ByteLog commits, {} tree commits writing {} bytes, \
              {} intent-list flushes\n\
@@ -94,6 +98,7 @@ impl Stats {
             g(&self.log_commit_bytes),
             g(&self.log_commit_bytes).checked_div(g(&self.log_commits)).unwrap_or(0),
             g(&self.fsync_requests),
+            g(&self.synchronous_changes),
             g(&self.fsync_syncs),
             g(&self.log_checkpoints),
             g(&self.log_write_through),

@@ -185,6 +185,20 @@ impl crate::volume::Volume {
         }
     }
 
+    /// Whether an inode marked for synchronous updates (`chattr +S`, a
+    /// directory's `+D`) changed since the last call: the operation must
+    /// then be made durable ([`sync`](Self::sync)) before it is answered,
+    /// as ext4's `ext4_handle_sync` does.
+    pub fn take_synchronous(&mut self) -> bool {
+        std::mem::take(&mut self.synchronous)
+    }
+
+    /// Whether every directory counts as marked `chattr +D` (`mount -o
+    /// dirsync`) for [`take_synchronous`](Self::take_synchronous).
+    pub fn set_dirsync(&mut self, on: bool) {
+        self.dirsync = on;
+    }
+
     /// Ends an operation: kept if `ok`, else every metadata byte it
     /// changed is put back. Only the outermost `end` acts.
     ///

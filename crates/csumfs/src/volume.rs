@@ -151,6 +151,11 @@ pub struct Volume {
     /// The PI device the image is on, when data integrity is kept in PI
     /// ([`Volume::enable_pi`], seed 004).
     pub(crate) pi: Option<std::sync::Arc<csumkit::pi::Device>>,
+    /// An inode marked for synchronous updates (`chattr +S`, a directory's
+    /// `+D`) changed since [`Volume::take_synchronous`] last looked.
+    pub(crate) synchronous: bool,
+    /// Every directory counts as `chattr +D` ([`Volume::set_dirsync`]).
+    pub(crate) dirsync: bool,
 }
 
 /// (feature bit, name, remedy) of the incompat features this code refuses.
@@ -238,6 +243,8 @@ impl Volume {
             redo: None,
             replayed_sums: Vec::new(),
             pi: None,
+            synchronous: false,
+            dirsync: false,
         })
     }
 

@@ -15,6 +15,7 @@
 //! extents in the inode) and writes through a shared map; `sync` flushes
 //! it. What it does not do yet is refused with an error that says so.
 
+use crate::attr::{inherited_flags, is_synchronous, FLAG_DIRSYNC};
 use crate::dir_write::new_dir_block;
 use crate::error::Error;
 use crate::immutable;
@@ -708,6 +709,8 @@ impl Volume {
         }
         let at = self.inode_offset(inode.ino)?;
         self.store(at, &new)?;
+        let (mode, flags) = (le16(&new, 0x00), le32(&new, 0x20));
+        self.synchronous |= is_synchronous(mode, flags | if self.dirsync { FLAG_DIRSYNC } else { 0 });
         self.written_inode(inode.ino, new, inode.csum_seed)
     }
 
@@ -1000,7 +1003,8 @@ impl Volume {
         // Only files, directories and symlinks are extent-mapped (as
         // ext4_new_inode sets the flag); e2fsck calls a FIFO, socket or
         // device with the flag illegal.
-        let flags = if new.mode & 0o170_000 == 0o100_000 { FLAG_EXTENTS } else { 0 };
+        let extents = if new.mode & 0o170_000 == 0o100_000 { FLAG_EXTENTS } else { 0 };
+        let flags = extents | inherited_flags(parent.flags, new.mode);
         let inode = self.write_new_inode(ino, &new, 1, flags)?;
         if let Err(e) = self.add_entry(&parent, name, ino, file_type(new.mode)) {
             // Nothing half done: the unlinked inode goes back.
@@ -1029,7 +1033,8 @@ impl Volume {
         let goal = if dir == crate::inode::ROOT { parent_group + 1 } else { parent_group };
         let ino = self.allocate_inode(goal, true)?;
         let mode = (new.mode & 0o7777) | 0o040_000;
-        let inode = self.write_new_inode(ino, &NewInode { mode, ..new }, 2, FLAG_EXTENTS)?;
+        let flags = FLAG_EXTENTS | inherited_flags(parent.flags, mode);
+        let inode = self.write_new_inode(ino, &NewInode { mode, ..new }, 2, flags)?;
         let inode = self.grow(inode, 0, 1, Fill::Nothing)?;
         let bs = self.layout.block_size as usize;
         let block = new_dir_block(bs, inode.csum_seed, &[(ino, 2, b"."), (dir, 2, b"..")]);

@@ -207,8 +207,8 @@ fn chattr_stores_and_enforces_its_flags_and_refuses_other_flags_by_name() {
         Err(csumfs::Error::Unsupported { feature, .. }) => feature.to_string(),
         other => panic!("flags {flags:#x}: {other:?}"),
     };
-    assert_eq!(refused(&mut v, now | 0x8), "the synchronous-updates flag (S)");
     assert_eq!(refused(&mut v, now | 0x1 | 0x2), "the secure-deletion flag (s)", "the first named in chattr's order");
+    assert_eq!(refused(&mut v, now | 0x4000), "the data-journaling flag (j)");
     assert_eq!(refused(&mut v, now | 0x4), "an inode flag", "compression (c): no name of its own");
     assert_eq!(refused(&mut v, NODUMP | NOATIME), "an inode flag", "the extents flag dropped");
     assert_eq!(v.inode(f).unwrap().flags, now, "a refusal changes nothing");
@@ -290,6 +290,83 @@ fn chattr_stores_and_enforces_its_flags_and_refuses_other_flags_by_name() {
         .unwrap();
     let stat = String::from_utf8_lossy(&stat.stdout);
     assert!(stat.contains(&format!("Flags: {now:#x}")), "debugfs reads the flags csumfs stored ({now:#x}):\n{stat}");
+}
+
+/// chattr +S and +D (`EXT4_SYNC_FL`, `EXT4_DIRSYNC_FL`): stored, masked
+/// and inherited as ext4 does (`ext4_mask_flags`, `EXT4_FL_INHERITED`;
+/// the values below are what the kernel's ext4 gave the same calls, and
+/// csumkit-cli's mount_syscalls compares them call by call), and a change
+/// to an inode they mark asks for a sync before it is answered
+/// (`take_synchronous`, which the mount obeys) — no other change does.
+#[test]
+fn synchronous_flags_are_inherited_as_on_ext4_and_their_changes_ask_for_a_sync() {
+    if !have_e2fsprogs() {
+        return;
+    }
+    const SYNC: u32 = 0x8;
+    const DIRSYNC: u32 = 0x1_0000;
+    const EXTENTS: u32 = 0x8_0000;
+    let scratch = Scratch::new("sync-flags");
+    let image = scratch.0.join("s.img");
+    mke2fs(&image, "4096", "8M");
+    let mut v = Volume::open(&image, Options { write: true, check_updates: true, ..Options::default() }).unwrap();
+    let dir = NewInode { mode: 0o040_755, uid: 0, gid: 0 };
+    let plain = v.mkdir(ROOT, b"plain", dir).unwrap().ino;
+    let f = v.create(plain, b"f", FILE).unwrap().ino;
+    assert!(!v.take_synchronous(), "nothing is marked yet");
+    v.write(f, 0, b"data").unwrap();
+    v.create(plain, b"g", FILE).unwrap();
+    assert!(!v.take_synchronous(), "unmarked changes are made durable at fsync");
+
+    // +D on a regular file is refused, as ext4 refuses it; +S is kept.
+    let flags = v.inode(f).unwrap().flags;
+    let refused = v.set_flags(f, flags | DIRSYNC).map_err(|e| e.errno());
+    assert_eq!(refused.map(drop), Err(libc::EOPNOTSUPP), "D on a file");
+    assert_eq!(v.inode(f).unwrap().flags, flags);
+    assert!(!v.take_synchronous());
+    assert_eq!(v.set_flags(f, flags | SYNC).unwrap().flags, flags | SYNC);
+    assert!(v.take_synchronous(), "setting S is itself synchronous");
+    v.write(f, 4, b" more").unwrap();
+    assert!(v.take_synchronous(), "a write to a +S file");
+    assert!(!v.take_synchronous(), "taken: asked once");
+    v.set_attr(f, SetAttr { mode: Some(0o600), ..SetAttr::default() }).unwrap();
+    assert!(v.take_synchronous(), "chmod of a +S file");
+
+    // A +SDdA directory: its children take what their type keeps.
+    let marked = v.mkdir(ROOT, b"marked", dir).unwrap().ino;
+    let dir_flags = v.inode(marked).unwrap().flags;
+    v.set_flags(marked, dir_flags | SYNC | DIRSYNC | 0x40 | 0x80).unwrap();
+    assert!(v.take_synchronous());
+    let file = v.create(marked, b"file", FILE).unwrap();
+    assert!(v.take_synchronous(), "a name added to a +D directory");
+    let sub = v.mkdir(marked, b"sub", dir).unwrap();
+    let fast = v.symlink(marked, b"fast", b"x", 0, 0).unwrap();
+    let long = v.symlink(marked, b"long", &[b'y'; 80], 0, 0).unwrap();
+    let fifo = v.mknod(marked, b"fifo", NewInode { mode: 0o010_644, uid: 0, gid: 0 }, 0).unwrap();
+    assert_eq!(file.flags, EXTENTS | SYNC | 0xC0, "file: S, d, A");
+    assert_eq!(sub.flags, EXTENTS | DIRSYNC | SYNC | 0xC0, "directory: all four");
+    assert_eq!((fast.flags, long.flags, fifo.flags), (0xC0, EXTENTS | 0xC0, 0xC0), "others: d and A");
+    v.take_synchronous();
+    v.unlink(marked, b"fifo").unwrap();
+    assert!(v.take_synchronous(), "a name removed from a +D directory");
+
+    // Only D: a file in it is not synchronous, its name is.
+    v.set_flags(marked, dir_flags | DIRSYNC).unwrap();
+    let only_d = v.create(marked, b"only-d", FILE).unwrap().ino;
+    assert!(v.take_synchronous(), "a name added");
+    v.write(only_d, 0, b"not synchronous").unwrap();
+    assert!(!v.take_synchronous(), "D is not inherited by files");
+
+    // mount -o dirsync: every directory is +D.
+    v.set_dirsync(true);
+    v.create(plain, b"h", FILE).unwrap();
+    assert!(v.take_synchronous(), "a name added with dirsync");
+    v.write(only_d, 0, b"still not").unwrap();
+    assert!(!v.take_synchronous(), "data with dirsync");
+    v.set_dirsync(false);
+    v.sync().unwrap();
+    drop(v);
+    assert_clean(&image, "synchronous flags");
 }
 
 /// `statfs`' free counts are the superblock's as e2fsprogs reads them: the

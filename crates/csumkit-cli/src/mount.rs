@@ -34,7 +34,9 @@ pub struct MountArgs {
     foreground: bool,
     /// Mount options, comma-separated: ro, rw, allow_other,
     /// default_permissions (always on), writeback_cache (buffered writes
-    /// gathered in the kernel's page cache: off), threads=N (2), ttl=SECONDS (1),
+    /// gathered in the kernel's page cache: off), sync (every change durable
+    /// before it is answered, as if every inode were chattr +S), dirsync (the
+    /// same for directories' changes: chattr +D), threads=N (2), ttl=SECONDS (1),
     /// csum=incremental|full (how metadata checksums are kept),
     /// datasum=on|off (data checksums in IMAGE.csums, verified on read: on),
     /// log=PATH|off (metadata made durable through a ByteLog: IMAGE.bytelog;
@@ -78,6 +80,8 @@ fn parse_options(list: &[String]) -> Result<Parsed, String> {
             ("allow_other", None) => parsed.mount.allow_other = true,
             ("default_permissions", None) => {}
             ("writeback_cache", None) => parsed.mount.writeback_cache = true,
+            ("sync", None) => parsed.mount.sync_all = true,
+            ("dirsync", None) => parsed.mount.dirsync = true,
             ("threads", Some(n)) => {
                 parsed.mount.threads = n
                     .parse()
@@ -103,10 +107,15 @@ fn parse_options(list: &[String]) -> Result<Parsed, String> {
             _ => {
                 return Err(format!(
                     "unknown mount option {option:?} (known: ro, rw, allow_other, default_permissions, \
-                     writeback_cache, threads=N, ttl=SECONDS, csum=incremental|full, datasum=on|off, log=PATH|off, pi[=LBA[/GUARD]])"
+                     writeback_cache, sync, dirsync, threads=N, ttl=SECONDS, csum=incremental|full, datasum=on|off, log=PATH|off, pi[=LBA[/GUARD]])"
                 ))
             }
         }
+    }
+    if parsed.mount.sync_all && parsed.mount.writeback_cache {
+        return Err("sync makes every write durable before it is answered, and writeback_cache answers writes \
+                    from the kernel's cache before csumfs sees them: give one of them"
+            .into());
     }
     if parsed.pi.is_some() {
         if parsed.datasum && parsed.datasum_given {

@@ -255,12 +255,12 @@ fn a_mounted_image_changed_by_file_calls_is_clean_for_e2fsck_and_the_kernel() {
             let f6 = scratch.mnt().join("d1/f6");
             let flags = inode_flags(&f6).unwrap();
             assert_eq!(flags & 0x80000, 0x80000, "FS_IOC_GETFLAGS: {flags:#x}");
-            // chattr +dA (nodump, noatime) is kept; +S (synchronous
-            // updates, which csumfs does not keep) is refused and changes
-            // nothing. The kernel sees d and A below.
+            // chattr +dA (nodump, noatime) is kept; +s (secure deletion,
+            // which csumfs does not keep) is refused and changes nothing.
+            // The kernel sees d and A below.
             set_inode_flags(&f6, flags | 0x40 | 0x80).unwrap();
             assert_eq!(inode_flags(&f6).unwrap(), flags | 0xC0);
-            let refused = set_inode_flags(&f6, flags | 0xC0 | 0x8).unwrap_err();
+            let refused = set_inode_flags(&f6, flags | 0xC0 | 0x1).unwrap_err();
             assert_eq!(refused.raw_os_error(), Some(libc::EOPNOTSUPP));
             assert_eq!(inode_flags(&f6).unwrap(), flags | 0xC0);
             model
@@ -357,6 +357,79 @@ fn a_killed_mount_is_replayed_by_the_next_and_checkpointed_for_the_kernel() {
     assert!(ok && text == "written after the replay", "ext4 cat: {text}");
 }
 
+/// chattr +S and +D, `-o sync` and `-o dirsync`: a change they cover is
+/// durable when its call returns, with no fsync — a kill -9 right after
+/// keeps it; a change they do not cover, made after the last fsync, is
+/// gone after the kill (the control: it shows the kill loses what was not
+/// made durable, unless the 5 s commit came due meanwhile).
+#[test]
+fn synchronous_changes_survive_a_kill_without_fsync() {
+    if cannot_mount() {
+        return;
+    }
+    // (label, mount options, chattr +S on s and +D on d, s's append covered, control file covered)
+    let modes: [(&str, &[&str], bool, bool, bool); 3] = [
+        ("chattr +S/+D", &[], true, true, false),
+        ("-o sync", &["-o", "sync"], false, true, true),
+        ("-o dirsync", &["-o", "dirsync"], false, false, true),
+    ];
+    for (i, (label, options, marks, append_covered, control_covered)) in modes.into_iter().enumerate() {
+        let scratch = Scratch::new(&format!("synchronous-{i}"));
+        let (image, mnt) = (scratch.image("16M", "4096"), scratch.mnt());
+        let child = mount_foreground(&image, &mnt, options);
+        let made = std::panic::catch_unwind(|| {
+            std::fs::write(mnt.join("s"), b"before\n").unwrap();
+            std::fs::create_dir(mnt.join("d")).unwrap();
+            if marks {
+                set_inode_flags(&mnt.join("s"), inode_flags(&mnt.join("s")).unwrap() | 0x8).unwrap();
+                set_inode_flags(&mnt.join("d"), inode_flags(&mnt.join("d")).unwrap() | 0x1_0000).unwrap();
+            }
+            std::fs::File::open(&mnt).unwrap().sync_all().unwrap();
+            let since = std::time::Instant::now();
+            // The covered changes first: a sync makes everything before it
+            // durable, covered or not.
+            let append = || std::fs::OpenOptions::new().append(true).open(mnt.join("s"))?.write_all(b"after\n");
+            let control = || std::fs::write(mnt.join("control"), b"");
+            let new = || std::fs::write(mnt.join("d/new"), b"");
+            let changes: [(bool, &dyn Fn() -> std::io::Result<()>); 3] =
+                [(append_covered, &append), (true, &new), (control_covered, &control)];
+            for covered in [true, false] {
+                changes.iter().filter(|(c, _)| *c == covered).for_each(|(_, change)| change().unwrap());
+            }
+            since
+        });
+        // No fsync, no unmount: the daemon dies with what it held.
+        let mut child = child;
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let _ = Command::new("/usr/bin/fusermount3").arg("-uz").arg(&mnt).output();
+        let since = made.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        let killed_after = since.elapsed();
+
+        let child = mount_foreground(&image, &mnt, &[]);
+        let seen = std::panic::catch_unwind(|| {
+            (std::fs::read(mnt.join("s")).unwrap(), mnt.join("d/new").exists(), mnt.join("control").exists())
+        });
+        unmount_and_wait(child, &mnt);
+        let (s, new, control) = seen.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        assert!(new, "{label}: d/new, created in a synchronous directory, is there after the kill");
+        if append_covered {
+            assert_eq!(s, b"before\nafter\n", "{label}: the append to s is there after the kill");
+        }
+        if control_covered {
+            assert!(control, "{label}: control is there after the kill");
+        }
+        // What nothing covered is gone — unless a commit came due (5 s).
+        let uncovered = [(!append_covered).then_some(s == b"before\nafter\n"), (!control_covered).then_some(control)];
+        if killed_after < std::time::Duration::from_secs(4) {
+            assert!(uncovered.iter().flatten().all(|kept| !kept), "{label}: an uncovered change survived the kill");
+        } else {
+            eprintln!("{label}: SKIPPED the control: {killed_after:?} between the fsync and the kill");
+        }
+        e2fsck_clean(&image);
+    }
+}
+
 #[test]
 fn sigterm_and_sigint_unmount_and_exit_zero_and_the_default_is_a_daemon() {
     if cannot_mount() {
@@ -396,8 +469,10 @@ fn refusals_are_one_line_and_exit_2() {
     std::fs::write(&not_ext4, vec![0u8; 1 << 20]).unwrap();
     let busy = mount_foreground(&image, &scratch.mnt(), &["-o", "ro"]);
     let (file, mnt) = (scratch.0.join("zeros"), scratch.mnt());
-    let cases: [(Vec<&std::ffi::OsStr>, &str); 5] = [
+    let both = "sync,writeback_cache";
+    let cases: [(Vec<&std::ffi::OsStr>, &str); 6] = [
         (vec![not_ext4.as_os_str(), scratch.0.as_os_str()], "superblock"),
+        (vec![image.as_os_str(), scratch.0.as_os_str(), "-o".as_ref(), both.as_ref()], "give one of them"),
         (vec![image.as_os_str(), mnt.as_os_str()], "busy"),
         (vec![image.as_os_str(), file.as_os_str()], "not a directory"),
         (vec![image.as_os_str(), scratch.0.as_os_str(), "-o".as_ref(), "frobnicate".as_ref()], "unknown mount option"),

@@ -653,6 +653,35 @@ fn script(root: &Path) -> Vec<String> {
     }
     r.read_all("app-dir/mover");
 
+    // chattr +SDdA on a directory: what its new files and directories
+    // inherit (ext4_mask_flags: no D on a file); D and T asked of a file
+    // are dropped, not refused; S set and cleared on a file.
+    mkdir(&mut r, "sync-dir", 0o755);
+    let flags = inode_flags(&root.join("sync-dir")).unwrap() as i32 | 0x8 | 0x1_0000 | 0x40 | 0x80;
+    r.ioctl_int("sync-dir", "FS_IOC_SETFLAGS", libc::FS_IOC_SETFLAGS, Some(flags), false);
+    r.ioctl_int("sync-dir", "FS_IOC_GETFLAGS", libc::FS_IOC_GETFLAGS, None, true);
+    r.fsgetxattr("sync-dir");
+    let fd = r.open("sync-dir/file", libc::O_CREAT | libc::O_WRONLY, 0o644);
+    // SAFETY: a descriptor this run opened; a buffer of the length given.
+    r.said_count("write sync-dir/file", unsafe { libc::write(fd, b"synchronous".as_ptr().cast(), 11) } as i64);
+    Run::close(fd);
+    mkdir(&mut r, "sync-dir/sub", 0o755);
+    let (target, at) = (c"file", r.c("sync-dir/symlink"));
+    // SAFETY: valid paths.
+    r.said("symlink sync-dir/symlink", i64::from(unsafe { libc::symlink(target.as_ptr(), at.as_ptr()) }));
+    for rel in ["sync-dir/file", "sync-dir/sub"] {
+        r.ioctl_int(rel, "FS_IOC_GETFLAGS", libc::FS_IOC_GETFLAGS, None, true);
+        r.fsgetxattr(rel);
+    }
+    let file_flags = inode_flags(&root.join("sync-dir/file")).unwrap() as i32;
+    for extra in [0x1_0000, 0x2_0000, 0, !0x8] {
+        let asked = if extra == !0x8 { file_flags & extra } else { file_flags | extra };
+        r.ioctl_int("sync-dir/file", "FS_IOC_SETFLAGS", libc::FS_IOC_SETFLAGS, Some(asked), false);
+        r.ioctl_int("sync-dir/file", "FS_IOC_GETFLAGS", libc::FS_IOC_GETFLAGS, None, true);
+    }
+    r.renameat2("sync-dir/file", "sync-dir/renamed", 0);
+    r.list("sync-dir");
+
     // A directory big enough to list in pieces and resume.
     mkdir(&mut r, "list", 0o755);
     for i in 0..40 {
