@@ -87,7 +87,6 @@ pub struct Fs {
     /// `fsync`s (and synchronous changes) that arrive during a sync share
     /// the next one.
     fsyncs: GroupSync<Errno>,
-    sync_all: bool,
 }
 
 /// Mounts `volume` at `mountpoint`; the caller runs the returned session
@@ -116,7 +115,7 @@ pub fn mount(
     config.clone_fd = options.threads > 1;
     let block_size = {
         let mut volume = volume.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-        volume.set_dirsync(options.dirsync);
+        volume.set_mount_sync(options.sync_all, options.dirsync);
         volume.layout().block_size as u32
     };
     let fs = Fs {
@@ -128,7 +127,6 @@ pub fn mount(
         listings: Mutex::new(HashMap::new()),
         next_handle: AtomicU64::new(1),
         fsyncs: GroupSync::new(),
-        sync_all: options.sync_all,
     };
     fuser::Session::new(fs, mountpoint, &config)
 }
@@ -253,7 +251,7 @@ impl Fs {
             eprintln!("csumfs: ending an operation (undo, or a ByteLog commit or checkpoint): {e}");
             return Err(Errno::EIO);
         }
-        let synchronous = volume.take_synchronous() || self.sync_all;
+        let synchronous = volume.take_synchronous();
         drop(volume);
         let value = result.map_err(|e| errno(&e))?;
         if synchronous {

@@ -193,10 +193,12 @@ impl crate::volume::Volume {
         std::mem::take(&mut self.synchronous)
     }
 
-    /// Whether every directory counts as marked `chattr +D` (`mount -o
-    /// dirsync`) for [`take_synchronous`](Self::take_synchronous).
-    pub fn set_dirsync(&mut self, on: bool) {
-        self.dirsync = on;
+    /// Whether every inode counts as marked `chattr +S` (`mount -o sync`),
+    /// and every directory as `+D` (`-o dirsync`), for
+    /// [`take_synchronous`](Self::take_synchronous).
+    pub fn set_mount_sync(&mut self, sync: bool, dirsync: bool) {
+        use crate::attr::{FLAG_DIRSYNC, FLAG_SYNC};
+        self.mount_sync_flags = if sync { FLAG_SYNC } else { 0 } | if dirsync { FLAG_DIRSYNC } else { 0 };
     }
 
     /// Ends an operation: kept if `ok`, else every metadata byte it

@@ -154,8 +154,9 @@ pub struct Volume {
     /// An inode marked for synchronous updates (`chattr +S`, a directory's
     /// `+D`) changed since [`Volume::take_synchronous`] last looked.
     pub(crate) synchronous: bool,
-    /// Every directory counts as `chattr +D` ([`Volume::set_dirsync`]).
-    pub(crate) dirsync: bool,
+    /// Synchronous flags every inode counts as having (`mount -o sync`,
+    /// `-o dirsync`: [`Volume::set_mount_sync`]).
+    pub(crate) mount_sync_flags: u32,
 }
 
 /// (feature bit, name, remedy) of the incompat features this code refuses.
@@ -244,7 +245,7 @@ impl Volume {
             replayed_sums: Vec::new(),
             pi: None,
             synchronous: false,
-            dirsync: false,
+            mount_sync_flags: 0,
         })
     }
 

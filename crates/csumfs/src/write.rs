@@ -15,7 +15,7 @@
 //! extents in the inode) and writes through a shared map; `sync` flushes
 //! it. What it does not do yet is refused with an error that says so.
 
-use crate::attr::{inherited_flags, is_synchronous, FLAG_DIRSYNC};
+use crate::attr::{inherited_flags, is_synchronous};
 use crate::dir_write::new_dir_block;
 use crate::error::Error;
 use crate::immutable;
@@ -710,7 +710,7 @@ impl Volume {
         let at = self.inode_offset(inode.ino)?;
         self.store(at, &new)?;
         let (mode, flags) = (le16(&new, 0x00), le32(&new, 0x20));
-        self.synchronous |= is_synchronous(mode, flags | if self.dirsync { FLAG_DIRSYNC } else { 0 });
+        self.synchronous |= is_synchronous(mode, flags | self.mount_sync_flags);
         self.written_inode(inode.ino, new, inode.csum_seed)
     }
 

@@ -358,12 +358,21 @@ fn synchronous_flags_are_inherited_as_on_ext4_and_their_changes_ask_for_a_sync()
     assert!(!v.take_synchronous(), "D is not inherited by files");
 
     // mount -o dirsync: every directory is +D.
-    v.set_dirsync(true);
+    v.set_mount_sync(false, true);
     v.create(plain, b"h", FILE).unwrap();
     assert!(v.take_synchronous(), "a name added with dirsync");
     v.write(only_d, 0, b"still not").unwrap();
     assert!(!v.take_synchronous(), "data with dirsync");
-    v.set_dirsync(false);
+    // mount -o sync: every inode is +S; a change that writes no inode
+    // (reading, a hold let go) asks for nothing.
+    v.set_mount_sync(true, false);
+    v.write(only_d, 0, b"now synchronous").unwrap();
+    assert!(v.take_synchronous(), "data with sync");
+    v.hold(only_d);
+    v.unhold(only_d).unwrap();
+    v.read_all(&v.inode(only_d).unwrap()).unwrap();
+    assert!(!v.take_synchronous(), "nothing written with sync");
+    v.set_mount_sync(false, false);
     v.sync().unwrap();
     drop(v);
     assert_clean(&image, "synchronous flags");
