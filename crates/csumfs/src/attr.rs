@@ -135,6 +135,27 @@ impl Volume {
         })
     }
 
+    /// What a write takes from a file (the kernel's `file_remove_privs`,
+    /// which FUSE leaves to csumfs with `FUSE_HANDLE_KILLPRIV_V2`): the
+    /// set-ID bits `setid` (the writer's rule: `setattr_should_drop_suidgid`,
+    /// judged by the caller) and the `security.capability` xattr, whoever
+    /// writes. Nothing to take changes nothing.
+    ///
+    /// # Errors
+    /// As [`set_attr`](Self::set_attr) and [`removexattr`](Self::removexattr)
+    /// — `EPERM` on an append-only file with either to take, as ext4's
+    /// `notify_change` refuses the write.
+    pub fn remove_privileges(&mut self, ino: u32, setid: u16) -> Result<(), Error> {
+        let inode = self.inode(ino)?;
+        if inode.mode & setid & 0o6000 != 0 {
+            self.set_attr(ino, SetAttr { mode: Some(inode.mode & 0o7777 & !setid), ..SetAttr::default() })?;
+        }
+        if self.getxattr(&inode, "security.capability").is_ok() {
+            self.removexattr(ino, "security.capability")?;
+        }
+        Ok(())
+    }
+
     /// Creates a device node, FIFO or socket `name` in `dir` (the type in
     /// `new.mode`), with device number `rdev` (Linux's encoding:
     /// major in bits 8–19, minor in 0–7 and 20–31).

@@ -87,6 +87,11 @@ pub struct Fs {
     /// `fsync`s (and synchronous changes) that arrive during a sync share
     /// the next one.
     fsyncs: GroupSync<Errno>,
+    /// The kernel took `FUSE_HANDLE_KILLPRIV_V2`: csumfs takes the set-ID
+    /// bits and capabilities off written, truncated and chowned files,
+    /// and the kernel no longer asks for `security.capability` before
+    /// every write (a round trip each).
+    kill_privileges: bool,
 }
 
 /// Mounts `volume` at `mountpoint`; the caller runs the returned session
@@ -127,6 +132,7 @@ pub fn mount(
         listings: Mutex::new(HashMap::new()),
         next_handle: AtomicU64::new(1),
         fsyncs: GroupSync::new(),
+        kill_privileges: false,
     };
     fuser::Session::new(fs, mountpoint, &config)
 }
@@ -335,6 +341,26 @@ impl Fs {
         }
     }
 
+    /// The set-ID bits a write or truncate by a caller without
+    /// `CAP_FSETID`, or any chown, takes off `inode` (the kernel's
+    /// `setattr_should_drop_suidgid`): set-user-ID always, set-group-ID
+    /// when the file is group-executable or the caller is outside its group
+    /// and without `CAP_FSETID`. Directories keep theirs. May read /proc:
+    /// called before the volume's lock is taken.
+    fn setid_bits_to_drop(req: &Request, inode: &Inode) -> u16 {
+        if inode.is_dir() || inode.mode & 0o6000 == 0 {
+            return 0;
+        }
+        let group_bit_goes =
+            inode.mode & 0o2000 != 0 && (inode.mode & 0o010 != 0 || !Self::in_group_or_capable(req, inode.gid));
+        inode.mode & 0o4000 | if group_bit_goes { 0o2000 } else { 0 }
+    }
+
+    /// Whether the caller of `req` holds `CAP_FSETID`.
+    fn has_fsetid(req: &Request) -> bool {
+        Self::in_group_or_has(req, None, CAP_FSETID)
+    }
+
     /// Whether the caller's supplementary groups hold `gid`, or its
     /// effective capabilities `capability` (`/proc/PID/status`; root when
     /// that is gone).
@@ -404,6 +430,7 @@ impl Filesystem for Fs {
         if self.writeback_cache && config.add_capabilities(fuser::InitFlags::FUSE_WRITEBACK_CACHE).is_err() {
             eprintln!("csumfs: this kernel offers no FUSE writeback cache: writes go through");
         }
+        self.kill_privileges = config.add_capabilities(fuser::InitFlags::FUSE_HANDLE_KILLPRIV_V2).is_ok();
         Ok(())
     }
 
@@ -448,8 +475,27 @@ impl Filesystem for Fs {
         // refused), so there only a chosen atime counts.
         let chosen = |t: &Option<TimeOrNow>| matches!(t, Some(TimeOrNow::SpecificTime(_)));
         let times_now = !chosen(&atime) && (self.writeback_cache || !chosen(&mtime));
+        // With FUSE_HANDLE_KILLPRIV_V2 a chown, and a truncate by a caller
+        // without CAP_FSETID, come without the mode the kernel used to
+        // send beside them: csumfs takes the set-ID bits off itself. (A
+        // chown to -1:-1 comes as a setattr of nothing at all, as does the
+        // capability removal before a write: that one keeps its bits.)
+        let mut mode = mode.map(|m| m as u16);
+        let chown = uid.is_some() || gid.is_some();
+        if self.kill_privileges && mode.is_none() && (chown || size.is_some()) {
+            match self.read().inode(from_fuse(ino)) {
+                Ok(inode) if inode.mode & 0o6000 != 0 => {
+                    if chown || !Self::has_fsetid(req) {
+                        let drop = Self::setid_bits_to_drop(req, &inode);
+                        mode = (drop != 0).then_some(inode.mode & 0o7777 & !drop);
+                    }
+                }
+                Err(e) => return reply.error(errno(&e)),
+                Ok(_) => {}
+            }
+        }
         let attr = SetAttr {
-            mode: mode.map(|m| m as u16),
+            mode,
             uid,
             gid,
             size,
@@ -606,15 +652,27 @@ impl Filesystem for Fs {
         _fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        // The set-ID bits the write takes (the kernel judged the caller
+        // without CAP_FSETID when it sets the flag).
+        let mut setid = 0;
+        if self.kill_privileges && write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
+            match self.read().inode(from_fuse(ino)) {
+                Ok(inode) => setid = Self::setid_bits_to_drop(req, &inode),
+                Err(e) => return reply.error(errno(&e)),
+            }
+        }
         // As the kernel's `generic_write_checks`: a write that starts below
         // the largest file size is cut short there; one that starts at or
         // past it is `EFBIG` (the FUSE mount's own limit is far larger).
         let written = self.change(req, |v| {
+            if self.kill_privileges {
+                v.remove_privileges(from_fuse(ino), setid)?;
+            }
             let room = usize::try_from(v.max_file_size().saturating_sub(offset)).unwrap_or(usize::MAX);
             let len = if room == 0 { data.len() } else { data.len().min(room) };
             v.write(from_fuse(ino), offset, &data[..len]).map(|_| len)

@@ -183,6 +183,35 @@ impl Run {
         self.said(&format!("renameat2 {from} {to} flags {flags}"), ret);
     }
 
+    /// `call` made by a child process as `uid`:`gid` with no supplementary
+    /// groups (and so no capabilities): its result or errno.
+    fn as_user(&mut self, what: &str, (uid, gid): (u32, u32), call: impl FnOnce() -> libc::c_int) {
+        // SAFETY: the child makes system calls only, then `_exit`s.
+        let code = unsafe {
+            let pid = libc::fork();
+            assert!(pid >= 0, "fork");
+            if pid == 0 {
+                let became = libc::setgroups(0, std::ptr::null()) == 0
+                    && libc::setresgid(gid, gid, gid) == 0
+                    && libc::setresuid(uid, uid, uid) == 0;
+                let code = if !became {
+                    255
+                } else if call() < 0 {
+                    *libc::__errno_location()
+                } else {
+                    0
+                };
+                libc::_exit(code.min(255));
+            }
+            let mut status = 0;
+            assert_eq!(libc::waitpid(pid, &mut status, 0), pid);
+            libc::WEXITSTATUS(status)
+        };
+        assert_ne!(code, 255, "{what}: the child could not become {uid}:{gid}");
+        let text = if code == 0 { "ok".into() } else { std::io::Error::from_raw_os_error(code).to_string() };
+        self.note(format!("{what} as {uid}:{gid}: {text}"));
+    }
+
     fn fallocate(&mut self, fd: i32, mode: i32, offset: i64, len: i64) {
         // SAFETY: a descriptor this run opened; plain integer arguments.
         let ret = unsafe { libc::fallocate(fd, mode, offset, len) };
@@ -539,6 +568,73 @@ fn script(root: &Path) -> Vec<String> {
     }
     r.getxattr("data", "user.a", 8);
 
+    // What a write, a truncate and a chown take from a file: its set-ID
+    // bits by the caller's rule and its file capabilities, whoever writes
+    // (csumfs's part of the work with FUSE_HANDLE_KILLPRIV_V2). A v2
+    // capability set: CAP_NET_BIND_SERVICE, effective.
+    let caps = [1u8, 0, 0, 2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+    let file = r.c("setid");
+    let (user, member) = ((65_534, 65_534), (65_534, 0));
+    let write = |file: &CString| {
+        // SAFETY: a valid path; a buffer of the length given.
+        unsafe {
+            let fd = libc::open(file.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+            if fd < 0 {
+                return fd;
+            }
+            let n = libc::pwrite(fd, b"written".as_ptr().cast(), 7, 3);
+            libc::close(fd);
+            n as libc::c_int
+        }
+    };
+    std::fs::write(root.join("setid"), b"0123456789").unwrap();
+    for (mode, who) in [
+        (0o6755, None),
+        (0o6777, Some(user)),
+        (0o2666, Some(user)),
+        (0o2666, Some(member)),
+        (0o4666, Some(member)),
+        (0o2676, Some(member)),
+    ] {
+        // SAFETY: a valid path.
+        r.said(&format!("chmod setid {mode:o}"), i64::from(unsafe { libc::chmod(file.as_ptr(), mode) }));
+        r.setxattr("setid", "security.capability", &caps, 0);
+        match who {
+            None => {
+                let n = write(&file);
+                r.said("pwrite setid as root", i64::from(n));
+            }
+            Some(who) => r.as_user("pwrite setid", who, || write(&file)),
+        }
+        r.stat("setid");
+        r.getxattr("setid", "security.capability", 64);
+    }
+    for (mode, who) in [(0o6777, Some(user)), (0o2666, Some(member)), (0o6755, None)] {
+        // SAFETY: a valid path.
+        r.said(&format!("chmod setid {mode:o}"), i64::from(unsafe { libc::chmod(file.as_ptr(), mode) }));
+        // SAFETY: a valid path.
+        let truncate = || unsafe { libc::truncate(file.as_ptr(), 5) };
+        match who {
+            None => r.said("truncate setid as root", i64::from(truncate())),
+            Some(who) => {
+                r.as_user("truncate setid", who, truncate);
+                0
+            }
+        };
+        r.stat("setid");
+    }
+    // (Not chown to -1:-1, where ext4 drops set-user-ID: through FUSE with
+    // KILLPRIV_V2 it is a setattr of nothing, as the capability removal
+    // before a write is, and csumfs keeps the bits — POSIX allows either.)
+    for (mode, owner) in [(0o6755, (0, 0)), (0o2745, (1, 1)), (0o6745, (2, 2)), (0o6755, (3, 0))] {
+        // SAFETY: a valid path.
+        r.said(&format!("chmod setid {mode:o}"), i64::from(unsafe { libc::chmod(file.as_ptr(), mode) }));
+        // SAFETY: a valid path.
+        let ret = unsafe { libc::chown(file.as_ptr(), owner.0, owner.1) };
+        r.said(&format!("chown setid {}:{}", owner.0 as i32, owner.1 as i32), i64::from(ret));
+        r.stat("setid");
+    }
+
     // Inode flags: lsattr's and chattr's ioctls, the XFS-style view, the
     // generation, and a command neither knows.
     r.ioctl_int("data", "FS_IOC_GETFLAGS", libc::FS_IOC_GETFLAGS, None, true);
@@ -835,7 +931,7 @@ fn file_calls_through_the_mount_answer_as_the_kernels_ext4() {
         let (theirs, their_survey) = theirs.unwrap_or_else(|p| std::panic::resume_unwind(p));
         e2fsck_clean(&twin);
 
-        let child = mount_foreground(&image, &scratch.mnt(), &[]);
+        let child = mount_foreground(&image, &scratch.mnt(), &["-o", "allow_other"]);
         let ours = std::panic::catch_unwind(|| {
             let (lines, survey) = (script(&scratch.mnt()), survey(&scratch.mnt()));
             let generations = generations(&scratch.mnt(), &survey);
