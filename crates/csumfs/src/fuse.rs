@@ -946,15 +946,43 @@ impl Filesystem for Fs {
         reply: ReplyEmpty,
     ) {
         let (ino, keep_size) = (from_fuse(ino), mode & libc::FALLOC_FL_KEEP_SIZE != 0);
+        // ext4's fallocate takes what a write takes (`file_modified`);
+        // with KILLPRIV_V2 the kernel leaves it to csumfs, and does not
+        // say whether the caller holds CAP_FSETID.
+        let mut setid = 0;
+        if self.kill_privileges {
+            match self.read().inode(ino) {
+                Ok(inode) if inode.mode & 0o6000 != 0 && !Self::has_fsetid(req) => {
+                    setid = Self::setid_bits_to_drop(req, &inode);
+                }
+                Err(e) => return reply.error(errno(&e)),
+                Ok(_) => {}
+            }
+        }
+        let modified = |v: &mut Volume| if self.kill_privileges { v.remove_privileges(ino, setid) } else { Ok(()) };
         match mode & !libc::FALLOC_FL_KEEP_SIZE {
-            0 => reply_empty!(self.change(req, |v| v.fallocate(ino, offset, length, keep_size)), reply),
+            0 => reply_empty!(
+                self.change(req, |v| {
+                    modified(v)?;
+                    v.fallocate(ino, offset, length, keep_size)
+                }),
+                reply
+            ),
             // Linux takes a punch only with KEEP_SIZE.
-            libc::FALLOC_FL_PUNCH_HOLE if keep_size => {
-                reply_empty!(self.change(req, |v| v.punch_hole(ino, offset, length)), reply);
-            }
-            libc::FALLOC_FL_ZERO_RANGE => {
-                reply_empty!(self.change(req, |v| v.zero_range(ino, offset, length, keep_size)), reply);
-            }
+            libc::FALLOC_FL_PUNCH_HOLE if keep_size => reply_empty!(
+                self.change(req, |v| {
+                    modified(v)?;
+                    v.punch_hole(ino, offset, length)
+                }),
+                reply
+            ),
+            libc::FALLOC_FL_ZERO_RANGE => reply_empty!(
+                self.change(req, |v| {
+                    modified(v)?;
+                    v.zero_range(ino, offset, length, keep_size)
+                }),
+                reply
+            ),
             _ => reply.error(Errno::from_i32(libc::EOPNOTSUPP)), // collapse, insert, unshare
         }
     }

@@ -609,6 +609,28 @@ fn script(root: &Path) -> Vec<String> {
         r.stat("setid");
         r.getxattr("setid", "security.capability", 64);
     }
+    for (mode, who) in [(0o6777, Some(user)), (0o6777, None)] {
+        // SAFETY: a valid path.
+        r.said(&format!("chmod setid {mode:o}"), i64::from(unsafe { libc::chmod(file.as_ptr(), mode) }));
+        // SAFETY: a valid path; plain integer arguments.
+        let allocate = || unsafe {
+            let fd = libc::open(file.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+            if fd < 0 {
+                return fd;
+            }
+            let ret = libc::fallocate(fd, 0, 0, 16_384);
+            libc::close(fd);
+            ret
+        };
+        match who {
+            None => r.said("fallocate setid as root", i64::from(allocate())),
+            Some(who) => {
+                r.as_user("fallocate setid", who, allocate);
+                0
+            }
+        };
+        r.stat("setid");
+    }
     for (mode, who) in [(0o6777, Some(user)), (0o2666, Some(member)), (0o6755, None)] {
         // SAFETY: a valid path.
         r.said(&format!("chmod setid {mode:o}"), i64::from(unsafe { libc::chmod(file.as_ptr(), mode) }));
@@ -805,16 +827,8 @@ fn script(root: &Path) -> Vec<String> {
         st.st_nlink
     };
     r.note(format!("doomed links while open: {links}"));
-    Run::close(fd);
-    // The kernel frees at the final iput, before close returns; FUSE sends
-    // its release after (asynchronously): wait for it, at most 10 s.
-    for _ in 0..100 {
-        if free_blocks(&r.root) != before {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-    r.note(format!("doomed's close freed {} blocks", free_blocks(&r.root) - before));
+    let freed = close_last_handle(&r.root, fd, before);
+    r.note(format!("doomed's close freed {freed} blocks"));
     // The same for a file that existed before it was opened (FUSE's open,
     // not its create).
     std::fs::write(root.join("held"), pattern(50_000, 4)).unwrap();
@@ -829,17 +843,26 @@ fn script(root: &Path) -> Vec<String> {
     let n = r.said_count("pread held after its unlink", n as i64);
     r.note(format!("  digest {:016x}", digest(&back[..n.max(0) as usize])));
     let before = free_blocks(&r.root);
+    let freed = close_last_handle(&r.root, fd, before);
+    r.note(format!("held's close freed {freed} blocks"));
+    r.statfs();
+    r.list("");
+    r.lines
+}
+
+/// Closes `fd`, the last handle of a file already unlinked, and returns
+/// how many blocks its close freed (free blocks were `before`): the kernel
+/// frees them at the final iput, before close returns; FUSE sends its
+/// release after, asynchronously — waited for, at most 10 s.
+fn close_last_handle(root: &Path, fd: i32, before: u64) -> u64 {
     Run::close(fd);
     for _ in 0..100 {
-        if free_blocks(&r.root) != before {
+        if free_blocks(root) != before {
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
-    r.note(format!("held's close freed {} blocks", free_blocks(&r.root) - before));
-    r.statfs();
-    r.list("");
-    r.lines
+    free_blocks(root) - before
 }
 
 /// Every path under `root` (sorted), described as [`Run::stat`] does, with
