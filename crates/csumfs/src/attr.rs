@@ -146,8 +146,8 @@ impl Volume {
     /// — `EPERM` on an append-only file with either to take, as ext4's
     /// `notify_change` refuses the write.
     pub fn remove_privileges(&mut self, ino: u32, setid: u16) -> Result<(), Error> {
-        let inode = self.inode(ino)?;
-        if inode.mode & setid & 0o6000 != 0 {
+        let (inode, setid) = (self.inode(ino)?, setid & 0o6000);
+        if inode.mode & setid != 0 {
             self.set_attr(ino, SetAttr { mode: Some(inode.mode & 0o7777 & !setid), ..SetAttr::default() })?;
         }
         if self.getxattr(&inode, "security.capability").is_ok() {

@@ -378,6 +378,50 @@ fn synchronous_flags_are_inherited_as_on_ext4_and_their_changes_ask_for_a_sync()
     assert_clean(&image, "synchronous flags");
 }
 
+/// What a write takes from a file (`remove_privileges`, the mount's part
+/// with FUSE_HANDLE_KILLPRIV_V2, compared with the kernel's ext4 through
+/// the mount in csumkit-cli's mount_syscalls): the set-ID bits asked for,
+/// no others, and the file capability; with nothing to take, nothing
+/// changes — not even ctime.
+#[test]
+fn remove_privileges_takes_the_bits_asked_and_the_capability() {
+    if !have_e2fsprogs() {
+        return;
+    }
+    let scratch = Scratch::new("privileges");
+    let image = scratch.0.join("p.img");
+    mke2fs(&image, "4096", "8M");
+    let mut v = Volume::open(&image, Options { write: true, check_updates: true, ..Options::default() }).unwrap();
+    let f = v.create(ROOT, b"f", FILE).unwrap().ino;
+    let caps = [1u8, 0, 0, 2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+    let old = Timespec { sec: 1000, nsec: 0 };
+    let set = |v: &mut Volume, mode: u16| {
+        v.set_attr(f, SetAttr { mode: Some(mode), ctime: Some(old), ..SetAttr::default() }).unwrap();
+    };
+    set(&mut v, 0o6755);
+    v.setxattr(f, "security.capability", &caps, csumfs::XattrMode::Either).unwrap();
+    v.setxattr(f, "user.kept", b"v", csumfs::XattrMode::Either).unwrap();
+    set(&mut v, 0o6755);
+    v.remove_privileges(f, 0o4000).unwrap();
+    let inode = v.inode(f).unwrap();
+    assert_eq!(inode.mode & 0o7777, 0o2755, "set-user-ID taken, set-group-ID kept");
+    assert!(inode.ctime.sec > old.sec, "ctime is now");
+    assert_eq!(v.getxattr(&inode, "security.capability").map_err(|e| e.errno()), Err(libc::ENODATA));
+    assert_eq!(v.getxattr(&inode, "user.kept").unwrap(), b"v", "other xattrs stay");
+    v.remove_privileges(f, 0o6000).unwrap();
+    assert_eq!(v.inode(f).unwrap().mode & 0o7777, 0o755, "both");
+    set(&mut v, 0o755);
+    v.remove_privileges(f, 0o6000).unwrap();
+    let inode = v.inode(f).unwrap();
+    assert_eq!((inode.mode & 0o7777, inode.ctime), (0o755, old), "nothing to take: nothing changes");
+    set(&mut v, 0o6755);
+    v.remove_privileges(f, 0o4777).unwrap();
+    assert_eq!(v.inode(f).unwrap().mode & 0o7777, 0o2755, "only set-ID bits are taken");
+    v.sync().unwrap();
+    drop(v);
+    assert_clean(&image, "privileges");
+}
+
 /// `statfs`' free counts are the superblock's as e2fsprogs reads them: the
 /// high halves of the free and reserved block counts only with `64bit`
 /// (debugfs sets them on both images here; `dumpe2fs -h` is the judge).
