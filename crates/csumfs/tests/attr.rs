@@ -312,6 +312,8 @@ fn synchronous_flags_are_inherited_as_on_ext4_and_their_changes_ask_for_a_sync()
     let mut v = Volume::open(&image, Options { write: true, check_updates: true, ..Options::default() }).unwrap();
     let dir = NewInode { mode: 0o040_755, uid: 0, gid: 0 };
     let plain = v.mkdir(ROOT, b"plain", dir).unwrap().ino;
+    let typeless = NewInode { mode: 0o755, uid: 0, gid: 0 };
+    assert!(v.mkdir(plain, b"typeless", typeless).unwrap().is_dir(), "mkdir gives the type itself");
     let f = v.create(plain, b"f", FILE).unwrap().ino;
     assert!(!v.take_synchronous(), "nothing is marked yet");
     v.write(f, 0, b"data").unwrap();
@@ -320,8 +322,17 @@ fn synchronous_flags_are_inherited_as_on_ext4_and_their_changes_ask_for_a_sync()
 
     // +D on a regular file is refused, as ext4 refuses it; +S is kept.
     let flags = v.inode(f).unwrap().flags;
-    let refused = v.set_flags(f, flags | DIRSYNC).map_err(|e| e.errno());
-    assert_eq!(refused.map(drop), Err(libc::EOPNOTSUPP), "D on a file");
+    // So are the other flags of directories only: T, casefold, project
+    // inheritance (by their refusal's name: a directory's casefold or P is
+    // refused otherwise, as csumfs does not keep them).
+    for (flag, name) in [(DIRSYNC, "D"), (0x2_0000, "T"), (0x4000_0000, "casefold"), (0x2000_0000, "P")] {
+        match v.set_flags(f, flags | flag) {
+            Err(csumfs::Error::Unsupported { feature, .. }) => {
+                assert!(feature.starts_with("a flag of directories only"), "{name} on a file: {feature}");
+            }
+            other => panic!("{name} on a file: {other:?}"),
+        }
+    }
     assert_eq!(v.inode(f).unwrap().flags, flags);
     assert!(!v.take_synchronous());
     assert_eq!(v.set_flags(f, flags | SYNC).unwrap().flags, flags | SYNC);
@@ -368,6 +379,8 @@ fn synchronous_flags_are_inherited_as_on_ext4_and_their_changes_ask_for_a_sync()
     v.set_mount_sync(true, false);
     v.write(only_d, 0, b"now synchronous").unwrap();
     assert!(v.take_synchronous(), "data with sync");
+    v.write(f, 0, b"marked twice").unwrap();
+    assert!(v.take_synchronous(), "a +S file with sync");
     v.hold(only_d);
     v.unhold(only_d).unwrap();
     v.read_all(&v.inode(only_d).unwrap()).unwrap();
