@@ -93,9 +93,10 @@ impl Volume {
     }
 
     /// `FS_IOC_SETFLAGS`: sets inode `ino`'s flags to `flags` (as `chattr`
-    /// passes them: every user-visible flag, changed or not). Only the flags whose promise csumfs keeps may change: immutable
-    /// (`i`) and append-only (`a`), enforced as ext4 does (immutable.rs;
-    /// who may change them is the caller's check — `CAP_LINUX_IMMUTABLE`),
+    /// passes them: every user-visible flag, changed or not). Only the
+    /// flags whose promise csumfs keeps may change: immutable (`i`) and
+    /// append-only (`a`), enforced as ext4 does (immutable.rs; who may
+    /// change them is the caller's check — `CAP_LINUX_IMMUTABLE`),
     /// nodump (`d`, a mark for backup tools), noatime (`A`: csumfs never
     /// updates atime on reads), and synchronous updates (`S`, and `D` on a
     /// directory: [`is_synchronous`]). ctime becomes now.

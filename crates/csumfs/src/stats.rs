@@ -83,7 +83,7 @@ impl Stats {
         format!(
             "seed 000 incremental checksums: {} metadata checksum updates moved by flip_range/splice, {} recomputed in full\n\
              seed 001 ByteLog on {}: {} metadata commits in {} records, {} bytes persisted ({} per commit), \
-             {} fsyncs ({} of them synchronous changes: chattr +S/+D, -o sync) answered by {} syncs (group commit), {} checkpoints, {} commits written through, {} KiB of the image held in memory until the next checkpoint\n\
+             {} fsyncs ({} of them synchronous changes: chattr +S/+D, -o sync/dirsync) answered by {} syncs (group commit), {} checkpoints, {} commits written through, {} KiB of the image held in memory until the next checkpoint\n\
              seed 002 data checksums: {} blocks checksummed on write ({} while their write was under way), \
              {} verified on read, {} mismatches (EIO), {} carried by ByteLog commits, {} tree commits writing {} bytes, \
              {} intent-list flushes\n\
