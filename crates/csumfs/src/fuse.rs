@@ -341,24 +341,22 @@ impl Fs {
         }
     }
 
-    /// The set-ID bits a write or truncate by a caller without
-    /// `CAP_FSETID`, or any chown, takes off `inode` (the kernel's
-    /// `setattr_should_drop_suidgid`): set-user-ID always, set-group-ID
-    /// when the file is group-executable or the caller is outside its group
-    /// and without `CAP_FSETID`. Directories keep theirs. May read /proc:
+    /// Inode `ino`'s mode, and the set-ID bits a change by `req` takes off
+    /// it (the kernel's `setattr_should_drop_suidgid`, left to csumfs with
+    /// KILLPRIV_V2): none from a caller with `CAP_FSETID` unless `judged`
+    /// (a write the kernel flagged, whose caller it found without; a chown,
+    /// which takes them from anyone); else set-user-ID, and set-group-ID
+    /// when the file is group-executable or the caller is outside its
+    /// group. Directories keep theirs. Reads /proc for set-ID files only:
     /// called before the volume's lock is taken.
-    fn setid_bits_to_drop(req: &Request, inode: &Inode) -> u16 {
-        if inode.is_dir() || inode.mode & 0o6000 == 0 {
-            return 0;
+    fn setid_to_drop(&self, req: &Request, ino: u32, judged: bool) -> Result<(u16, u16), Errno> {
+        let inode = self.read().inode(ino).map_err(|e| errno(&e))?;
+        if inode.is_dir() || inode.mode & 0o6000 == 0 || !judged && Self::in_group_or_has(req, None, CAP_FSETID) {
+            return Ok((inode.mode, 0));
         }
         let group_bit_goes =
             inode.mode & 0o2000 != 0 && (inode.mode & 0o010 != 0 || !Self::in_group_or_capable(req, inode.gid));
-        inode.mode & 0o4000 | if group_bit_goes { 0o2000 } else { 0 }
-    }
-
-    /// Whether the caller of `req` holds `CAP_FSETID`.
-    fn has_fsetid(req: &Request) -> bool {
-        Self::in_group_or_has(req, None, CAP_FSETID)
+        Ok((inode.mode, inode.mode & 0o4000 | if group_bit_goes { 0o2000 } else { 0 }))
     }
 
     /// Whether the caller's supplementary groups hold `gid`, or its
@@ -483,15 +481,9 @@ impl Filesystem for Fs {
         let mut mode = mode.map(|m| m as u16);
         let chown = uid.is_some() || gid.is_some();
         if self.kill_privileges && mode.is_none() && (chown || size.is_some()) {
-            match self.read().inode(from_fuse(ino)) {
-                Ok(inode) if inode.mode & 0o6000 != 0 => {
-                    if chown || !Self::has_fsetid(req) {
-                        let drop = Self::setid_bits_to_drop(req, &inode);
-                        mode = (drop != 0).then_some(inode.mode & 0o7777 & !drop);
-                    }
-                }
-                Err(e) => return reply.error(errno(&e)),
-                Ok(_) => {}
+            match self.setid_to_drop(req, from_fuse(ino), chown) {
+                Ok((old, drop)) => mode = (drop != 0).then_some(old & 0o7777 & !drop),
+                Err(e) => return reply.error(e),
             }
         }
         let attr = SetAttr {
@@ -661,9 +653,9 @@ impl Filesystem for Fs {
         // without CAP_FSETID when it sets the flag).
         let mut setid = 0;
         if self.kill_privileges && write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
-            match self.read().inode(from_fuse(ino)) {
-                Ok(inode) => setid = Self::setid_bits_to_drop(req, &inode),
-                Err(e) => return reply.error(errno(&e)),
+            match self.setid_to_drop(req, from_fuse(ino), true) {
+                Ok((_, drop)) => setid = drop,
+                Err(e) => return reply.error(e),
             }
         }
         // As the kernel's `generic_write_checks`: a write that starts below
@@ -951,12 +943,9 @@ impl Filesystem for Fs {
         // say whether the caller holds CAP_FSETID.
         let mut setid = 0;
         if self.kill_privileges {
-            match self.read().inode(ino) {
-                Ok(inode) if inode.mode & 0o6000 != 0 && !Self::has_fsetid(req) => {
-                    setid = Self::setid_bits_to_drop(req, &inode);
-                }
-                Err(e) => return reply.error(errno(&e)),
-                Ok(_) => {}
+            match self.setid_to_drop(req, ino, false) {
+                Ok((_, drop)) => setid = drop,
+                Err(e) => return reply.error(e),
             }
         }
         let modified = |v: &mut Volume| if self.kill_privileges { v.remove_privileges(ino, setid) } else { Ok(()) };
