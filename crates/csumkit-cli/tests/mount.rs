@@ -295,8 +295,14 @@ fn a_mounted_image_changed_by_file_calls_is_clean_for_e2fsck_and_the_kernel() {
 }
 
 /// kill -9 after an fsync: the image says its ByteLog holds changes.
-fn fsync_and_kill(mut child: Child, mnt: &Path) {
+fn fsync_and_kill(child: Child, mnt: &Path) {
     std::fs::File::open(mnt).unwrap().sync_all().unwrap();
+    kill_daemon(child, mnt);
+}
+
+/// kill -9 of the mount's daemon, then the dead mount detached: the
+/// daemon dies with whatever it held.
+fn kill_daemon(mut child: Child, mnt: &Path) {
     child.kill().unwrap();
     child.wait().unwrap();
     let _ = Command::new("/usr/bin/fusermount3").arg("-uz").arg(mnt).output();
@@ -398,11 +404,8 @@ fn synchronous_changes_survive_a_kill_without_fsync() {
             }
             since
         });
-        // No fsync, no unmount: the daemon dies with what it held.
-        let mut child = child;
-        child.kill().unwrap();
-        child.wait().unwrap();
-        let _ = Command::new("/usr/bin/fusermount3").arg("-uz").arg(&mnt).output();
+        // No fsync, no unmount.
+        kill_daemon(child, &mnt);
         let since = made.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
         let killed_after = since.elapsed();
 
