@@ -60,7 +60,7 @@ impl Volume {
         // No room: a new block holding only this entry.
         let physical = self.append_dir_block(dir)?;
         let block = new_dir_block(bs, dir.csum_seed, &[(ino, file_type, name)]);
-        self.store(physical * bs as u64, &block)
+        self.store_unread(physical * bs as u64, &block)
     }
 
     /// Puts the entry into leaf block `physical` if it has room: into the
@@ -179,7 +179,7 @@ impl Volume {
             new_dir_block(bs, dir.csum_seed, &refs)
         };
         self.store(leaf_physical * bs as u64, &block_of(&low))?;
-        self.store(new_physical * bs as u64, &block_of(&high))?;
+        self.store_unread(new_physical * bs as u64, &block_of(&high))?;
         // The index: (hash2 | continued, new leaf) after the chosen entry.
         let mut node = self.block(node_physical, &|| format!("directory {} index", dir.ino))?.to_vec();
         let at = count_at + 8 * (chosen + 1);
@@ -242,7 +242,7 @@ impl Volume {
         put16(&mut child, NODE_COUNT_AT, index_limit(bs, NODE_COUNT_AT) as u16);
         put16(&mut child, NODE_COUNT_AT + 2, (count - moved_from) as u16);
         self.seal_index_node(&dir, &mut child, NODE_COUNT_AT);
-        self.store(new_physical * bs as u64, &child)?;
+        self.store_unread(new_physical * bs as u64, &child)?;
         let hash2 = le32(&node, count_at + 8 * moved_from);
         match parent {
             None => {

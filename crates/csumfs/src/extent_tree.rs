@@ -183,27 +183,43 @@ impl Volume {
                 let old = tree.nodes.get(depth).and_then(|level| level.get(k)).copied();
                 // A node block that exists keeps its place: its checksum moved by
                 // splice over what differs (same eh_max), else rewritten whole.
-                let same_shape = match old {
+                // The differing ranges only: a copy of the old node (64 KiB at
+                // 64 KiB blocks, at every remap of a large file) cost more
+                // than the compare.
+                let same_shape: Option<Vec<(usize, usize)>> = match old {
                     Some(b) => {
                         let old_bytes = self.block(b, &|| format!("inode {} extent block {b}", inode.ino))?;
-                        (usize::from(le16(old_bytes, 4)) == per_block).then(|| old_bytes[..tail].to_vec())
+                        (usize::from(le16(old_bytes, 4)) == per_block).then(|| {
+                            changes(&old_bytes[..tail], &new[..tail])
+                                .into_iter()
+                                .map(|(at, o, _)| (at, o.len()))
+                                .collect()
+                        })
                     }
                     None => None,
                 };
                 let block = match (old, same_shape) {
-                    (Some(old), Some(old_bytes)) => {
+                    (Some(old), Some(ranges)) => {
                         let edits: Vec<(usize, &[u8])> =
-                            changes(&old_bytes, &new[..tail]).into_iter().map(|(at, _, n)| (at, n)).collect();
+                            ranges.iter().map(|&(at, len)| (at, &new[at..at + len])).collect();
                         if !edits.is_empty() {
                             self.patch("extent node", old * bs as u64, (tail, tail, inode.csum_seed), &edits)?;
                         }
                         old
                     }
-                    (old, _) => {
-                        let block = old.unwrap_or_else(|| fresh.next().expect("allocated above"));
+                    (Some(old), None) => {
                         let crc = crc32c::raw_update(inode.csum_seed, &new[..tail]);
                         put32(&mut new, tail, crc);
-                        self.store(block * bs as u64, &new)?;
+                        self.store(old * bs as u64, &new)?;
+                        old
+                    }
+                    (None, _) => {
+                        // Taken by this operation: undoing it frees the
+                        // block again, so its old bytes are not kept.
+                        let block = fresh.next().expect("allocated above");
+                        let crc = crc32c::raw_update(inode.csum_seed, &new[..tail]);
+                        put32(&mut new, tail, crc);
+                        self.store_unread(block * bs as u64, &new)?;
                         block
                     }
                 };

@@ -39,6 +39,11 @@ pub(crate) struct UndoLog {
     /// process, needs them only to roll back an operation that failed).
     file: Option<(File, memmap2::MmapMut)>,
     memory: Vec<Record>,
+    /// Image byte ranges of the blocks the operation in progress freed: a
+    /// store into a block allocated again in the same operation must keep
+    /// its old bytes (undoing the operation gives the block back to its
+    /// first owner), whatever the store says.
+    freed: Vec<(usize, usize)>,
     /// Nested `begin`s; the outermost `end` commits or rolls back.
     pub(crate) depth: u32,
 }
@@ -73,24 +78,38 @@ impl UndoLog {
             map[..8].copy_from_slice(MAGIC);
             Vec::new()
         };
-        let mut log = UndoLog { file: Some((file, map)), memory: Vec::new(), depth: 0 };
+        let mut log = UndoLog { file: Some((file, map)), memory: Vec::new(), freed: Vec::new(), depth: 0 };
         log.clear();
         Ok((log, pending))
     }
 
     /// A log kept in memory only.
     pub(crate) fn in_memory() -> UndoLog {
-        UndoLog { file: None, memory: Vec::new(), depth: 0 }
+        UndoLog { file: None, memory: Vec::new(), freed: Vec::new(), depth: 0 }
     }
 
     /// Forgets every record (the operation is complete, or undone).
     pub(crate) fn clear(&mut self) {
         self.memory.clear();
+        self.freed.clear();
         let Some((_, map)) = &mut self.file else { return };
         // The image's stores before this one stay before it.
         compiler_fence(Ordering::SeqCst);
         map[8..16].copy_from_slice(&0u64.to_le_bytes());
         map[16..24].copy_from_slice(&(HEADER as u64).to_le_bytes());
+    }
+
+    /// Notes that the operation in progress freed the image bytes
+    /// `[at, at + len)`.
+    pub(crate) fn freed(&mut self, at: usize, len: usize) {
+        if self.depth > 0 && len > 0 {
+            self.freed.push((at, at + len));
+        }
+    }
+
+    /// Whether `[at, at + len)` meets a block the operation in progress freed.
+    pub(crate) fn was_freed(&self, at: usize, len: usize) -> bool {
+        self.freed.iter().any(|&(start, end)| start < at + len && at < end)
     }
 
     /// Appends the old bytes at image offset `at`.

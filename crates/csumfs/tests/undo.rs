@@ -1,11 +1,12 @@
 //! All-or-nothing operations: what an operation changed is put back when
 //! it fails, and when the process died before it ended (the next open
-//! undoes it) — the image's metadata byte for byte as before, `e2fsck -fn`
-//! clean.
+//! undoes it) — every block in use byte for byte as before (blocks free
+//! before, and the bitmaps of groups `dumpe2fs` shows uninitialised, may
+//! keep what the operation wrote there), `e2fsck -fn` clean.
 
 mod common;
 
-use common::{assert_clean, have_e2fsprogs, mke2fs_with, Scratch};
+use common::{assert_clean, assert_same_but_unread, have_e2fsprogs, mke2fs_with, unread_blocks, Scratch};
 use csumfs::{NewInode, Options, Volume, XattrMode, ROOT};
 use std::path::{Path, PathBuf};
 
@@ -50,13 +51,14 @@ fn a_failed_or_interrupted_operation_leaves_the_image_as_before() {
     v.sync().unwrap();
     assert!(!v.enable_undo(&undo).unwrap(), "a new log has nothing to undo");
     let before = std::fs::read(&path).unwrap();
+    let unread = unread_blocks(&path);
 
     // Ended as failed: put back at once.
     v.begin();
     metadata_work(&mut v, base);
     v.end(false).unwrap();
     v.sync().unwrap();
-    assert!(std::fs::read(&path).unwrap() == before, "rolled back byte for byte");
+    assert_same_but_unread(&before, &std::fs::read(&path).unwrap(), &unread, 1024, "rolled back");
     assert_eq!(v.resolve("/kept").unwrap().size, 5000);
 
     // Never ended: the process "dies" (the volume is dropped mid-operation);
@@ -67,7 +69,7 @@ fn a_failed_or_interrupted_operation_leaves_the_image_as_before() {
     assert!(std::fs::read(&path).unwrap() != before, "the interrupted operation reached the image");
     let mut v = open(&path);
     assert!(v.enable_undo(&undo).unwrap(), "the next open undoes it");
-    assert!(std::fs::read(&path).unwrap() == before, "undone byte for byte");
+    assert_same_but_unread(&before, &std::fs::read(&path).unwrap(), &unread, 1024, "undone");
     assert_clean(&path, "the operations above");
 
     // Nested operations end with the outermost; a completed one is kept.
@@ -125,6 +127,7 @@ fn an_operation_past_the_logs_first_megabyte_is_undone_whole() {
     let mut v = open(&path);
     assert!(!v.enable_undo(&undo).unwrap());
     let before = std::fs::read(&path).unwrap();
+    let unread = unread_blocks(&path);
     let work = |v: &mut Volume| {
         v.begin();
         let d = v.mkdir(ROOT, b"many", DIR).unwrap().ino;
@@ -137,13 +140,14 @@ fn an_operation_past_the_logs_first_megabyte_is_undone_whole() {
     assert!(logged > 1 << 20, "the log grew past its first megabyte: {logged} bytes");
     v.end(false).unwrap();
     v.sync().unwrap();
-    assert!(std::fs::read(&path).unwrap() == before, "rolled back byte for byte");
+    assert_same_but_unread(&before, &std::fs::read(&path).unwrap(), &unread, 1024, "rolled back");
     work(&mut v);
     drop(v); // dies mid-operation
     let mut v = open(&path);
     assert!(v.enable_undo(&undo).unwrap());
     drop(v);
-    assert!(std::fs::read(&path).unwrap() == before, "undone byte for byte");
+    assert_same_but_unread(&before, &std::fs::read(&path).unwrap(), &unread, 1024, "undone");
+    assert_clean(&path, "the undone operation");
 }
 
 /// Nested operations are one: an inner `end(true)` keeps nothing by
@@ -156,6 +160,7 @@ fn a_failed_operation_puts_back_what_its_inner_operations_did() {
     assert!(!v.enable_undo(&scratch.0.join("u.undo")).unwrap());
     v.sync().unwrap();
     let before = std::fs::read(&path).unwrap();
+    let unread = unread_blocks(&path);
     v.begin();
     v.begin();
     v.mkdir(ROOT, b"inner", DIR).unwrap();
@@ -164,7 +169,7 @@ fn a_failed_operation_puts_back_what_its_inner_operations_did() {
     v.end(false).unwrap();
     v.sync().unwrap();
     assert!(v.resolve("/inner").is_err(), "the inner operation's directory is gone");
-    assert!(std::fs::read(&path).unwrap() == before, "rolled back byte for byte");
+    assert_same_but_unread(&before, &std::fs::read(&path).unwrap(), &unread, 1024, "rolled back");
 }
 
 #[test]
@@ -691,4 +696,104 @@ fn an_append_takes_the_short_run_at_the_files_end_first() {
     v.sync().unwrap();
     drop(v);
     assert_clean(&path, "an append into a short run");
+}
+
+/// A fallocate that initialises the block bitmaps of uninitialised groups
+/// (written without keeping their old bytes) and then fails with `ENOSPC`,
+/// or dies before its end, is undone: every block in use as before — the
+/// new bitmaps lie where nothing reads them once their groups are marked
+/// uninitialised again — and `e2fsck -fn` clean; the same fallocate made
+/// to fit then passes e2fsck.
+#[test]
+fn a_fallocate_over_uninitialised_groups_is_undone() {
+    let Some((scratch, path)) = image("falloc", "32M", &[]) else { return };
+    let undo = scratch.0.join("u.undo");
+    let mut v = open(&path);
+    assert!(!v.enable_undo(&undo).unwrap());
+    let f = v.create(ROOT, b"big", FILE).unwrap().ino;
+    v.sync().unwrap();
+    let before = std::fs::read(&path).unwrap();
+    let unread = unread_blocks(&path);
+    let free = v.statfs().free_blocks;
+    let uninit = uninitialised_groups(&path);
+    assert!(uninit >= 2, "the image has uninitialised groups to initialise");
+
+    v.begin();
+    let err = v.fallocate(f, 0, (free + 1) * 1024, false).unwrap_err();
+    v.end(false).unwrap();
+    assert_eq!(err.errno(), libc::ENOSPC, "{err}");
+    v.sync().unwrap();
+    let after = std::fs::read(&path).unwrap();
+    assert!(after != before, "the groups' bitmaps were written before the allocation failed");
+    assert_same_but_unread(&before, &after, &unread, 1024, "rolled back");
+    assert_eq!(uninitialised_groups(&path), uninit, "the groups are uninitialised again");
+    assert_clean(&path, "the failed fallocate");
+    assert_eq!(v.statfs().free_blocks, free, "every block the fallocate took is free again");
+
+    // Dies after initialising the groups: the next open undoes it.
+    v.begin();
+    v.fallocate(f, 0, free / 2 * 1024, false).unwrap();
+    drop(v);
+    let mut v = open(&path);
+    assert!(v.enable_undo(&undo).unwrap(), "the next open undoes it");
+    drop(v);
+    assert_same_but_unread(&before, &std::fs::read(&path).unwrap(), &unread, 1024, "undone");
+    assert_clean(&path, "the undone fallocate");
+
+    // Ended: kept, the groups' bitmaps as e2fsck computes them.
+    let mut v = open(&path);
+    assert!(!v.enable_undo(&undo).unwrap());
+    v.begin();
+    v.fallocate(f, 0, free / 2 * 1024, false).unwrap();
+    v.end(true).unwrap();
+    v.sync().unwrap();
+    drop(v);
+    assert!(uninitialised_groups(&path) < uninit, "the fallocate initialised groups");
+    assert_clean(&path, "the kept fallocate");
+}
+
+/// How many groups of `image` `dumpe2fs` shows as `BLOCK_UNINIT`.
+fn uninitialised_groups(image: &Path) -> usize {
+    let out = std::process::Command::new(common::tool("dumpe2fs").unwrap()).arg(image).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).matches("BLOCK_UNINIT").count()
+}
+
+/// A block the operation freed and then took again (for a new directory's
+/// block, written without keeping old bytes when it was free before) is
+/// put back with its first owner's bytes when the operation fails: the
+/// image is full, so the truncate's freed blocks are the only ones mkdir
+/// can take.
+#[test]
+fn a_block_freed_and_taken_again_in_one_operation_gets_its_bytes_back() {
+    let Some((scratch, path)) = image("retaken", "8M", &[]) else { return };
+    let mut v = open(&path);
+    assert!(!v.enable_undo(&scratch.0.join("u.undo")).unwrap());
+    let a = v.create(ROOT, b"a", FILE).unwrap().ino;
+    let data: Vec<u8> = (0..3072u32).map(|i| (i * 7 + 1) as u8).collect();
+    v.write(a, 0, &data).unwrap();
+    // Fill the image: every other block taken.
+    let fill = v.create(ROOT, b"fill", FILE).unwrap().ino;
+    let mut size = 0u64;
+    loop {
+        v.begin();
+        let wrote = v.write(fill, size, &[0x5A; 1024]);
+        v.end(wrote.is_ok()).unwrap();
+        match wrote {
+            Ok(_) => size += 1024,
+            Err(e) => {
+                assert_eq!(e.errno(), libc::ENOSPC, "{e}");
+                break;
+            }
+        }
+    }
+    assert_eq!(v.statfs().free_blocks, 0);
+    v.sync().unwrap();
+
+    v.begin();
+    v.truncate(a, 0).unwrap();
+    v.mkdir(ROOT, b"d", DIR).unwrap();
+    v.end(false).unwrap();
+    v.sync().unwrap();
+    assert!(v.read_all(&v.inode(a).unwrap()).unwrap() == data, "the file's blocks hold its bytes again");
+    assert_clean(&path, "the failed truncate + mkdir");
 }

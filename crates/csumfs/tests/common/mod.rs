@@ -162,3 +162,58 @@ pub fn with_kernel_mount_with(image: &Path, mnt: &Path, options: &str, check: im
         std::panic::resume_unwind(panic);
     }
 }
+
+/// The blocks of `image` whose bytes nothing reads, by `dumpe2fs`: the
+/// free blocks of every group, the block bitmap of every group marked
+/// `BLOCK_UNINIT` and the inode bitmap of every group marked
+/// `INODE_UNINIT` (the kernel and e2fsck compute those bitmaps).
+pub fn unread_blocks(image: &Path) -> std::collections::BTreeSet<u64> {
+    let out = Command::new(tool("dumpe2fs").unwrap()).arg(image).output().unwrap();
+    assert!(out.status.success(), "dumpe2fs: {}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut unread = std::collections::BTreeSet::new();
+    // The current group's header line: the superblock's lines before the
+    // first group have a "Free blocks:" count too.
+    let mut group: Option<&str> = None;
+    let block = |rest: &str| rest.split([' ', ',']).next().unwrap().parse::<u64>().unwrap();
+    for line in text.lines().map(str::trim) {
+        if line.starts_with("Group ") {
+            group = Some(line);
+        } else if group.is_none() {
+            continue;
+        } else if let Some(rest) = line.strip_prefix("Block bitmap at ") {
+            if group.is_some_and(|g| g.contains("BLOCK_UNINIT")) {
+                unread.insert(block(rest));
+            }
+        } else if let Some(rest) = line.strip_prefix("Inode bitmap at ") {
+            if group.is_some_and(|g| g.contains("INODE_UNINIT")) {
+                unread.insert(block(rest));
+            }
+        } else if let Some(list) = line.strip_prefix("Free blocks: ") {
+            for piece in list.split(", ").filter(|p| !p.is_empty()) {
+                let (a, b) = piece.split_once('-').unwrap_or((piece, piece));
+                unread.extend(a.parse::<u64>().unwrap()..=b.parse::<u64>().unwrap());
+            }
+        }
+    }
+    unread
+}
+
+/// Panics unless `after` holds `before`'s bytes in every block of
+/// `block_size` bytes but those of `unread` (see [`unread_blocks`]): an
+/// operation undone may leave bytes in blocks it took and gave back.
+pub fn assert_same_but_unread(
+    before: &[u8],
+    after: &[u8],
+    unread: &std::collections::BTreeSet<u64>,
+    block_size: usize,
+    what: &str,
+) {
+    assert_eq!(before.len(), after.len(), "{what}: the image's length");
+    let differing: Vec<u64> = (0..before.len() / block_size)
+        .filter(|&b| before[b * block_size..][..block_size] != after[b * block_size..][..block_size])
+        .map(|b| b as u64)
+        .collect();
+    let read: Vec<&u64> = differing.iter().filter(|b| !unread.contains(b)).collect();
+    assert!(read.is_empty(), "{what}: blocks {read:?} differ and are in use (of {} differing)", differing.len());
+}
