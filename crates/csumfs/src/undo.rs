@@ -254,6 +254,24 @@ impl crate::volume::Volume {
 mod tests {
     use super::*;
 
+    /// Blocks freed count only while an operation is in progress (outside
+    /// one nothing is undone, and the list would only grow), meet a range
+    /// exactly at their bounds, and are forgotten when the operation ends.
+    #[test]
+    fn freed_ranges_belong_to_the_operation_in_progress() {
+        let mut log = UndoLog::in_memory();
+        log.freed(4096, 4096);
+        assert!(log.freed.is_empty() && !log.was_freed(4096, 1), "no operation: nothing noted");
+        log.depth = 1;
+        log.freed(4096, 4096);
+        log.freed(100, 0);
+        assert_eq!(log.freed, vec![(4096, 8192)], "an empty range is not noted");
+        assert!(log.was_freed(4096, 1) && log.was_freed(8191, 1) && log.was_freed(0, 4097));
+        assert!(!log.was_freed(0, 4096) && !log.was_freed(8192, 4096) && !log.was_freed(50, 100));
+        log.clear();
+        assert!(!log.was_freed(4096, 4096), "the operation's end forgets them");
+    }
+
     /// A log by hand: the header, then each (image offset, old bytes)
     /// record padded to 8 bytes.
     fn log_of(records: &[(u64, &[u8])]) -> Vec<u8> {
