@@ -207,20 +207,18 @@ impl Volume {
                         }
                         old
                     }
-                    (Some(old), None) => {
+                    (old, _) => {
                         let crc = crc32c::raw_update(inode.csum_seed, &new[..tail]);
                         put32(&mut new, tail, crc);
-                        self.store(old * bs as u64, &new)?;
-                        old
-                    }
-                    (None, _) => {
-                        // Taken by this operation: undoing it frees the
-                        // block again, so its old bytes are not kept.
-                        let block = fresh.next().expect("allocated above");
-                        let crc = crc32c::raw_update(inode.csum_seed, &new[..tail]);
-                        put32(&mut new, tail, crc);
-                        self.store_unread(block * bs as u64, &new)?;
-                        block
+                        match old {
+                            Some(old) => self.store(old * bs as u64, &new).map(|()| old)?,
+                            // Taken by this operation: undoing it frees the
+                            // block again, so its old bytes are not kept.
+                            None => {
+                                let block = fresh.next().expect("allocated above");
+                                self.store_unread(block * bs as u64, &new).map(|()| block)?
+                            }
+                        }
                     }
                 };
                 above.push((index_entry(chunk[0].1, block), chunk[0].1));
