@@ -350,11 +350,10 @@ fn encode(ranges: &[(usize, usize)], image: &[u8], sums: &[(u64, Option<u32>)]) 
 /// least [`FILL_RUN_MIN`] bytes of one value (`Some(value)`), the rest
 /// (`None`) lies between them.
 fn fill_split(bytes: &[u8]) -> Vec<(usize, usize, Option<u8>)> {
-    let run_at = |at: usize, max: usize| run_len(bytes, at, max);
     let mut out: Vec<(usize, usize, Option<u8>)> = Vec::new();
     let mut at = 0;
     while at < bytes.len() {
-        let run = run_at(at, usize::MAX);
+        let run = run_len(bytes, at, usize::MAX);
         if run >= FILL_RUN_MIN {
             out.push((at, at + run, Some(bytes[at])));
             at += run;
@@ -363,7 +362,7 @@ fn fill_split(bytes: &[u8]) -> Vec<(usize, usize, Option<u8>)> {
         // Bytes up to the next run long enough.
         let mut end = at + run;
         while end < bytes.len() {
-            let run = run_at(end, FILL_RUN_MIN);
+            let run = run_len(bytes, end, FILL_RUN_MIN);
             if run == FILL_RUN_MIN {
                 break;
             }

@@ -754,8 +754,7 @@ fn a_fallocate_over_uninitialised_groups_is_undone() {
 
 /// How many groups of `image` `dumpe2fs` shows as `BLOCK_UNINIT`.
 fn uninitialised_groups(image: &Path) -> usize {
-    let out = std::process::Command::new(common::tool("dumpe2fs").unwrap()).arg(image).output().unwrap();
-    String::from_utf8_lossy(&out.stdout).matches("BLOCK_UNINIT").count()
+    common::dumpe2fs(image).matches("BLOCK_UNINIT").count()
 }
 
 /// A block the operation freed and then took again (for a new directory's
@@ -771,7 +770,7 @@ fn a_block_freed_and_taken_again_in_one_operation_gets_its_bytes_back() {
     let a = v.create(ROOT, b"a", FILE).unwrap().ino;
     let data: Vec<u8> = (0..3072u32).map(|i| (i * 7 + 1) as u8).collect();
     v.write(a, 0, &data).unwrap();
-    // Fill the image: every other block taken.
+    // Fill the image: every block left taken, one at a time.
     let fill = v.create(ROOT, b"fill", FILE).unwrap().ino;
     let mut size = 0u64;
     loop {

@@ -163,14 +163,19 @@ pub fn with_kernel_mount_with(image: &Path, mnt: &Path, options: &str, check: im
     }
 }
 
+/// What `dumpe2fs` prints of `image` (its superblock, then each group).
+pub fn dumpe2fs(image: &Path) -> String {
+    let out = Command::new(tool("dumpe2fs").unwrap()).arg(image).output().unwrap();
+    assert!(out.status.success(), "dumpe2fs: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// The blocks of `image` whose bytes nothing reads, by `dumpe2fs`: the
 /// free blocks of every group, the block bitmap of every group marked
 /// `BLOCK_UNINIT` and the inode bitmap of every group marked
 /// `INODE_UNINIT` (the kernel and e2fsck compute those bitmaps).
 pub fn unread_blocks(image: &Path) -> std::collections::BTreeSet<u64> {
-    let out = Command::new(tool("dumpe2fs").unwrap()).arg(image).output().unwrap();
-    assert!(out.status.success(), "dumpe2fs: {}", String::from_utf8_lossy(&out.stderr));
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = dumpe2fs(image);
     let mut unread = std::collections::BTreeSet::new();
     // The current group's header line: the superblock's lines before the
     // first group have a "Free blocks:" count too.
