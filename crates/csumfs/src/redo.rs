@@ -84,6 +84,9 @@ pub trait Backing: Send + Sync {
     /// # Errors
     /// What duplicating the file's descriptor reports.
     fn sync_handle(&self) -> std::io::Result<SyncHandle>;
+    /// `[at, at + len)` (whole pages) holds bytes nothing reads before they
+    /// are written whole: the backing may let them go. Nothing by default.
+    fn forget(&mut self, _at: u64, _len: u64) {}
 }
 
 impl Backing for std::fs::File {
@@ -96,6 +99,16 @@ impl Backing for std::fs::File {
     fn sync_handle(&self) -> std::io::Result<SyncHandle> {
         let file = self.try_clone()?;
         Ok(Box::new(move || file.sync_data()))
+    }
+    fn forget(&mut self, at: u64, len: u64) {
+        // Zeroed as unwritten extents, no data written: the private map's
+        // faults there then read no device. A refusal (tmpfs, a block
+        // device is not tried) leaves only those reads.
+        if self.metadata().is_ok_and(|m| m.file_type().is_file()) {
+            let mode = libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE;
+            // SAFETY: a plain syscall on a descriptor this File owns.
+            unsafe { libc::fallocate(std::os::fd::AsRawFd::as_raw_fd(self), mode, at as i64, len as i64) };
+        }
     }
 }
 
@@ -583,6 +596,12 @@ impl Redo {
     /// than in the image file (changed since the last checkpoint).
     pub(crate) fn page_newer_than_file(&self, at: u64) -> bool {
         self.touched.contains(&(at as usize / PAGE))
+    }
+
+    /// Lets the image file drop `[at, at + len)`, whose bytes nothing reads
+    /// before they are written whole (`Volume::overwrite_unread`).
+    pub(crate) fn forget(&mut self, at: usize, len: usize) {
+        self.backing.forget(at as u64, len as u64);
     }
 
     /// Notes that the blocks at `[at, at + len)` were freed.

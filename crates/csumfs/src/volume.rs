@@ -100,6 +100,27 @@ impl Bytes {
         };
     }
 
+    /// Whether every page of `[at, at + len)` is in memory (the page cache,
+    /// or this process's copy): touching it reads no device.
+    pub(crate) fn in_memory(&self, at: usize, len: usize) -> bool {
+        const PAGE: usize = 4096;
+        let map = match self {
+            Bytes::Map(map) => &map[..],
+            Bytes::MapMut(map, _) | Bytes::Private(map) => &map[..],
+            Bytes::Owned(_) => return true,
+        };
+        let (start, end) = (at / PAGE * PAGE, (at + len).min(map.len()));
+        if end <= start {
+            return true;
+        }
+        let mut resident = vec![0u8; (end - start).div_ceil(PAGE)];
+        // SAFETY: a page-aligned range inside this map; `resident` has a
+        // byte per page of it.
+        let r =
+            unsafe { libc::mincore(map.as_ptr().add(start) as *mut libc::c_void, end - start, resident.as_mut_ptr()) };
+        r == 0 && resident.iter().all(|&b| b & 1 == 1)
+    }
+
     /// The bytes to change; `None` on a read-only map.
     pub(crate) fn writable(&mut self) -> Option<&mut [u8]> {
         match self {
@@ -365,4 +386,44 @@ pub struct StatFs {
     pub free_inodes: u64,
     /// Longest name.
     pub name_max: u32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Bytes;
+    use std::os::fd::AsRawFd;
+
+    /// `in_memory` tells a page the file has cached (or this process
+    /// copied) from one it would read from the device.
+    #[test]
+    fn in_memory_follows_the_page_cache_and_the_private_copy() {
+        let path = std::env::temp_dir().join(format!("csumfs-in-memory-{}", std::process::id()));
+        std::fs::write(&path, vec![1u8; 16 * 4096]).unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        file.sync_all().unwrap();
+        // SAFETY: statfs into a zeroed struct of its own type.
+        let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+        if unsafe { libc::fstatfs(file.as_raw_fd(), &mut fs) } == 0 && fs.f_type == libc::TMPFS_MAGIC {
+            assert!(std::env::var_os("CI").is_none(), "CI's temp dir must be on a disk's filesystem");
+            eprintln!("SKIPPED in_memory_follows_the_page_cache_and_the_private_copy: the temp dir is tmpfs");
+            let _ = std::fs::remove_file(&path);
+            return;
+        }
+        // SAFETY: a file only this test uses; a private map of it.
+        let mut bytes = Bytes::Private(unsafe { memmap2::MmapOptions::new().map_copy(&file) }.unwrap());
+        bytes.advise_random();
+        // SAFETY: a plain syscall on an open descriptor: drops its clean, unmapped pages.
+        unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        assert!(!bytes.in_memory(0, 16 * 4096), "dropped from the page cache");
+        assert!(bytes.in_memory(0, 0) && bytes.in_memory(1 << 30, 4096), "nothing, or nothing of the map");
+        assert_eq!(bytes[5 * 4096], 1); // a fault reads that page
+        assert!(bytes.in_memory(5 * 4096 + 100, 200));
+        assert!(!bytes.in_memory(5 * 4096, 2 * 4096), "its neighbour is not read (advised random)");
+        bytes.writable().unwrap()[9 * 4096] = 2; // a private copy
+                                                 // SAFETY: as above.
+        unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        assert!(bytes.in_memory(9 * 4096, 4096), "this process's copy stays");
+        assert!(Bytes::Owned(vec![0; 10]).in_memory(0, 10));
+        std::fs::remove_file(&path).unwrap();
+    }
 }

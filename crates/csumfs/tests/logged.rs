@@ -752,3 +752,62 @@ fn a_commit_logs_up_to_four_records_of_checksums() {
         assert_eq!(after, want, "{blocks} new checksums: (tree commits, checksums logged)");
     }
 }
+
+/// The first allocation in an uninitialised group builds its block bitmap
+/// over bytes nothing reads: when they are not in memory, the image file
+/// lets them go (zeroed, not read from the device) — before any commit, so
+/// the image as a death then leaves it must still be the one e2fsck passes.
+/// Stale bytes planted there show both: they are gone, and only there.
+#[test]
+fn an_uninitialised_groups_bitmap_is_let_go_not_read() {
+    use std::os::fd::AsRawFd;
+    if !have_e2fsprogs() {
+        return;
+    }
+    let scratch = Scratch::new("logged-let-go");
+    let (image, log) = (scratch.0.join("img"), scratch.0.join("img.bytelog"));
+    mke2fs_with(&image, "4096", "1G", &[]); // eight groups of 128 MiB
+    let group_1 = common::dumpe2fs(&image).split("Group 1:").nth(1).unwrap().to_string();
+    assert!(group_1.lines().next().unwrap().contains("BLOCK_UNINIT"), "{group_1}");
+    let bitmap: u64 =
+        group_1.split("Block bitmap at ").nth(1).unwrap().split([' ', ',']).next().unwrap().parse().unwrap();
+    let at = bitmap * 4096;
+    let file = std::fs::OpenOptions::new().read(true).write(true).open(&image).unwrap();
+    let mode = libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE;
+    // SAFETY: a syscall on an open descriptor; it only probes this directory's filesystem.
+    if unsafe { libc::fallocate(file.as_raw_fd(), mode, 0, 0) } != 0
+        && std::io::Error::last_os_error().raw_os_error() == Some(libc::EOPNOTSUPP)
+    {
+        assert!(std::env::var_os("CI").is_none(), "the temp dir's filesystem must zero ranges in CI");
+        eprintln!("SKIPPED an_uninitialised_groups_bitmap_is_let_go_not_read: the temp dir cannot zero a range");
+        return;
+    }
+    std::os::unix::fs::FileExt::write_all_at(&file, &[0xA5; 4096], at).unwrap();
+    assert_clean(&image, "stale bytes in an uninitialised bitmap (unread)");
+    file.sync_all().unwrap();
+    let (mut volume, _) = Volume::open_logged(&image, &log, 4 << 20, Options::default(), None).unwrap();
+    // Out of the page cache (the open read around its superblock): the
+    // bitmap as a long mount would find it.
+    // SAFETY: as above; drops the file's clean pages no map holds.
+    unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    let f = volume.create(ROOT, b"f", NewInode { mode: 0o100_644, uid: 0, gid: 0 }).unwrap().ino;
+    volume.fallocate(f, 0, 200 << 20, false).unwrap(); // more than group 0 has free
+    let mut held = vec![0u8; 4096];
+    std::os::unix::fs::FileExt::read_exact_at(&file, &mut held, at).unwrap();
+    assert!(held.iter().all(|&b| b == 0), "the file let the old bitmap go: {:?}", &held[..16]);
+    let copy = scratch.0.join("copy");
+    std::fs::copy(&image, &copy).unwrap();
+    assert!(!csumfs::log_pending(&std::fs::read(&copy).unwrap()[..4096]), "nothing committed yet");
+    assert_clean(&copy, "the image file after the bitmap was let go, before any commit");
+    volume.sync().unwrap();
+    drop(volume); // dies after the commit, before the checkpoint
+
+    let (mut volume, replayed) = Volume::open_logged(&image, &log, 4 << 20, Options::default(), None).unwrap();
+    assert!(replayed.commits >= 1);
+    volume.checkpoint().unwrap();
+    assert_eq!(volume.inode(f).unwrap().size, 200 << 20);
+    drop(volume);
+    assert_clean(&image, "replayed and checkpointed");
+    let text = common::dumpe2fs(&image);
+    assert!(!text.split("Group 1:").nth(1).unwrap().lines().next().unwrap().contains("BLOCK_UNINIT"));
+}
