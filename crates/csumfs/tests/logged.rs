@@ -767,11 +767,15 @@ fn an_uninitialised_groups_bitmap_is_let_go_not_read() {
     let scratch = Scratch::new("logged-let-go");
     let (image, log) = (scratch.0.join("img"), scratch.0.join("img.bytelog"));
     mke2fs_with(&image, "4096", "1G", &[]); // eight groups of 128 MiB
-    let group_1 = common::dumpe2fs(&image).split("Group 1:").nth(1).unwrap().to_string();
-    assert!(group_1.lines().next().unwrap().contains("BLOCK_UNINIT"), "{group_1}");
-    let bitmap: u64 =
-        group_1.split("Block bitmap at ").nth(1).unwrap().split([' ', ',']).next().unwrap().parse().unwrap();
-    let at = bitmap * 4096;
+    let text = common::dumpe2fs(&image);
+    // Where groups 1 and 2 keep their block bitmaps (both uninitialised).
+    let [at_1, at_2] = ["Group 1:", "Group 2:"].map(|group| {
+        let text = text.split(group).nth(1).unwrap();
+        assert!(text.lines().next().unwrap().contains("BLOCK_UNINIT"), "{text}");
+        let block: u64 =
+            text.split("Block bitmap at ").nth(1).unwrap().split([' ', ',']).next().unwrap().parse().unwrap();
+        block * 4096
+    });
     let file = std::fs::OpenOptions::new().read(true).write(true).open(&image).unwrap();
     let mode = libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE;
     // SAFETY: a syscall on an open descriptor; it only probes this directory's filesystem.
@@ -782,19 +786,27 @@ fn an_uninitialised_groups_bitmap_is_let_go_not_read() {
         eprintln!("SKIPPED an_uninitialised_groups_bitmap_is_let_go_not_read: the temp dir cannot zero a range");
         return;
     }
-    std::os::unix::fs::FileExt::write_all_at(&file, &[0xA5; 4096], at).unwrap();
-    assert_clean(&image, "stale bytes in an uninitialised bitmap (unread)");
+    let held = |at: u64| {
+        let mut held = vec![0u8; 4096];
+        std::os::unix::fs::FileExt::read_exact_at(&file, &mut held, at).unwrap();
+        held
+    };
+    for at in [at_1, at_2] {
+        std::os::unix::fs::FileExt::write_all_at(&file, &[0xA5; 4096], at).unwrap();
+    }
+    assert_clean(&image, "stale bytes in uninitialised bitmaps (unread)");
     file.sync_all().unwrap();
     let (mut volume, _) = Volume::open_logged(&image, &log, 4 << 20, Options::default(), None).unwrap();
     // Out of the page cache (the open read around its superblock): the
     // bitmap as a long mount would find it.
     // SAFETY: as above; drops the file's clean pages no map holds.
     unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    assert_eq!(held(at_2)[..16], [0xA5; 16]); // group 2's back in the page cache
     let f = volume.create(ROOT, b"f", NewInode { mode: 0o100_644, uid: 0, gid: 0 }).unwrap().ino;
-    volume.fallocate(f, 0, 200 << 20, false).unwrap(); // more than group 0 has free
-    let mut held = vec![0u8; 4096];
-    std::os::unix::fs::FileExt::read_exact_at(&file, &mut held, at).unwrap();
-    assert!(held.iter().all(|&b| b == 0), "the file let the old bitmap go: {:?}", &held[..16]);
+    volume.fallocate(f, 0, 300 << 20, false).unwrap(); // into group 2
+    assert!(held(at_1).iter().all(|&b| b == 0), "the file let the old bitmap go: {:?}", &held(at_1)[..16]);
+    let kept = held(at_2);
+    assert!(kept == [0xA5; 4096], "a bitmap in the page cache is built over, not let go first: {:?}", &kept[..16]);
     let copy = scratch.0.join("copy");
     std::fs::copy(&image, &copy).unwrap();
     assert!(!csumfs::log_pending(&std::fs::read(&copy).unwrap()[..4096]), "nothing committed yet");
@@ -805,9 +817,11 @@ fn an_uninitialised_groups_bitmap_is_let_go_not_read() {
     let (mut volume, replayed) = Volume::open_logged(&image, &log, 4 << 20, Options::default(), None).unwrap();
     assert!(replayed.commits >= 1);
     volume.checkpoint().unwrap();
-    assert_eq!(volume.inode(f).unwrap().size, 200 << 20);
+    assert_eq!(volume.inode(f).unwrap().size, 300 << 20);
     drop(volume);
     assert_clean(&image, "replayed and checkpointed");
     let text = common::dumpe2fs(&image);
-    assert!(!text.split("Group 1:").nth(1).unwrap().lines().next().unwrap().contains("BLOCK_UNINIT"));
+    for group in ["Group 1:", "Group 2:"] {
+        assert!(!text.split(group).nth(1).unwrap().lines().next().unwrap().contains("BLOCK_UNINIT"), "{group}");
+    }
 }
