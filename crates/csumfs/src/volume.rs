@@ -104,11 +104,10 @@ impl Bytes {
     /// or this process's copy): touching it reads no device.
     pub(crate) fn in_memory(&self, at: usize, len: usize) -> bool {
         const PAGE: usize = 4096;
-        let map = match self {
-            Bytes::Map(map) => &map[..],
-            Bytes::MapMut(map, _) | Bytes::Private(map) => &map[..],
-            Bytes::Owned(_) => return true,
-        };
+        if matches!(self, Bytes::Owned(_)) {
+            return true;
+        }
+        let map: &[u8] = self;
         let (start, end) = (at / PAGE * PAGE, (at + len).min(map.len()));
         if end <= start {
             return true;
@@ -419,8 +418,9 @@ mod tests {
         assert_eq!(bytes[5 * 4096], 1); // a fault reads that page
         assert!(bytes.in_memory(5 * 4096 + 100, 200));
         assert!(!bytes.in_memory(5 * 4096, 2 * 4096), "its neighbour is not read (advised random)");
-        bytes.writable().unwrap()[9 * 4096] = 2; // a private copy
-                                                 // SAFETY: as above.
+        // A private copy of one page.
+        bytes.writable().unwrap()[9 * 4096] = 2;
+        // SAFETY: as above.
         unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
         assert!(bytes.in_memory(9 * 4096, 4096), "this process's copy stays");
         assert!(Bytes::Owned(vec![0; 10]).in_memory(0, 10));
