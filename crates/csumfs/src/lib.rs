@@ -46,6 +46,7 @@ mod migrate;
 mod namespace;
 mod orphan;
 mod pi;
+mod private_map;
 mod ranges;
 mod redo;
 mod remove;

@@ -84,9 +84,6 @@ pub trait Backing: Send + Sync {
     /// # Errors
     /// What duplicating the file's descriptor reports.
     fn sync_handle(&self) -> std::io::Result<SyncHandle>;
-    /// `[at, at + len)` (whole pages) holds bytes nothing reads before they
-    /// are written whole: the backing may let them go. Nothing by default.
-    fn forget(&mut self, _at: u64, _len: u64) {}
 }
 
 impl Backing for std::fs::File {
@@ -99,16 +96,6 @@ impl Backing for std::fs::File {
     fn sync_handle(&self) -> std::io::Result<SyncHandle> {
         let file = self.try_clone()?;
         Ok(Box::new(move || file.sync_data()))
-    }
-    fn forget(&mut self, at: u64, len: u64) {
-        // Zeroed as unwritten extents, no data written: the private map's
-        // faults there then read no device. A refusal (tmpfs, a block
-        // device is not tried) leaves only those reads.
-        if self.metadata().is_ok_and(|m| m.file_type().is_file()) {
-            let mode = libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE;
-            // SAFETY: a plain syscall on a descriptor this File owns.
-            unsafe { libc::fallocate(std::os::fd::AsRawFd::as_raw_fd(self), mode, at as i64, len as i64) };
-        }
     }
 }
 
@@ -598,12 +585,6 @@ impl Redo {
         self.touched.contains(&(at as usize / PAGE))
     }
 
-    /// Lets the image file drop `[at, at + len)`, whose bytes nothing reads
-    /// before they are written whole (`Volume::overwrite_unread`).
-    pub(crate) fn forget(&mut self, at: usize, len: usize) {
-        self.backing.forget(at as u64, len as u64);
-    }
-
     /// Notes that the blocks at `[at, at + len)` were freed.
     pub(crate) fn freed(&mut self, at: usize, len: usize) {
         if len > 0 {
@@ -781,13 +762,10 @@ impl Volume {
     ) -> Result<(Volume, Replayed, Option<crate::PiOpened>), Error> {
         let io_at = |source| Error::Io { context: path.display().to_string(), source };
         let file = std::fs::OpenOptions::new().read(true).write(true).open(path).map_err(io_at)?;
-        // SAFETY: as in `Volume::open`; a private map: stores stay in this
-        // process until a checkpoint writes them to the file. No swap is
-        // reserved for it (a 40 GiB image would be refused under the
-        // kernel's overcommit heuristic): checkpoints bound the pages copied.
-        let mut map = unsafe { memmap2::MmapOptions::new().no_reserve_swap().map_copy(&file) }.map_err(io_at)?;
-        let was_pending = log_pending(&map);
-        clear_pending_bit(&mut map);
+        // Stores stay in this process until a checkpoint writes them to the file.
+        let mut map = crate::private_map::PrivateMap::new(&file).map_err(io_at)?;
+        let was_pending = log_pending(map.bytes());
+        clear_pending_bit(map.bytes_mut());
         let (medium, log_on) = log_medium(log, log_bytes)?;
         let mut volume = Volume::new(Bytes::Private(map), crate::Options { write: true, ..options })?;
         let (backing, opened): (Box<dyn Backing>, _) = match pi {
@@ -1086,15 +1064,9 @@ impl Volume {
     /// Drops this process's copies of the private map's pages in `ranges`
     /// (page-aligned, sorted): the map reads the file's pages again. Only
     /// for pages the file holds as they are.
-    fn hand_back(&self, ranges: &[(usize, usize)]) {
-        let Bytes::Private(map) = &self.map else { return };
-        for &(start, end) in ranges {
-            let len = end.min(map.len()).saturating_sub(start);
-            if len > 0 {
-                // SAFETY: a page-aligned range inside this process's
-                // private map; MADV_DONTNEED only discards its copy.
-                unsafe { libc::madvise(map.as_ptr().add(start) as *mut libc::c_void, len, libc::MADV_DONTNEED) };
-            }
+    fn hand_back(&mut self, ranges: &[(usize, usize)]) {
+        if let Bytes::Private(map) = &mut self.map {
+            map.hand_back(ranges);
         }
     }
 
@@ -1144,6 +1116,7 @@ impl Volume {
     /// in memory) or without `/proc`.
     pub fn private_copy_bytes(&self) -> Option<u64> {
         let Bytes::Private(map) = &self.map else { return None };
+        let map = map.bytes();
         let (start, end) = (map.as_ptr() as usize, map.as_ptr() as usize + map.len());
         let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
         let (mut inside, mut kib) = (false, 0u64);

@@ -52,7 +52,7 @@ pub(crate) enum Bytes {
     MapMut(memmap2::MmapMut, std::fs::File),
     /// A private (copy-on-write) map: stores stay in this process; a
     /// ByteLog makes them durable and checkpoints put them in the file.
-    Private(memmap2::MmapMut),
+    Private(crate::private_map::PrivateMap),
     Owned(Vec<u8>),
 }
 
@@ -61,7 +61,8 @@ impl std::ops::Deref for Bytes {
     fn deref(&self) -> &[u8] {
         match self {
             Bytes::Map(map) => map,
-            Bytes::MapMut(map, _) | Bytes::Private(map) => map,
+            Bytes::MapMut(map, _) => map,
+            Bytes::Private(map) => map.bytes(),
             Bytes::Owned(bytes) => bytes,
         }
     }
@@ -78,7 +79,8 @@ impl Bytes {
     pub(crate) fn advise_random(&self) {
         let _ = match self {
             Bytes::Map(map) => map.advise(memmap2::Advice::Random),
-            Bytes::MapMut(map, _) | Bytes::Private(map) => map.advise(memmap2::Advice::Random),
+            Bytes::MapMut(map, _) => map.advise(memmap2::Advice::Random),
+            Bytes::Private(map) => map.advise_random(),
             Bytes::Owned(_) => Ok(()),
         };
     }
@@ -93,9 +95,8 @@ impl Bytes {
         }
         let _ = match self {
             Bytes::Map(map) => map.advise_range(memmap2::Advice::WillNeed, start, end - start),
-            Bytes::MapMut(map, _) | Bytes::Private(map) => {
-                map.advise_range(memmap2::Advice::WillNeed, start, end - start)
-            }
+            Bytes::MapMut(map, _) => map.advise_range(memmap2::Advice::WillNeed, start, end - start),
+            Bytes::Private(map) => map.will_need(start, end - start),
             Bytes::Owned(_) => Ok(()),
         };
     }
@@ -124,7 +125,8 @@ impl Bytes {
     pub(crate) fn writable(&mut self) -> Option<&mut [u8]> {
         match self {
             Bytes::Map(_) => None,
-            Bytes::MapMut(map, _) | Bytes::Private(map) => Some(map),
+            Bytes::MapMut(map, _) => Some(map),
+            Bytes::Private(map) => Some(map.bytes_mut()),
             Bytes::Owned(bytes) => Some(bytes),
         }
     }
@@ -408,8 +410,7 @@ mod tests {
             let _ = std::fs::remove_file(&path);
             return;
         }
-        // SAFETY: a file only this test uses; a private map of it.
-        let mut bytes = Bytes::Private(unsafe { memmap2::MmapOptions::new().map_copy(&file) }.unwrap());
+        let mut bytes = Bytes::Private(crate::private_map::PrivateMap::new(&file).unwrap());
         bytes.advise_random();
         // SAFETY: a plain syscall on an open descriptor: drops its clean, unmapped pages.
         unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };

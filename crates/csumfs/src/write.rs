@@ -309,32 +309,44 @@ impl Volume {
         // Unless the operation freed the block first: then it held another
         // owner's bytes, which undoing the operation gives back.
         let keep_old = self.undo.as_ref().is_some_and(|u| u.was_freed(at, new.len()));
+        if !keep_old {
+            self.blank_unread(at, new.len());
+        }
         let image = self.image_mut_keeping(at, new.len(), keep_old)?;
         image[at..at + new.len()].copy_from_slice(new);
         Ok(())
     }
 
     /// Before `[at, at + len)`, an uninitialised group's bitmap, is written
-    /// whole: where its pages are not in memory, the image file lets them
-    /// go (zeroed, no I/O), so the stores' page faults read no device — a
-    /// 4 KiB read per fault, the map being advised random. After 100 000
-    /// files a 16 GiB fallocate's four 64 KiB bitmaps were 64 such reads:
-    /// 1.2–8 ms where a fresh image took 1.0. Safe because the file's copy
-    /// is unread too: the file holds the last checkpoint, whose descriptor
-    /// marks the group uninitialised as the map's does (the flags are only
-    /// ever cleared, and an undone operation never reached the file), and
-    /// the checkpoint that clears it there writes this bitmap with it.
+    /// whole: its old bytes are unread (the kernel and e2fsck compute the
+    /// bitmap of such a group), so they are not faulted in from the file
+    /// ([`blank_unread`](Self::blank_unread)). That was a 4 KiB device read
+    /// per page where the page cache had let them go (the map is advised
+    /// random): after 100 000 files a 16 GiB fallocate's four 64 KiB
+    /// bitmaps were 64 such reads, 1.2–8 ms where a fresh image took 1.0.
     /// Without a log the map is the file's own: one readahead instead.
     fn overwrite_unread(&mut self, at: usize, len: usize) {
-        const PAGE: usize = 4096;
-        // A bitmap sharing a page with other metadata (1 or 2 KiB blocks)
-        // is left alone.
-        if !at.is_multiple_of(PAGE) || !len.is_multiple_of(PAGE) || self.map.in_memory(at, len) {
-            return;
+        if matches!(self.map, Bytes::Private(_)) {
+            self.blank_unread(at, len);
+        } else if !self.map.in_memory(at, len) {
+            self.map.will_need(at, len);
         }
-        match &mut self.redo {
-            Some(redo) => redo.forget(at, len),
-            None => self.map.will_need(at, len),
+    }
+
+    /// The whole pages of `[at, at + len)`, about to be written whole over
+    /// bytes nothing reads, become blank anonymous memory in the private
+    /// map (see `private_map.rs`): the stores fault in neither the file's
+    /// pages nor their copies. The file keeps its old bytes until the
+    /// checkpoint that writes the new ones; until then they are unread
+    /// there too (the file holds the last checkpoint, whose descriptor
+    /// still marks the group uninitialised, or whose bitmap still has the
+    /// block free).
+    fn blank_unread(&mut self, at: usize, len: usize) {
+        const PAGE: usize = 4096;
+        let Bytes::Private(map) = &mut self.map else { return };
+        let (start, end) = (at.next_multiple_of(PAGE), (at + len) / PAGE * PAGE);
+        if start < end {
+            map.blank(start, end - start);
         }
     }
 
