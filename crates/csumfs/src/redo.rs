@@ -768,6 +768,9 @@ impl Volume {
         clear_pending_bit(map.bytes_mut());
         let (medium, log_on) = log_medium(log, log_bytes)?;
         let mut volume = Volume::new(Bytes::Private(map), crate::Options { write: true, ..options })?;
+        if let Bytes::Private(map) = &mut volume.map {
+            map.keep_blank_pool(volume.layout.block_size as usize);
+        }
         let (backing, opened): (Box<dyn Backing>, _) = match pi {
             None => (Box::new(file), None),
             Some((metadata, protection)) => {
