@@ -81,6 +81,17 @@ impl Drop for BlankPool {
     }
 }
 
+/// What [`PrivateMap::blank`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Blanked {
+    /// Nothing: the stores fault the file's pages in.
+    No,
+    /// Spliced fresh anonymous pages in.
+    Fresh,
+    /// Moved a pool slot's pages in.
+    FromPool,
+}
+
 /// A private writable map of the image file.
 pub(crate) struct PrivateMap {
     map: memmap2::MmapMut,
@@ -131,21 +142,21 @@ impl PrivateMap {
 
     /// Replaces the pages of `[at, at + len)` with zeroed anonymous memory,
     /// for bytes about to be written whole whose old bytes nothing reads:
-    /// neither the file's pages nor a device read are touched. Returns
-    /// whether it did — not for a range that is not whole pages inside the
-    /// map, nor while [`MAX_BLANK_RANGES`] wait for a checkpoint; the
+    /// neither the file's pages nor a device read are touched. Not for a
+    /// range that is not whole pages inside the map, nor while
+    /// [`MAX_BLANK_RANGES`] wait for a checkpoint ([`Blanked::No`]): the
     /// stores then fault the file's pages in as they would anyway.
-    pub(crate) fn blank(&mut self, at: usize, len: usize) -> bool {
+    pub(crate) fn blank(&mut self, at: usize, len: usize) -> Blanked {
         let inside = at.checked_add(len).is_some_and(|end| end <= self.map.len());
         if len == 0 || !at.is_multiple_of(PAGE) || !len.is_multiple_of(PAGE) || !inside {
-            return false;
+            return Blanked::No;
         }
         if self.blank.len() >= MAX_BLANK_RANGES || self.blank_overlaps(at, at + len) {
-            return false;
+            return Blanked::No;
         }
         if self.blank_from_pool(at, len) {
             self.blank.insert(at, at + len);
-            return true;
+            return Blanked::FromPool;
         }
         let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED | libc::MAP_NORESERVE;
         // SAFETY: whole pages inside this map, which `&mut self` keeps
@@ -168,10 +179,10 @@ impl PrivateMap {
                 self.map_file(at, at + len),
                 "the image map lost pages {at:#x}+{len:#x} and could not map them again"
             );
-            return false;
+            return Blanked::No;
         }
         self.blank.insert(at, at + len);
-        true
+        Blanked::Fresh
     }
 
     /// Moves a pool slot's pages over `[at, at + len)` when `len` is the
@@ -275,16 +286,24 @@ impl PrivateMap {
         self.blank.len()
     }
 
-    /// Blank blocks in the pool, full and empty.
+    /// Blank blocks in the pool, full and empty, and the pool's pages in
+    /// memory (faulted in).
     #[cfg(test)]
-    fn pool_slots(&self) -> (usize, usize) {
-        self.pool.as_ref().map_or((0, 0), |p| (p.full.len(), p.empty.len()))
+    fn pool_slots(&self) -> (usize, usize, usize) {
+        self.pool.as_ref().map_or((0, 0, 0), |p| {
+            let pages = p.slots * p.slot / PAGE;
+            let mut resident = vec![0u8; pages];
+            // SAFETY: the pool's own mapped area; a byte per page of it.
+            let r = unsafe { libc::mincore(p.base as *mut libc::c_void, pages * PAGE, resident.as_mut_ptr()) };
+            assert_eq!(r, 0);
+            (p.full.len(), p.empty.len(), resident.iter().filter(|&&b| b & 1 == 1).count())
+        })
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{PrivateMap, MAX_BLANK_RANGES, PAGE, POOL_BYTES};
+    use super::{Blanked, PrivateMap, MAX_BLANK_RANGES, PAGE, POOL_BYTES};
     use std::os::unix::fs::FileExt;
 
     fn file_of(pages: usize, byte: u8) -> (std::path::PathBuf, std::fs::File) {
@@ -302,7 +321,7 @@ mod tests {
         let (path, file) = file_of(16, 7);
         let mut map = PrivateMap::new(&file).unwrap();
         map.bytes_mut()[PAGE] = 9; // a copied page beside the splice
-        assert!(map.blank(2 * PAGE, 4 * PAGE));
+        assert_eq!(map.blank(2 * PAGE, 4 * PAGE), Blanked::Fresh);
         assert!(map.bytes()[2 * PAGE..6 * PAGE].iter().all(|&b| b == 0), "blank pages read as zeros");
         assert_eq!((map.bytes()[2 * PAGE - 1], map.bytes()[6 * PAGE]), (7, 7), "only the range is spliced");
         map.bytes_mut()[2 * PAGE..6 * PAGE].fill(3);
@@ -330,24 +349,30 @@ mod tests {
         let mut map = PrivateMap::new(&file).unwrap();
         map.keep_blank_pool(4 * PAGE);
         let slots = POOL_BYTES / (4 * PAGE);
-        assert_eq!(map.pool_slots(), (slots, 0));
-        assert!(map.blank(8 * PAGE, 4 * PAGE) && map.blank(16 * PAGE, 2 * PAGE));
-        assert_eq!(map.pool_slots(), (slots - 1, 1), "one block from the pool, the other faulted");
+        let pages = POOL_BYTES / PAGE;
+        assert_eq!(map.pool_slots(), (slots, 0, pages), "faulted in ahead of need");
+        assert_eq!(map.blank(8 * PAGE, 4 * PAGE), Blanked::FromPool);
+        assert_eq!(map.blank(16 * PAGE, 2 * PAGE), Blanked::Fresh, "not the pool's block");
+        assert_eq!(
+            map.pool_slots(),
+            (slots - 1, 1, pages - 4),
+            "one block's pages moved from the pool, the other faulted"
+        );
         assert!(map.bytes()[8 * PAGE..12 * PAGE].iter().all(|&b| b == 0), "a slot's pages are blank");
         assert_eq!((map.bytes()[7 * PAGE], map.bytes()[12 * PAGE]), (6, 6), "only the block is spliced");
         map.bytes_mut()[8 * PAGE..12 * PAGE].fill(8);
         assert_eq!(map.bytes()[11 * PAGE + 5], 8, "its stores stay");
         for k in 1..slots {
-            assert!(map.blank((32 + 8 * k) * PAGE, 4 * PAGE), "slot {k}");
+            assert_eq!(map.blank((32 + 8 * k) * PAGE, 4 * PAGE), Blanked::FromPool, "slot {k}");
         }
-        assert_eq!(map.pool_slots(), (0, slots));
-        assert!(map.blank(24 * PAGE, 4 * PAGE), "with the pool empty, a fresh splice");
+        assert_eq!(map.pool_slots(), (0, slots, 0));
+        assert_eq!(map.blank(24 * PAGE, 4 * PAGE), Blanked::Fresh, "with the pool empty");
         assert!(map.bytes()[24 * PAGE..28 * PAGE].iter().all(|&b| b == 0));
         map.hand_back(&[(0, map.bytes().len())]);
         assert_eq!(map.blank_ranges(), 0);
-        assert_eq!(map.pool_slots(), (slots, 0), "refilled");
+        assert_eq!(map.pool_slots(), (slots, 0, pages), "refilled");
         assert!(map.bytes()[8 * PAGE..12 * PAGE].iter().all(|&b| b == 6), "the file's bytes again");
-        assert!(map.blank(8 * PAGE, 4 * PAGE));
+        assert_eq!(map.blank(8 * PAGE, 4 * PAGE), Blanked::FromPool);
         assert!(map.bytes()[8 * PAGE..12 * PAGE].iter().all(|&b| b == 0), "a refilled slot is blank");
         std::fs::remove_file(&path).unwrap();
     }
@@ -359,22 +384,24 @@ mod tests {
     fn splices_are_bounded_and_handed_back_in_part() {
         let (path, file) = file_of(2 * MAX_BLANK_RANGES + 8, 1);
         let mut map = PrivateMap::new(&file).unwrap();
-        assert!(map.blank(0, 4 * PAGE));
+        assert_eq!(map.blank(0, 4 * PAGE), Blanked::Fresh);
         map.bytes_mut()[..4 * PAGE].fill(2);
         map.hand_back(&[(PAGE, 2 * PAGE)]);
         assert_eq!(map.blank_ranges(), 2, "the parts before and after stay spliced");
         assert_eq!([0, 1, 2, 3].map(|p| map.bytes()[p * PAGE]), [2, 1, 2, 2]);
-        assert!(!map.blank(100, PAGE) && !map.blank(PAGE, 100) && !map.blank(0, 0));
-        assert!(!map.blank(3 * PAGE, 2 * PAGE), "overlaps a splice");
-        assert!(!map.blank(map.bytes().len() - PAGE, 2 * PAGE), "past the map's end");
-        for k in 2..MAX_BLANK_RANGES {
-            assert!(map.blank((4 + 2 * k) * PAGE, PAGE), "splice {k}");
+        for (at, len) in [(100, PAGE), (PAGE, 100), (0, 0)] {
+            assert_eq!(map.blank(at, len), Blanked::No, "{at}+{len}: not whole pages");
         }
-        assert!(!map.blank(6 * PAGE, PAGE), "past the cap");
+        assert_eq!(map.blank(3 * PAGE, 2 * PAGE), Blanked::No, "overlaps a splice");
+        assert_eq!(map.blank(map.bytes().len() - PAGE, 2 * PAGE), Blanked::No, "past the map's end");
+        for k in 2..MAX_BLANK_RANGES {
+            assert_eq!(map.blank((4 + 2 * k) * PAGE, PAGE), Blanked::Fresh, "splice {k}");
+        }
+        assert_eq!(map.blank(6 * PAGE, PAGE), Blanked::No, "past the cap");
         map.bytes_mut()[6 * PAGE] = 4; // faults the file's page, as without splices
         map.hand_back(&[(0, map.bytes().len())]);
         assert_eq!(map.blank_ranges(), 0);
-        assert!(map.blank(6 * PAGE, PAGE), "the cap counts waiting splices only");
+        assert_eq!(map.blank(6 * PAGE, PAGE), Blanked::Fresh, "the cap counts waiting splices only");
         std::fs::remove_file(&path).unwrap();
     }
 }

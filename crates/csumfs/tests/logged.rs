@@ -845,3 +845,47 @@ fn an_uninitialised_groups_bitmap_is_built_without_reading_the_file() {
         assert!(!text.split(group).nth(1).unwrap().lines().next().unwrap().contains("BLOCK_UNINIT"), "{group}");
     }
 }
+
+/// Under a ByteLog too, a block one operation frees and takes again keeps
+/// its first owner's bytes for undoing: it is not spliced blank before the
+/// undo copy is made (that copy would be zeros, and the failed operation
+/// would leave the file reading zeros).
+#[test]
+fn a_block_freed_and_taken_again_keeps_its_bytes_for_undo_under_a_log() {
+    if !have_e2fsprogs() {
+        return;
+    }
+    let scratch = Scratch::new("logged-retaken");
+    let (image, log) = (scratch.0.join("img"), scratch.0.join("img.bytelog"));
+    mke2fs_with(&image, "4096", "8M", &[]);
+    let (mut volume, _) = Volume::open_logged(&image, &log, 4 << 20, Options::default(), None).unwrap();
+    let file = NewInode { mode: 0o100_644, uid: 0, gid: 0 };
+    let a = volume.create(ROOT, b"a", file).unwrap().ino;
+    let data: Vec<u8> = (0..4096u32).map(|i| (i * 7 + 1) as u8).collect();
+    volume.write(a, 0, &data).unwrap();
+    // Every block left taken, one at a time.
+    let fill = volume.create(ROOT, b"fill", file).unwrap().ino;
+    let mut size = 0u64;
+    loop {
+        volume.begin();
+        let wrote = volume.write(fill, size, &[0x5A; 4096]);
+        volume.end(wrote.is_ok()).unwrap();
+        match wrote {
+            Ok(_) => size += 4096,
+            Err(e) => {
+                assert_eq!(e.errno(), libc::ENOSPC, "{e}");
+                break;
+            }
+        }
+    }
+    volume.sync().unwrap();
+    volume.begin();
+    volume.truncate(a, 0).unwrap();
+    volume.mkdir(ROOT, b"d", NewInode { mode: 0o755, uid: 0, gid: 0 }).unwrap(); // a's block, the only one free
+    volume.end(false).unwrap();
+    assert!(volume.read_all(&volume.inode(a).unwrap()).unwrap() == data, "a's block holds its bytes again");
+    volume.sync().unwrap();
+    volume.checkpoint().unwrap();
+    drop(volume);
+    assert_clean(&image, "the undone operation");
+}

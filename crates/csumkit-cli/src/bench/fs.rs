@@ -256,6 +256,40 @@ fn meta(mnt: &Path, dir: &Path, ops: usize, bytes: usize) -> Result<[f64; 4], St
     Ok([ops as f64 / elapsed, ms(percentile(&latencies, 0.5)), ms(percentile(&latencies, 0.99)), written])
 }
 
+/// The floor under (1) for one job: a 4 KiB overwrite + `fdatasync` of a
+/// written file on the disk holding `dir`, nothing else — the one flush a
+/// durable fsync of any filesystem on that disk pays. Ops/s and p50 in ms.
+fn disk_floor(dir: &Path, rounds: usize) -> Result<(f64, f64), String> {
+    use std::os::unix::fs::FileExt;
+    let path = dir.join("disk-floor");
+    let file = std::fs::File::options()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let block = [0xA5u8; 4096];
+    let run = || -> std::io::Result<(f64, f64)> {
+        for k in 0..256 {
+            file.write_all_at(&block, k * 4096)?;
+        }
+        file.sync_all()?;
+        let mut latencies = Vec::with_capacity(rounds);
+        let start = Instant::now();
+        for i in 0..rounds {
+            let t = Instant::now();
+            file.write_all_at(&block, (i as u64 % 256) * 4096)?;
+            file.sync_data()?;
+            latencies.push(t.elapsed());
+        }
+        latencies.sort();
+        Ok((rounds as f64 / start.elapsed().as_secs_f64(), percentile(&latencies, 0.5).as_secs_f64() * 1e3))
+    };
+    let measured = run().map_err(|e| format!("{}: {e}", path.display()));
+    let _ = std::fs::remove_file(&path);
+    measured
+}
+
 /// Workers of (1) run together: the seed-001 fio meta jobs' 15.
 const META_JOBS: usize = 15;
 
@@ -481,6 +515,15 @@ fn bench(args: &FsArgs) -> Result<(), String> {
         sizes.tree_files,
         sizes.fallocate_bytes >> 30
     );
+    match disk_floor(scratch.path(), sizes.meta_ops) {
+        Ok((ops, p50)) => println!(
+            "disk floor for (1), one job: a 4 KiB overwrite + fdatasync of a file on the images' disk, nothing else: \
+             {} ops/s, p50 {} ms (no filesystem with a durable fsync on this disk does (1) faster)",
+            num(ops),
+            num(p50)
+        ),
+        Err(e) => println!("disk floor for (1): not measured ({e})"),
+    }
     for &bs in &args.block_sizes {
         let jobs_header = format!("(1) {META_JOBS} jobs, a directory each: ops/s / KiB per op");
         let mut table = Table::new(&[
