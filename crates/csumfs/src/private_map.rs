@@ -154,10 +154,19 @@ impl PrivateMap {
         if self.blank.len() >= MAX_BLANK_RANGES || self.blank_overlaps(at, at + len) {
             return Blanked::No;
         }
-        if self.blank_from_pool(at, len) {
-            self.blank.insert(at, at + len);
-            return Blanked::FromPool;
-        }
+        let blanked = if self.blank_from_pool(at, len) {
+            Blanked::FromPool
+        } else if self.blank_fresh(at, len) {
+            Blanked::Fresh
+        } else {
+            return Blanked::No;
+        };
+        self.blank.insert(at, at + len);
+        blanked
+    }
+
+    /// Splices fresh anonymous pages over `[at, at + len)`. Whether it did.
+    fn blank_fresh(&mut self, at: usize, len: usize) -> bool {
         let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED | libc::MAP_NORESERVE;
         // SAFETY: whole pages inside this map, which `&mut self` keeps
         // anyone else from reading; MAP_FIXED replaces exactly them.
@@ -173,16 +182,9 @@ impl PrivateMap {
             )
         } != libc::MAP_FAILED;
         if !done {
-            // A failed MAP_FIXED may have unmapped the range: map the file
-            // there again (its old bytes are unread, as the caller says).
-            assert!(
-                self.map_file(at, at + len),
-                "the image map lost pages {at:#x}+{len:#x} and could not map them again"
-            );
-            return Blanked::No;
+            self.map_file_again(at, len);
         }
-        self.blank.insert(at, at + len);
-        Blanked::Fresh
+        done
     }
 
     /// Moves a pool slot's pages over `[at, at + len)` when `len` is the
@@ -202,12 +204,17 @@ impl PrivateMap {
             let to = self.map.as_mut_ptr().add(at).cast::<libc::c_void>();
             libc::mremap(from, len, len, flags, to) != libc::MAP_FAILED
         };
-        if moved {
-            return true;
+        if !moved {
+            self.map_file_again(at, len);
         }
-        // As for a failed splice: the range may be unmapped.
+        moved
+    }
+
+    /// After a failed `MAP_FIXED` or `mremap` over `[at, at + len)`, which
+    /// may have unmapped it: the file mapped there again (its old bytes are
+    /// unread, as `blank`'s caller says).
+    fn map_file_again(&mut self, at: usize, len: usize) {
         assert!(self.map_file(at, at + len), "the image map lost pages {at:#x}+{len:#x} and could not map them again");
-        false
     }
 
     fn blank_overlaps(&self, start: usize, end: usize) -> bool {
