@@ -4,19 +4,23 @@
 //!
 //! A block written whole over bytes nothing reads (an uninitialised
 //! group's new bitmap, a newly allocated extent leaf or directory block) is
-//! built in anonymous memory spliced over its pages ([`PrivateMap::blank`])
-//! rather than in the file's pages: a store's first touch of a file page
+//! built over a template spliced over its pages ([`PrivateMap::blank`])
+//! rather than over the file's pages: a store's first touch of a file page
 //! faults a page-cache page in (read from the device, or zeroed for a hole)
-//! and then copies it, 16 times per 64 KiB block — ~100 µs for a bitmap,
-//! the splice ~35 (measured on this project's VMs, 2026-11-28). A
-//! checkpoint maps the spliced pages to the file again
-//! ([`PrivateMap::hand_back`]).
+//! and then copies it, 16 times per 64 KiB block — ~100 µs for a bitmap
+//! (measured on this project's VMs, 2026-11-28). A checkpoint maps the
+//! spliced pages to the file again ([`PrivateMap::hand_back`]).
 //!
-//! Faulting fresh anonymous pages in is most of a splice's cost (each is a
-//! host fault in these VMs), so a pool of blank blocks is faulted in ahead
-//! of need ([`BlankPool`]): a splice of one block moves a pool slot's pages
-//! into the map — page tables move, nothing is allocated or zeroed — ~10 µs
-//! for 64 KiB; checkpoints fault the emptied slots in again.
+//! A template is a memory file holding the bytes such a block starts
+//! with — zeros, and for a bitmap the ones past the group's last bit
+//! (458 760 of a 64 KiB block bitmap's 524 288 bits with 65 528 blocks
+//! per group) — mapped privately: a page stays the template's until it is
+//! written, and is copied (one fault) when it is; the template itself is
+//! never written again. Those blocks are mostly their starting bytes (an
+//! extent leaf's header and tail, a bitmap's first 8 KiB), so a few pages
+//! are copied instead of 16 faulted: a 64 KiB leaf ~30 µs with its
+//! stores, against ~50 from a pool of blank pages faulted in ahead of need
+//! (the 26th session's, which this replaced) and ~100 over the file.
 
 use std::collections::BTreeMap;
 
@@ -27,79 +31,45 @@ const PAGE: usize = 4096;
 /// (`vm.max_map_count`). Past it, stores fault the file's pages as before.
 const MAX_BLANK_RANGES: usize = 1024;
 
-/// Bytes of blank blocks kept faulted in ahead of need (at least one block).
-const POOL_BYTES: usize = 1 << 20;
+/// Templates kept, at most: a volume asks for four shapes (zeroed blocks,
+/// inode bitmaps, block bitmaps of whole groups and of the last group).
+const MAX_TEMPLATES: usize = 4;
 
-/// Blank blocks faulted in ahead of need: slots of one block each in an
-/// anonymous area that stays mapped while the pool lives (a slot whose
-/// pages moved out reads as an empty mapping, never as another's memory).
-struct BlankPool {
-    /// The area's address (an integer: the pool is shared across threads
-    /// behind the volume's lock).
-    base: usize,
-    slot: usize,
-    slots: usize,
-    /// Slots holding faulted-in pages, and slots emptied.
-    full: Vec<usize>,
-    empty: Vec<usize>,
+/// A block's starting bytes in a memory file: `len` bytes, zero below
+/// `ones_from`, 0xFF from it.
+struct Template {
+    len: usize,
+    ones_from: usize,
+    file: std::fs::File,
 }
 
-impl BlankPool {
-    fn new(slot: usize) -> Option<BlankPool> {
-        let slots = (POOL_BYTES / slot).max(1);
-        let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
-        // SAFETY: a new anonymous area of the kernel's choosing.
-        let base =
-            unsafe { libc::mmap(std::ptr::null_mut(), slots * slot, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0) };
-        if base == libc::MAP_FAILED {
+impl Template {
+    fn new(len: usize, ones_from: usize) -> Option<Template> {
+        use std::os::fd::FromRawFd;
+        use std::os::unix::fs::FileExt;
+        // SAFETY: a NUL-terminated name; the descriptor returned is owned below.
+        let fd = unsafe { libc::memfd_create(c"csumfs-template".as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
             return None;
         }
-        let mut pool =
-            BlankPool { base: base as usize, slot, slots, full: Vec::new(), empty: (0..slots).rev().collect() };
-        pool.refill();
-        Some(pool)
+        // SAFETY: a descriptor just created, owned by nothing else.
+        let file = unsafe { std::fs::File::from_raw_fd(fd) };
+        let mut bytes = vec![0u8; len];
+        bytes[ones_from..].fill(0xFF);
+        // Every page written: none is a hole that a read would allocate.
+        file.write_all_at(&bytes, 0).ok()?;
+        Some(Template { len, ones_from, file })
     }
-
-    /// Faults the empty slots in (zeroed pages, written to), until one fails.
-    fn refill(&mut self) {
-        while let Some(&slot) = self.empty.last() {
-            // SAFETY: one slot of this pool's own mapped area.
-            let at = (self.base + slot * self.slot) as *mut libc::c_void;
-            if unsafe { libc::madvise(at, self.slot, libc::MADV_POPULATE_WRITE) } != 0 {
-                return;
-            }
-            self.empty.pop();
-            self.full.push(slot);
-        }
-    }
-}
-
-impl Drop for BlankPool {
-    fn drop(&mut self) {
-        // SAFETY: this pool's own area, mapped since `new`.
-        unsafe { libc::munmap(self.base as *mut libc::c_void, self.slots * self.slot) };
-    }
-}
-
-/// What [`PrivateMap::blank`] did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Blanked {
-    /// Nothing: the stores fault the file's pages in.
-    No,
-    /// Spliced fresh anonymous pages in.
-    Fresh,
-    /// Moved a pool slot's pages in.
-    FromPool,
 }
 
 /// A private writable map of the image file.
 pub(crate) struct PrivateMap {
     map: memmap2::MmapMut,
     file: std::fs::File,
-    /// Ranges of the map spliced with anonymous memory (start → end,
+    /// Ranges of the map spliced from templates (start → end,
     /// page-aligned bytes); the file's pages there are not mapped.
     blank: BTreeMap<usize, usize>,
-    pool: Option<BlankPool>,
+    templates: Vec<Template>,
 }
 
 impl PrivateMap {
@@ -113,15 +83,7 @@ impl PrivateMap {
         // SAFETY: as in `Volume::open`: the image is not changed under the
         // map by others while the volume is open; a private map.
         let map = unsafe { memmap2::MmapOptions::new().no_reserve_swap().map_copy(file) }?;
-        Ok(PrivateMap { map, file: file.try_clone()?, blank: BTreeMap::new(), pool: None })
-    }
-
-    /// Keeps a pool of blank `block`-byte blocks faulted in for splices of
-    /// one block (whole pages only; nothing if the pool cannot be mapped).
-    pub(crate) fn keep_blank_pool(&mut self, block: usize) {
-        if block > 0 && block.is_multiple_of(PAGE) {
-            self.pool = BlankPool::new(block);
-        }
+        Ok(PrivateMap { map, file: file.try_clone()?, blank: BTreeMap::new(), templates: Vec::new() })
     }
 
     pub(crate) fn bytes(&self) -> &[u8] {
@@ -140,77 +102,58 @@ impl PrivateMap {
         self.map.advise_range(memmap2::Advice::WillNeed, at, len)
     }
 
-    /// Replaces the pages of `[at, at + len)` with zeroed anonymous memory,
-    /// for bytes about to be written whole whose old bytes nothing reads:
-    /// neither the file's pages nor a device read are touched. Not for a
-    /// range that is not whole pages inside the map, nor while
-    /// [`MAX_BLANK_RANGES`] wait for a checkpoint ([`Blanked::No`]): the
-    /// stores then fault the file's pages in as they would anyway.
-    pub(crate) fn blank(&mut self, at: usize, len: usize) -> Blanked {
+    /// Replaces the pages of `[at, at + len)`, a block about to be built
+    /// over bytes nothing reads, with a private map of a template reading
+    /// as zeros below `at + ones_from` and as 0xFF from it: neither the
+    /// file's pages nor a device read are touched, and the pages the
+    /// caller then writes are copied from the template as they are, the
+    /// others stay the template's. Whether it did: not for a range that is
+    /// not whole pages inside the map or overlaps a splice, nor while
+    /// [`MAX_BLANK_RANGES`] wait for a checkpoint, nor past
+    /// [`MAX_TEMPLATES`] shapes — the caller then writes every byte, over
+    /// the file's pages as without splices.
+    pub(crate) fn blank(&mut self, at: usize, len: usize, ones_from: usize) -> bool {
+        use std::os::fd::AsRawFd;
         let inside = at.checked_add(len).is_some_and(|end| end <= self.map.len());
-        if len == 0 || !at.is_multiple_of(PAGE) || !len.is_multiple_of(PAGE) || !inside {
-            return Blanked::No;
+        if len == 0 || !at.is_multiple_of(PAGE) || !len.is_multiple_of(PAGE) || !inside || ones_from > len {
+            return false;
         }
         if self.blank.len() >= MAX_BLANK_RANGES || self.blank_overlaps(at, at + len) {
-            return Blanked::No;
+            return false;
         }
-        let blanked = if self.blank_from_pool(at, len) {
-            Blanked::FromPool
-        } else if self.blank_fresh(at, len) {
-            Blanked::Fresh
-        } else {
-            return Blanked::No;
-        };
-        self.blank.insert(at, at + len);
-        blanked
-    }
-
-    /// Splices fresh anonymous pages over `[at, at + len)`. Whether it did.
-    fn blank_fresh(&mut self, at: usize, len: usize) -> bool {
-        let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED | libc::MAP_NORESERVE;
+        let Some(template) = self.template(len, ones_from) else { return false };
+        let fd = template.file.as_raw_fd();
+        let flags = libc::MAP_PRIVATE | libc::MAP_FIXED | libc::MAP_NORESERVE;
         // SAFETY: whole pages inside this map, which `&mut self` keeps
-        // anyone else from reading; MAP_FIXED replaces exactly them.
-        // MAP_POPULATE faults all of them in one call.
+        // anyone else from reading; MAP_FIXED replaces exactly them with a
+        // private (copy-on-write) map of the template's `len` bytes.
         let done = unsafe {
-            libc::mmap(
-                self.map.as_mut_ptr().add(at).cast(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                flags | libc::MAP_POPULATE,
-                -1,
-                0,
-            )
-        } != libc::MAP_FAILED;
+            let to = self.map.as_mut_ptr().add(at).cast();
+            libc::mmap(to, len, libc::PROT_READ | libc::PROT_WRITE, flags, fd, 0) != libc::MAP_FAILED
+        };
         if !done {
             self.map_file_again(at, len);
+            return false;
         }
-        done
+        self.blank.insert(at, at + len);
+        true
     }
 
-    /// Moves a pool slot's pages over `[at, at + len)` when `len` is the
-    /// pool's block and a slot is full. Whether it did.
-    fn blank_from_pool(&mut self, at: usize, len: usize) -> bool {
-        let Some(pool) = self.pool.as_mut().filter(|p| p.slot == len) else { return false };
-        let Some(slot) = pool.full.pop() else { return false };
-        // Counted empty whether the move works or not: refilling a slot
-        // that still holds its pages changes nothing.
-        pool.empty.push(slot);
-        let from = (pool.base + slot * len) as *mut libc::c_void;
-        let flags = libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED | libc::MREMAP_DONTUNMAP;
-        // SAFETY: a slot of the pool's private anonymous area (which stays
-        // mapped, empty) moved over whole pages inside this map, which
-        // `&mut self` keeps anyone else from reading.
-        let moved = unsafe {
-            let to = self.map.as_mut_ptr().add(at).cast::<libc::c_void>();
-            libc::mremap(from, len, len, flags, to) != libc::MAP_FAILED
+    /// The template of that shape, made on first use (at most
+    /// [`MAX_TEMPLATES`]).
+    fn template(&mut self, len: usize, ones_from: usize) -> Option<&Template> {
+        let index = match self.templates.iter().position(|t| (t.len, t.ones_from) == (len, ones_from)) {
+            Some(index) => index,
+            None if self.templates.len() < MAX_TEMPLATES => {
+                self.templates.push(Template::new(len, ones_from)?);
+                self.templates.len() - 1
+            }
+            None => return None,
         };
-        if !moved {
-            self.map_file_again(at, len);
-        }
-        moved
+        Some(&self.templates[index])
     }
 
-    /// After a failed `MAP_FIXED` or `mremap` over `[at, at + len)`, which
+    /// After a failed `MAP_FIXED` over `[at, at + len)`, which
     /// may have unmapped it: the file mapped there again (its old bytes are
     /// unread, as `blank`'s caller says).
     fn map_file_again(&mut self, at: usize, len: usize) {
@@ -282,9 +225,6 @@ impl PrivateMap {
                 from = k_end;
             }
         }
-        if let Some(pool) = self.pool.as_mut() {
-            pool.refill();
-        }
     }
 
     /// Spliced ranges waiting for a checkpoint.
@@ -292,25 +232,11 @@ impl PrivateMap {
     pub(crate) fn blank_ranges(&self) -> usize {
         self.blank.len()
     }
-
-    /// Blank blocks in the pool, full and empty, and the pool's pages in
-    /// memory (faulted in).
-    #[cfg(test)]
-    fn pool_slots(&self) -> (usize, usize, usize) {
-        self.pool.as_ref().map_or((0, 0, 0), |p| {
-            let pages = p.slots * p.slot / PAGE;
-            let mut resident = vec![0u8; pages];
-            // SAFETY: the pool's own mapped area; a byte per page of it.
-            let r = unsafe { libc::mincore(p.base as *mut libc::c_void, pages * PAGE, resident.as_mut_ptr()) };
-            assert_eq!(r, 0);
-            (p.full.len(), p.empty.len(), resident.iter().filter(|&&b| b & 1 == 1).count())
-        })
-    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{Blanked, PrivateMap, MAX_BLANK_RANGES, PAGE, POOL_BYTES};
+    use super::{PrivateMap, MAX_BLANK_RANGES, MAX_TEMPLATES, PAGE};
     use std::os::unix::fs::FileExt;
 
     fn file_of(pages: usize, byte: u8) -> (std::path::PathBuf, std::fs::File) {
@@ -320,15 +246,36 @@ mod tests {
         (path, file)
     }
 
+    /// Pages of the map at `at` holding this process's own copies (the
+    /// `Anonymous` of the area in /proc/self/smaps): the pages of a
+    /// template written, or of the file.
+    fn copied_pages(map: &PrivateMap, at: usize) -> usize {
+        let addr = map.bytes().as_ptr() as usize + at;
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let mut inside = false;
+        for line in smaps.lines() {
+            if let Some((range, _)) = line.split_once(' ').filter(|(r, _)| r.contains('-') && !r.ends_with(':')) {
+                let (lo, hi) = range.split_once('-').unwrap();
+                let (lo, hi) = (usize::from_str_radix(lo, 16).unwrap(), usize::from_str_radix(hi, 16).unwrap());
+                inside = (lo..hi).contains(&addr);
+            } else if inside && line.starts_with("Anonymous:") {
+                let kib: usize = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+                return kib * 1024 / PAGE;
+            }
+        }
+        panic!("no area of this process holds {addr:#x}")
+    }
+
     /// A splice reads as zeros and keeps what is stored in it, the file
     /// untouched; handed back, the map reads the file's bytes again
-    /// (a discard of anonymous pages would read zeros), its neighbours too.
+    /// (a discard of the copies would read the template's), its
+    /// neighbours too.
     #[test]
     fn a_spliced_range_holds_its_stores_until_handed_back_to_the_file() {
         let (path, file) = file_of(16, 7);
         let mut map = PrivateMap::new(&file).unwrap();
         map.bytes_mut()[PAGE] = 9; // a copied page beside the splice
-        assert_eq!(map.blank(2 * PAGE, 4 * PAGE), Blanked::Fresh);
+        assert!(map.blank(2 * PAGE, 4 * PAGE, 4 * PAGE));
         assert!(map.bytes()[2 * PAGE..6 * PAGE].iter().all(|&b| b == 0), "blank pages read as zeros");
         assert_eq!((map.bytes()[2 * PAGE - 1], map.bytes()[6 * PAGE]), (7, 7), "only the range is spliced");
         map.bytes_mut()[2 * PAGE..6 * PAGE].fill(3);
@@ -347,40 +294,39 @@ mod tests {
         std::fs::remove_file(&path).unwrap();
     }
 
-    /// Splices of the pool's block take its slots' pages (zeros), others
-    /// fault fresh ones; a hand-back maps the file back over both and
-    /// refills the pool; an empty pool splices as without one.
+    /// A template reads as zeros, then ones; only the pages written are
+    /// copied, and never into the template: another splice of the same
+    /// shape reads its bytes. Shapes are kept up to the bound, past it a
+    /// splice is refused and the map keeps the file's bytes.
     #[test]
-    fn the_pool_serves_splices_of_its_block_and_is_refilled() {
-        let (path, file) = file_of(4 * (POOL_BYTES / PAGE) + 64, 6);
+    fn a_template_is_copied_only_where_written_and_shapes_are_bounded() {
+        let (path, file) = file_of(64, 6);
         let mut map = PrivateMap::new(&file).unwrap();
-        map.keep_blank_pool(4 * PAGE);
-        let slots = POOL_BYTES / (4 * PAGE);
-        let pages = POOL_BYTES / PAGE;
-        assert_eq!(map.pool_slots(), (slots, 0, pages), "faulted in ahead of need");
-        assert_eq!(map.blank(8 * PAGE, 4 * PAGE), Blanked::FromPool);
-        assert_eq!(map.blank(16 * PAGE, 2 * PAGE), Blanked::Fresh, "not the pool's block");
-        assert_eq!(
-            map.pool_slots(),
-            (slots - 1, 1, pages - 4),
-            "one block's pages moved from the pool, the other faulted"
-        );
-        assert!(map.bytes()[8 * PAGE..12 * PAGE].iter().all(|&b| b == 0), "a slot's pages are blank");
-        assert_eq!((map.bytes()[7 * PAGE], map.bytes()[12 * PAGE]), (6, 6), "only the block is spliced");
-        map.bytes_mut()[8 * PAGE..12 * PAGE].fill(8);
-        assert_eq!(map.bytes()[11 * PAGE + 5], 8, "its stores stay");
-        for k in 1..slots {
-            assert_eq!(map.blank((32 + 8 * k) * PAGE, 4 * PAGE), Blanked::FromPool, "slot {k}");
+        let ones_from = 2 * PAGE + 100;
+        assert!(map.blank(8 * PAGE, 4 * PAGE, ones_from));
+        let starts = |map: &PrivateMap, at: usize| {
+            let bytes = &map.bytes()[at..at + 4 * PAGE];
+            bytes[..ones_from].iter().all(|&b| b == 0) && bytes[ones_from..].iter().all(|&b| b == 0xFF)
+        };
+        assert!(starts(&map, 8 * PAGE), "zeros below ones_from, ones from it");
+        assert_eq!(copied_pages(&map, 8 * PAGE), 0, "read, nothing is copied");
+        map.bytes_mut()[8 * PAGE + 5] = 1;
+        map.bytes_mut()[11 * PAGE] = 2;
+        assert_eq!(copied_pages(&map, 8 * PAGE), 2, "the two pages written");
+        assert!(map.blank(16 * PAGE, 4 * PAGE, ones_from));
+        assert!(starts(&map, 16 * PAGE), "the template was not written through");
+        assert_eq!((map.bytes()[8 * PAGE + 5], map.bytes()[11 * PAGE]), (1, 2));
+        for k in 1..MAX_TEMPLATES {
+            assert!(map.blank((24 + 4 * k) * PAGE, 4 * PAGE, k), "shape {k}");
         }
-        assert_eq!(map.pool_slots(), (0, slots, 0));
-        assert_eq!(map.blank(24 * PAGE, 4 * PAGE), Blanked::Fresh, "with the pool empty");
-        assert!(map.bytes()[24 * PAGE..28 * PAGE].iter().all(|&b| b == 0));
+        assert_eq!(map.templates.len(), MAX_TEMPLATES);
+        assert!(!map.blank(48 * PAGE, 4 * PAGE, 3 * PAGE), "a shape past the bound");
+        assert!(map.bytes()[48 * PAGE..52 * PAGE].iter().all(|&b| b == 6), "the file's bytes stay");
+        assert!(!map.blank(48 * PAGE, 4 * PAGE, 4 * PAGE + 1), "ones past the block");
+        assert!(map.blank(52 * PAGE, 4 * PAGE, 1), "a shape kept");
         map.hand_back(&[(0, map.bytes().len())]);
         assert_eq!(map.blank_ranges(), 0);
-        assert_eq!(map.pool_slots(), (slots, 0, pages), "refilled");
-        assert!(map.bytes()[8 * PAGE..12 * PAGE].iter().all(|&b| b == 6), "the file's bytes again");
-        assert_eq!(map.blank(8 * PAGE, 4 * PAGE), Blanked::FromPool);
-        assert!(map.bytes()[8 * PAGE..12 * PAGE].iter().all(|&b| b == 0), "a refilled slot is blank");
+        assert!(map.bytes().iter().all(|&b| b == 6), "the file's bytes again everywhere");
         std::fs::remove_file(&path).unwrap();
     }
 
@@ -391,24 +337,26 @@ mod tests {
     fn splices_are_bounded_and_handed_back_in_part() {
         let (path, file) = file_of(2 * MAX_BLANK_RANGES + 8, 1);
         let mut map = PrivateMap::new(&file).unwrap();
-        assert_eq!(map.blank(0, 4 * PAGE), Blanked::Fresh);
+        assert!(map.blank(0, 4 * PAGE, 4 * PAGE));
         map.bytes_mut()[..4 * PAGE].fill(2);
         map.hand_back(&[(PAGE, 2 * PAGE)]);
         assert_eq!(map.blank_ranges(), 2, "the parts before and after stay spliced");
         assert_eq!([0, 1, 2, 3].map(|p| map.bytes()[p * PAGE]), [2, 1, 2, 2]);
         for (at, len) in [(100, PAGE), (PAGE, 100), (0, 0)] {
-            assert_eq!(map.blank(at, len), Blanked::No, "{at}+{len}: not whole pages");
+            assert!(!map.blank(at, len, len), "{at}+{len}: not whole pages");
         }
-        assert_eq!(map.blank(3 * PAGE, 2 * PAGE), Blanked::No, "overlaps a splice");
-        assert_eq!(map.blank(map.bytes().len() - PAGE, 2 * PAGE), Blanked::No, "past the map's end");
+        assert!(!map.blank(3 * PAGE, 2 * PAGE, 2 * PAGE), "overlaps a splice");
+        assert!(!map.blank(map.bytes().len() - PAGE, 2 * PAGE, 2 * PAGE), "past the map's end");
+        assert!(map.blank(PAGE, PAGE, PAGE), "between two splices, touching both");
+        map.hand_back(&[(PAGE, 2 * PAGE)]);
         for k in 2..MAX_BLANK_RANGES {
-            assert_eq!(map.blank((4 + 2 * k) * PAGE, PAGE), Blanked::Fresh, "splice {k}");
+            assert!(map.blank((4 + 2 * k) * PAGE, PAGE, PAGE), "splice {k}");
         }
-        assert_eq!(map.blank(6 * PAGE, PAGE), Blanked::No, "past the cap");
+        assert!(!map.blank(6 * PAGE, PAGE, PAGE), "past the cap");
         map.bytes_mut()[6 * PAGE] = 4; // faults the file's page, as without splices
         map.hand_back(&[(0, map.bytes().len())]);
         assert_eq!(map.blank_ranges(), 0);
-        assert_eq!(map.blank(6 * PAGE, PAGE), Blanked::Fresh, "the cap counts waiting splices only");
+        assert!(map.blank(6 * PAGE, PAGE, PAGE), "the cap counts waiting splices only");
         std::fs::remove_file(&path).unwrap();
     }
 }

@@ -377,15 +377,21 @@ fn fill_split(bytes: &[u8]) -> Vec<(usize, usize, Option<u8>)> {
     out
 }
 
-/// How many bytes from `at` (at most `max`) equal `bytes[at]`, compared
-/// eight at a time: a commit scans every byte its ranges hold (a large
-/// fallocate's block bitmaps, 64 KiB each at 64 KiB blocks), and byte by
-/// byte that scan was most of the commit.
+/// How many bytes from `at` (at most `max`) equal `bytes[at]`: a commit
+/// scans every byte its ranges hold (a large fallocate's block bitmaps,
+/// 64 KiB each at 64 KiB blocks). Whole 64-byte blocks are compared
+/// without an exit inside (vector compares: eight bytes at a time the scan
+/// took ~5% of the daemon's samples in a loop of 16 GiB fallocates), then
+/// eight at a time to find where the run stops.
 fn run_len(bytes: &[u8], at: usize, max: usize) -> usize {
+    const BLOCK: usize = 64;
     let value = bytes[at];
     let end = at.saturating_add(max).min(bytes.len());
-    let pattern = u64::from_le_bytes([value; 8]);
     let mut i = at;
+    while i + BLOCK <= end && bytes[i..i + BLOCK].iter().fold(0, |differs, &b| differs | (b ^ value)) == 0 {
+        i += BLOCK;
+    }
+    let pattern = u64::from_le_bytes([value; 8]);
     while i + 8 <= end {
         let differs = u64::from_le_bytes(bytes[i..i + 8].try_into().expect("8 bytes")) ^ pattern;
         if differs != 0 {
@@ -768,9 +774,6 @@ impl Volume {
         clear_pending_bit(map.bytes_mut());
         let (medium, log_on) = log_medium(log, log_bytes)?;
         let mut volume = Volume::new(Bytes::Private(map), crate::Options { write: true, ..options })?;
-        if let Bytes::Private(map) = &mut volume.map {
-            map.keep_blank_pool(volume.layout.block_size as usize);
-        }
         let (backing, opened): (Box<dyn Backing>, _) = match pi {
             None => (Box::new(file), None),
             Some((metadata, protection)) => {
@@ -1361,11 +1364,11 @@ mod tests {
     }
 
     proptest::proptest! {
-        /// The word-wise run length equals a byte-by-byte count, at every
-        /// start, limit and alignment.
+        /// The block- and word-wise run length equals a byte-by-byte count,
+        /// at every start, limit and alignment (runs past two 64-byte blocks).
         #[test]
-        fn run_len_counts_as_bytes_do(runs in proptest::collection::vec((0u8..3, 0usize..40), 1..12),
-                                     offset in 0usize..9, at in 0usize..400, max in 0usize..450) {
+        fn run_len_counts_as_bytes_do(runs in proptest::collection::vec((0u8..3, 0usize..200), 1..12),
+                                     offset in 0usize..9, at in 0usize..2000, max in 0usize..2200) {
             let bytes: Vec<u8> = runs.iter().flat_map(|&(v, n)| std::iter::repeat_n(v, n + 1)).collect();
             let bytes = &bytes[offset.min(bytes.len() - 1)..];
             let at = at % bytes.len();

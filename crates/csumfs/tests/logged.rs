@@ -21,6 +21,16 @@ fn a_large_sparse_image_is_logged_synced_and_checkpointed() {
     assert_eq!(replayed.commits, 0);
     let file = volume.create(ROOT, b"f", NewInode { mode: 0o100_644, uid: 0, gid: 0 }).unwrap();
     volume.write(file.ino, 0, &[7u8; 300_000]).unwrap();
+    // New 64 KiB blocks built over templates, their non-zero pages only
+    // written: an extent leaf (six one-block extents; its header in the
+    // first page, its checksum in the last) and a directory's block (its
+    // entries first, the checksum tail last).
+    let sparse = volume.create(ROOT, b"sparse", NewInode { mode: 0o100_644, uid: 0, gid: 0 }).unwrap();
+    for k in 0..6u64 {
+        volume.write(sparse.ino, 2 * k * 65536, &[k as u8 + 1; 100]).unwrap();
+    }
+    let dir = volume.mkdir(ROOT, b"d", NewInode { mode: 0o40_755, uid: 0, gid: 0 }).unwrap();
+    volume.create(dir.ino, b"inside", NewInode { mode: 0o100_644, uid: 0, gid: 0 }).unwrap();
     volume.sync().unwrap();
     let head = |image: &std::path::Path| {
         let mut head = vec![0u8; 4096];
@@ -34,6 +44,11 @@ fn a_large_sparse_image_is_logged_synced_and_checkpointed() {
     assert_clean(&image, "after the checkpoint");
     let volume = Volume::open(&image, Options::default()).unwrap();
     assert_eq!(volume.read_all(&volume.resolve("/f").unwrap()).unwrap(), vec![7u8; 300_000]);
+    let sparse = volume.read_all(&volume.resolve("/sparse").unwrap()).unwrap();
+    for k in 0..6usize {
+        assert_eq!(sparse[2 * k * 65536..][..100], [k as u8 + 1; 100], "extent {k}");
+    }
+    assert!(volume.resolve("/d/inside").is_ok());
 }
 
 /// A commit with more new data checksums than a few log records hold (a
@@ -754,13 +769,14 @@ fn a_commit_logs_up_to_four_records_of_checksums() {
 }
 
 /// The first allocation in an uninitialised group builds its block bitmap
-/// over bytes nothing reads, in blank memory spliced into the private map:
+/// over bytes nothing reads, over a template spliced into the private map:
 /// the file's old bitmap is neither read (not even into the page cache) nor
 /// changed before the checkpoint that writes the new one — so the image as
 /// a death before then leaves it is still the one e2fsck passes. After the
 /// checkpoint the map reads the file again there, and allocations go on
 /// from the bitmap the checkpoint wrote (a splice dropped, not mapped back,
-/// would read as zeros). Stale bytes planted in the old bitmaps show it.
+/// would read the template's bytes). Stale bytes planted in the old bitmaps
+/// show it.
 #[test]
 fn an_uninitialised_groups_bitmap_is_built_without_reading_the_file() {
     use std::os::fd::AsRawFd;
@@ -806,7 +822,7 @@ fn an_uninitialised_groups_bitmap_is_built_without_reading_the_file() {
     assert_clean(&image, "stale bytes in uninitialised bitmaps (unread)");
     file.sync_all().unwrap();
     // Checking every checksum it moves against the bytes (a bitmap read
-    // as zeros would differ).
+    // from the template would differ).
     let checked = Options { check_updates: true, ..Options::default() };
     let (mut volume, _) = Volume::open_logged(&image, &log, 4 << 20, checked, None).unwrap();
     // Out of the page cache (the open read around its superblock): the
