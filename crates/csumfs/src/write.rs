@@ -374,6 +374,25 @@ impl Volume {
         }
     }
 
+    /// The bytes of a new bitmap at `[at, at + len)`, over bytes nothing
+    /// reads (an uninitialised group's): zeros below `ones_from`, 0xFF from
+    /// it — spliced from a template where the map can (only the pages then
+    /// written are copied), else written whole. Not kept for undo: undoing
+    /// puts the group's flag back.
+    fn new_bitmap(&mut self, at: usize, len: usize, ones_from: usize) -> Result<&mut [u8], Error> {
+        let preset = self.blank_unread(at, len, ones_from);
+        if !preset {
+            self.read_ahead(at, len);
+        }
+        let image = self.image_mut_keeping(at, len, false)?;
+        let bitmap = &mut image[at..at + len];
+        if !preset {
+            bitmap[..ones_from].fill(0);
+            bitmap[ones_from..].fill(0xFF);
+        }
+        Ok(bitmap)
+    }
+
     /// Writes file data `new` at `at` of the image: in place, not logged
     /// (with a ByteLog, see `store_logged_data`), announced first on the
     /// data checksums' intent list.
@@ -694,16 +713,7 @@ impl Volume {
         // The bits past the group's last inode are set; ext4 keeps
         // s_inodes_per_group a multiple of eight, so they are whole bytes.
         let ones_from = ipg.div_ceil(8);
-        let preset = self.blank_unread(at, bs, ones_from);
-        if !preset {
-            self.read_ahead(at, bs);
-        }
-        let image = self.image_mut_keeping(at, bs, false)?;
-        let bitmap = &mut image[at..at + bs];
-        if !preset {
-            bitmap[..ones_from].fill(0);
-            bitmap[ones_from..].fill(0xFF);
-        }
+        let bitmap = self.new_bitmap(at, bs, ones_from)?;
         for bit in ipg..ones_from * 8 {
             bitmap[bit / 8] |= 1 << (bit % 8);
         }
@@ -747,16 +757,7 @@ impl Volume {
         debug_assert!(group.block_uninit(), "the flag makes the old bitmap unread");
         let at = (group.block_bitmap * bs) as usize;
         let whole = in_group.next_multiple_of(8).min(bs * 8);
-        let preset = self.blank_unread(at, bs as usize, (whole / 8) as usize);
-        if !preset {
-            self.read_ahead(at, bs as usize);
-        }
-        let image = self.image_mut_keeping(at, bs as usize, false)?;
-        let bitmap = &mut image[at..at + bs as usize];
-        if !preset {
-            bitmap[..(whole / 8) as usize].fill(0);
-            bitmap[(whole / 8) as usize..].fill(0xFF);
-        }
+        let bitmap = self.new_bitmap(at, bs as usize, (whole / 8) as usize)?;
         let mut set = |bit: u64| bitmap[(bit / 8) as usize] |= 1 << (bit % 8);
         for bit in 0..l.base_meta_blocks(g) {
             set(bit);
