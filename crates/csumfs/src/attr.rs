@@ -5,7 +5,7 @@
 //! moves.
 
 use crate::error::Error;
-use crate::immutable::{self, FLAG_APPEND, FLAG_IMMUTABLE};
+use crate::immutable::{self, FLAG_IMMUTABLE};
 use crate::inode::{Inode, Timespec};
 use crate::le::{put16, put32};
 use crate::volume::Volume;
@@ -93,40 +93,55 @@ impl Volume {
     }
 
     /// `FS_IOC_SETFLAGS`: sets inode `ino`'s flags to `flags` (as `chattr`
-    /// passes them: every user-visible flag, changed or not). Only the
-    /// flags whose promise csumfs keeps may change: immutable (`i`) and
-    /// append-only (`a`), enforced as ext4 does (immutable.rs; who may
-    /// change them is the caller's check — `CAP_LINUX_IMMUTABLE`),
-    /// nodump (`d`, a mark for backup tools), noatime (`A`: csumfs never
-    /// updates atime on reads), and synchronous updates (`S`, and `D` on a
-    /// directory: [`is_synchronous`]). ctime becomes now.
+    /// passes them: every user-visible flag, changed or not), as the
+    /// kernel's ext4 does (`ext4_fileattr_set`, `ext4_ioctl_setflags`):
+    /// visible flags no caller sets are left as they are; of the rest,
+    /// immutable (`i`) and append-only (`a`) are enforced (immutable.rs;
+    /// who may change them is the caller's check — `CAP_LINUX_IMMUTABLE`),
+    /// synchronous updates (`S`, and `D` on a directory) kept
+    /// ([`is_synchronous`]), noatime (`A`) true of csumfs anyway (it never
+    /// updates atime on reads), and the others stored as marks ext4 keeps
+    /// without acting on them: nodump (`d`), secure deletion (`s`),
+    /// undelete (`u`), compression (`c`), no tail merging (`t`), top of a
+    /// hierarchy (`T`, a hint to ext4's allocator), DAX (`x`, for a DAX
+    /// mount of the image) and project inheritance (`P`). Data journaling
+    /// (`j`) is not stored, as ext4 without a journal does not store it
+    /// (its `CAP_SYS_RESOURCE` is the caller's check). ctime becomes now.
     ///
     /// # Errors
     /// [`Error::Permission`] (`EPERM`) for a change to an immutable
     /// inode's other flags while it stays immutable
     /// (`ext4_ioctl_check_immutable`); [`Error::Unsupported`]
-    /// (`EOPNOTSUPP`) naming a flag that would change and is not one of
-    /// those — secure deletion, compression, data journaling, and the
-    /// flags only the filesystem sets — or that the inode's type cannot
-    /// have (`ext4_mask_flags`: `D` on a file), as `ext4_fileattr_set`.
+    /// (`EOPNOTSUPP`) for a flag ext4 does not show (`C`, no copy on write),
+    /// one the inode's type cannot have (`ext4_mask_flags`: `D`, `T`, `P`
+    /// on a file), DAX beside a flag it excludes, and changes ext4 makes
+    /// by converting the file or needs a feature for that csumfs lacks
+    /// (extents `e`, casefold `F`).
     pub fn set_flags(&mut self, ino: u32, flags: u32) -> Result<Inode, Error> {
         let inode = self.inode(ino)?;
-        let modifiable = flags & FLAGS_MODIFIABLE;
-        if mask_flags(inode.mode, modifiable) != modifiable {
+        if flags & !FLAGS_USER_VISIBLE != 0 {
+            let feature = if flags & FLAG_NOCOW != 0 { "the no-copy-on-write flag (C)" } else { "an inode flag" };
+            return Err(Error::Unsupported { feature, remedy: "ext4 has no such flag (lsattr shows those it has)" });
+        }
+        let flags = flags & FLAGS_MODIFIABLE;
+        if mask_flags(inode.mode, flags) != flags {
             return Err(Error::Unsupported {
                 feature: "a flag of directories only (D, T, project inheritance, casefold)",
                 remedy: "set it on a directory (ext4 refuses it on a file)",
             });
         }
-        let changed = (flags ^ inode.flags) & FLAGS_USER_VISIBLE;
+        let changed = (flags ^ inode.flags) & FLAGS_MODIFIABLE;
         if inode.is_immutable() && flags & FLAG_IMMUTABLE != 0 && changed != 0 {
             return Err(Error::Permission(format!("inode {ino} is immutable: its flags stay")));
         }
-        if let Some(&(_, name)) = FLAG_NAMES.iter().find(|(bit, _)| changed & bit & !FLAGS_SETTABLE != 0) {
+        if let Some(&(_, name)) = FLAG_NAMES.iter().find(|(bit, _)| changed & bit != 0) {
             return Err(Error::Unsupported { feature: name, remedy: SETTABLE_REMEDY });
         }
-        if changed & !FLAGS_SETTABLE != 0 {
-            return Err(Error::Unsupported { feature: "an inode flag", remedy: SETTABLE_REMEDY });
+        if !dax_compatible(inode.mode, inode.flags, flags) {
+            return Err(Error::Unsupported {
+                feature: "DAX (x) beside data journaling, inline data, encryption or verity",
+                remedy: "ext4 refuses them together",
+            });
         }
         let new = inode.flags & !FLAGS_SETTABLE | flags & FLAGS_SETTABLE;
         let (sec, extra) = encode_time(now());
@@ -239,19 +254,44 @@ impl Volume {
 }
 
 /// `EXT4_FL_USER_VISIBLE`: the flags `FS_IOC_GETFLAGS` reports.
-pub(crate) const FLAGS_USER_VISIBLE: u32 = 0x705B_DFFF;
+const FLAGS_USER_VISIBLE: u32 = 0x725B_DFFF;
+
+/// The flags `FS_IOC_GETFLAGS` reports of `inode` (`ext4_fileattr_get`):
+/// the user-visible ones, project inheritance but on a regular file.
+pub(crate) fn visible_flags(inode: &Inode) -> u32 {
+    let on_file = if inode.mode & 0o170_000 == 0o100_000 { 0x2000_0000 } else { 0 };
+    inode.flags & FLAGS_USER_VISIBLE & !on_file
+}
 /// `chattr +S` (`EXT4_SYNC_FL`): every change to the inode is durable
 /// before the call that made it returns.
 pub(crate) const FLAG_SYNC: u32 = 0x8;
 /// `chattr +D` (`EXT4_DIRSYNC_FL`): the same for a directory's entries.
 pub(crate) const FLAG_DIRSYNC: u32 = 0x1_0000;
+/// `chattr +j` (`EXT4_JOURNAL_DATA_FL`).
+pub(crate) const FLAG_JOURNAL_DATA: u32 = 0x4000;
+/// `chattr +x` (`EXT4_DAX_FL`).
+const FLAG_DAX: u32 = 0x200_0000;
+/// `chattr +C` (`FS_NOCOW_FL`): a btrfs flag, not ext4's.
+const FLAG_NOCOW: u32 = 0x80_0000;
 /// `EXT4_FL_USER_MODIFIABLE`: the flags a caller may ask to change.
-const FLAGS_MODIFIABLE: u32 = 0x604B_C0FF;
-/// Immutable, append-only, nodump, noatime, synchronous updates and
-/// directories: what [`Volume::set_flags`] may change.
-const FLAGS_SETTABLE: u32 = FLAG_IMMUTABLE | FLAG_APPEND | 0x40 | 0x80 | FLAG_SYNC | FLAG_DIRSYNC;
-const SETTABLE_REMEDY: &str =
-    "csumfs sets only the immutable (i), append-only (a), nodump (d), noatime (A) and synchronous (S, D) flags";
+const FLAGS_MODIFIABLE: u32 = 0x624B_C0FF;
+/// What [`Volume::set_flags`] stores: the modifiable flags but data
+/// journaling (not stored without a journal; a change of extents or
+/// casefold is refused before). The former EOFBLOCKS bit is stored, as
+/// ext4 stores it.
+const FLAGS_SETTABLE: u32 = FLAGS_MODIFIABLE & !FLAG_JOURNAL_DATA;
+const SETTABLE_REMEDY: &str = "csumfs does not convert a file between extents and block maps (ext4 does on \
+     chattr -e and +e), and casefold needs a feature csumfs refuses";
+
+/// Whether DAX and the flags it excludes (`EXT4_DAX_MUT_EXCL`: verity,
+/// encryption, data journaling, inline data — a directory's inline data
+/// aside) stay apart when an inode of type `mode` goes from flags `old`
+/// to `new` (`dax_compatible`).
+fn dax_compatible(mode: u16, old: u32, new: u32) -> bool {
+    let inline = if mode & 0o170_000 == 0o040_000 { 0 } else { 0x1000_0000 };
+    let excluded = 0x10_0000 | 0x800 | FLAG_JOURNAL_DATA | inline;
+    !(new & FLAG_DAX != 0 && old & excluded != 0 || new & excluded != 0 && old & FLAG_DAX != 0)
+}
 /// `EXT4_FL_INHERITED`: the flags a new inode takes from its directory
 /// (secure deletion, undelete, compression, sync, nodump, noatime, no
 /// compression, data journaling, no tail merging, dirsync, DAX, project
@@ -294,10 +334,31 @@ pub(crate) fn is_synchronous(mode: u16, flags: u32) -> bool {
     flags & FLAG_SYNC != 0 || flags & FLAG_DIRSYNC != 0 && mode & 0o170_000 == 0o040_000
 }
 
-/// Flags a user may ask for that csumfs refuses, by `chattr`'s names.
-const FLAG_NAMES: [(u32, &str); 4] = [
-    (0x1, "the secure-deletion flag (s)"),
-    (0x2, "the undeletable flag (u)"),
-    (0x4000, "the data-journaling flag (j)"),
-    (0x2_0000, "the top-of-hierarchy flag (T)"),
-];
+/// Flags a caller may ask to change that csumfs refuses to, by `chattr`'s
+/// names.
+const FLAG_NAMES: [(u32, &str); 2] =
+    [(0x8_0000, "a change of the extents flag (e)"), (0x4000_0000, "the casefold flag (F)")];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `dax_compatible` as ext4's: DAX is not set beside verity,
+    /// encryption, data journaling or inline data, nor they beside DAX —
+    /// a directory's inline data aside; other flags do not matter.
+    #[test]
+    fn dax_stays_apart_from_the_flags_it_excludes() {
+        const FILE: u16 = 0o100_644;
+        const DIR: u16 = 0o040_755;
+        for excluded in [0x10_0000, 0x800, FLAG_JOURNAL_DATA, 0x1000_0000] {
+            assert!(!dax_compatible(FILE, excluded, FLAG_DAX), "{excluded:#x}, then DAX");
+            assert!(!dax_compatible(FILE, FLAG_DAX, FLAG_DAX | excluded), "DAX, then {excluded:#x}");
+            assert!(dax_compatible(FILE, 0, FLAG_DAX | excluded), "both at once from neither");
+            assert!(dax_compatible(FILE, excluded, excluded | 0x1), "{excluded:#x} kept, no DAX asked");
+        }
+        assert!(dax_compatible(DIR, 0x1000_0000, FLAG_DAX), "a directory's inline data");
+        assert!(!dax_compatible(DIR, 0x800, FLAG_DAX));
+        assert!(dax_compatible(FILE, FLAGS_MODIFIABLE & !FLAG_JOURNAL_DATA, FLAG_DAX));
+        assert!(dax_compatible(FILE, FLAG_DAX, FLAGS_MODIFIABLE & !FLAG_JOURNAL_DATA));
+    }
+}

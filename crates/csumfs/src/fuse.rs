@@ -399,7 +399,7 @@ macro_rules! reply_empty {
 
 /// The capability to keep the set-group-ID bit outside the file's group.
 const CAP_FSETID: u32 = 4;
-/// `CAP_SYS_RESOURCE`: may take the reserved blocks.
+/// `CAP_SYS_RESOURCE`: may take the reserved blocks, and change `chattr +j`.
 const CAP_SYS_RESOURCE: u32 = 24;
 /// `setxattr`'s two flags at once.
 const CREATE_AND_REPLACE: i32 = libc::XATTR_CREATE | libc::XATTR_REPLACE;
@@ -409,9 +409,9 @@ const FS_IOC_FSGETXATTR: u32 = 0x801C_581F;
 const IMMUTABLE_OR_APPEND: u32 = 0x10 | 0x20;
 
 /// Inode flag → `FS_XFLAG_*` (sync, immutable, append, nodump, noatime,
-/// project inherit), as `fileattr_fill_flags` maps them.
-const XFLAGS: [(u32, u32); 6] =
-    [(0x8, 0x20), (0x10, 0x8), (0x20, 0x10), (0x40, 0x80), (0x80, 0x40), (0x2000_0000, 0x200)];
+/// project inherit, DAX), as `fileattr_fill_flags` maps them.
+const XFLAGS: [(u32, u32); 7] =
+    [(0x8, 0x20), (0x10, 0x8), (0x20, 0x10), (0x40, 0x80), (0x80, 0x40), (0x2000_0000, 0x200), (0x200_0000, 0x8000)];
 
 impl Filesystem for Fs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
@@ -768,6 +768,14 @@ impl Filesystem for Fs {
                 Ok(inode) if (inode.flags ^ flags) & IMMUTABLE_OR_APPEND != 0 && !root => {
                     return reply.error(Errno::EPERM)
                 }
+                // Data journaling: CAP_SYS_RESOURCE, as ext4_ioctl_setflags
+                // asks (then not stored: attr.rs).
+                Ok(inode)
+                    if (inode.flags ^ flags) & crate::attr::FLAG_JOURNAL_DATA != 0
+                        && !Self::in_group_or_has(req, None, CAP_SYS_RESOURCE) =>
+                {
+                    return reply.error(Errno::EPERM)
+                }
                 Err(e) => return reply.error(errno(&e)),
                 Ok(_) => {}
             }
@@ -781,7 +789,8 @@ impl Filesystem for Fs {
             // the flags as XFS names them, as ext4_fileattr_get reports.
             return match self.read().inode(from_fuse(ino)) {
                 Ok(inode) => {
-                    let xflags = XFLAGS.iter().filter(|(fl, _)| inode.flags & fl != 0).fold(0, |x, (_, xf)| x | xf);
+                    let flags = crate::attr::visible_flags(&inode);
+                    let xflags = XFLAGS.iter().filter(|(fl, _)| flags & fl != 0).fold(0, |x, (_, xf)| x | xf);
                     let mut fsxattr = [0u8; 28];
                     fsxattr[..4].copy_from_slice(&xflags.to_le_bytes());
                     reply.ioctl(0, &fsxattr);
@@ -797,7 +806,7 @@ impl Filesystem for Fs {
             // Each an int, as ext4 writes them, though the commands' size
             // says long: FUSE copies out as many bytes as the reply holds,
             // and lsattr's int has no room for eight.
-            Ok(inode) if get_flags => reply.ioctl(0, &(inode.flags & crate::attr::FLAGS_USER_VISIBLE).to_le_bytes()),
+            Ok(inode) if get_flags => reply.ioctl(0, &crate::attr::visible_flags(&inode).to_le_bytes()),
             Ok(inode) => reply.ioctl(0, &inode.generation.to_le_bytes()),
             Err(e) => reply.error(errno(&e)),
         }

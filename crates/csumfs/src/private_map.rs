@@ -24,7 +24,9 @@
 
 use std::collections::BTreeMap;
 
-const PAGE: usize = 4096;
+/// The page: the unit a map is spliced, copied on write and flushed in,
+/// and the granularity at which data and metadata share a page of the map.
+pub(crate) const PAGE: usize = 4096;
 
 /// Spliced ranges waiting for a checkpoint, at most: each can split the
 /// file's map into three areas, and the kernel allows a process 65 530

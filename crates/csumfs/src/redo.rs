@@ -31,6 +31,7 @@ use crate::datasum::DataSums;
 use crate::error::{corrupt, Error};
 use crate::le::le32;
 use crate::log_writer::{SyncHandle, Writer};
+use crate::private_map::PAGE;
 use crate::ranges::RangeSet;
 use crate::stats::Stats;
 use crate::volume::{Bytes, Volume};
@@ -46,9 +47,13 @@ pub const LOG_PENDING: u32 = 0x4000_0000;
 pub const TAG_PART: u16 = 1;
 /// A commit's last record.
 pub const TAG_LAST: u16 = 2;
-/// The granularity at which data and metadata share a page of the map.
-const PAGE: usize = 4096;
 const ENTRY_HEADER: usize = 12;
+/// File data written in place in pieces of at least this many bytes
+/// starts for the disk at once: a stream's fsync then waits for its tail
+/// only, not for all it wrote (a 512 MiB write + fsync, 1 MiB at a time:
+/// the fsync alone took 0.27 s of 0.75). Smaller writes wait in the page
+/// cache, where rewrites of the same pages cost nothing.
+const WRITE_BEHIND_BYTES: usize = 256 << 10;
 /// Commit at the end of an operation once this many bytes are pending…
 const COMMIT_BYTES: usize = 1 << 20;
 /// …or once the last commit is this old (ext4's default commit interval).
@@ -84,11 +89,27 @@ pub trait Backing: Send + Sync {
     /// # Errors
     /// What duplicating the file's descriptor reports.
     fn sync_handle(&self) -> std::io::Result<SyncHandle>;
+    /// Starts writing `[at, at + len)` out without waiting for it: a hint
+    /// that the next [`sync`](Self::sync) will want it (nothing by default).
+    fn write_behind(&self, _at: u64, _len: u64) {}
 }
 
 impl Backing for std::fs::File {
     fn write_at(&mut self, at: u64, bytes: &[u8]) -> std::io::Result<()> {
         std::os::unix::fs::FileExt::write_all_at(self, bytes, at)
+    }
+    fn write_behind(&self, at: u64, len: u64) {
+        // SAFETY: an open descriptor; the call only starts write-back of
+        // the file's dirty pages in the range (no wait, no flush). Errors
+        // are the sync's to report.
+        unsafe {
+            libc::sync_file_range(
+                std::os::fd::AsRawFd::as_raw_fd(self),
+                at as i64,
+                len as i64,
+                libc::SYNC_FILE_RANGE_WRITE,
+            );
+        }
     }
     fn sync(&mut self) -> std::io::Result<()> {
         self.sync_data()
@@ -939,6 +960,9 @@ impl Volume {
             } else {
                 let redo = self.redo.as_mut().expect("called with a log");
                 redo.backing.write_at(start as u64, bytes).map_err(io("image"))?;
+                if bytes.len() >= WRITE_BEHIND_BYTES {
+                    redo.backing.write_behind(start as u64, bytes.len() as u64);
+                }
             }
             let redo = self.redo.as_mut().expect("called with a log");
             redo.data_unsynced = true;

@@ -3,6 +3,7 @@
 //! block access.
 
 use crate::error::{corrupt, Error};
+use crate::private_map::PAGE;
 use crate::reserve::Caller;
 use crate::stats::Stats;
 use csumkit::ext4::{Features, Layout};
@@ -88,7 +89,6 @@ impl Bytes {
     /// Starts reading `[at, at + len)` of the map in (one request, not a
     /// fault per page); for file data about to be copied out.
     pub(crate) fn will_need(&self, at: usize, len: usize) {
-        const PAGE: usize = 4096;
         let (start, end) = (at / PAGE * PAGE, (at + len).min(self.len()));
         if end <= start {
             return;
@@ -104,7 +104,6 @@ impl Bytes {
     /// Whether every page of `[at, at + len)` is in memory (the page cache,
     /// or this process's copy): touching it reads no device.
     pub(crate) fn in_memory(&self, at: usize, len: usize) -> bool {
-        const PAGE: usize = 4096;
         if matches!(self, Bytes::Owned(_)) {
             return true;
         }

@@ -22,6 +22,7 @@ use crate::immutable;
 use crate::inode::{Inode, Timespec, FLAG_EXTENTS};
 pub(crate) use crate::le::{le16, le32, put16, put32};
 use crate::map::Run;
+use crate::private_map::PAGE;
 use crate::stats::Stats;
 use crate::volume::{Bytes, Checksums, Volume};
 use csumkit::crc32c;
@@ -325,7 +326,6 @@ impl Volume {
     /// blocks 40% of its time — a copy of every 64 KiB block it wrote —
     /// and every mkdir at 64 KiB blocks a 64 KiB copy.
     pub(crate) fn store_unread(&mut self, at: u64, new: &[u8]) -> Result<(), Error> {
-        const PAGE: usize = 4096;
         let at = at as usize;
         // Unless the operation freed the block first: then it held another
         // owner's bytes, which undoing the operation gives back.

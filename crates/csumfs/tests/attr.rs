@@ -199,19 +199,35 @@ fn chattr_stores_and_enforces_its_flags_and_refuses_other_flags_by_name() {
     assert_eq!(set.flags, base | NODUMP, "+d");
     assert!(set.ctime.sec > old.sec, "ctime is now");
     assert_eq!(v.set_flags(f, base | NOATIME).unwrap().flags, base | NOATIME, "+A -d");
-    // EA_INODE (0x20_0000) is not user-visible: neither refused nor stored.
-    assert_eq!(v.set_flags(f, base | NODUMP | NOATIME | 0x20_0000).unwrap().flags, base | NODUMP | NOATIME);
+    assert_eq!(v.set_flags(f, base | NODUMP | NOATIME).unwrap().flags, base | NODUMP | NOATIME);
     let now = v.inode(f).unwrap().flags;
 
+    // As the kernel's ext4 answers (6.18, compared by hand: chattr and
+    // lsattr on a loop mount): flags it does not show are refused — EA_INODE
+    // (0x20_0000), btrfs's no-copy-on-write (C) — and so is a change of
+    // the extents flag.
     let refused = |v: &mut Volume, flags: u32| match v.set_flags(f, flags) {
         Err(csumfs::Error::Unsupported { feature, .. }) => feature.to_string(),
         other => panic!("flags {flags:#x}: {other:?}"),
     };
-    assert_eq!(refused(&mut v, now | 0x1 | 0x2), "the secure-deletion flag (s)", "the first named in chattr's order");
-    assert_eq!(refused(&mut v, now | 0x4000), "the data-journaling flag (j)");
-    assert_eq!(refused(&mut v, now | 0x4), "an inode flag", "compression (c): no name of its own");
-    assert_eq!(refused(&mut v, NODUMP | NOATIME), "an inode flag", "the extents flag dropped");
+    assert_eq!(refused(&mut v, now | 0x20_0000), "an inode flag");
+    assert_eq!(refused(&mut v, now | 0x80_0000), "the no-copy-on-write flag (C)");
+    assert_eq!(refused(&mut v, NODUMP | NOATIME), "a change of the extents flag (e)", "the extents flag dropped");
     assert_eq!(v.inode(f).unwrap().flags, now, "a refusal changes nothing");
+    // Marks ext4 stores without acting on them — secure deletion (s),
+    // undelete (u), compression (c), no tail merging (t), DAX (x) — are
+    // stored; data journaling (j) is not (no journal), nor no compression
+    // (m: visible, not modifiable), and neither is refused.
+    let marks = 0x1 | 0x2 | 0x4 | 0x8000 | 0x200_0000;
+    assert_eq!(v.set_flags(f, now | marks | 0x4000 | 0x400).unwrap().flags, now | marks);
+    // DAX stored, data journaling is refused beside it (`dax_compatible`).
+    assert_eq!(
+        refused(&mut v, now | marks | 0x4000),
+        "DAX (x) beside data journaling, inline data, encryption or verity"
+    );
+    assert_eq!(v.set_flags(f, now).unwrap().flags, now, "and taken off again");
+    let marked = v.create(ROOT, b"marked", FILE).unwrap(); // judged by e2fsck below
+    assert_eq!(v.set_flags(marked.ino, marked.flags | marks).unwrap().flags, marked.flags | marks);
 
     // Immutable: every change to it, its name and its flags is EPERM (the
     // FUSE mount's calls are compared with the kernel's in
@@ -323,8 +339,8 @@ fn synchronous_flags_are_inherited_as_on_ext4_and_their_changes_ask_for_a_sync()
     // +D on a regular file is refused, as ext4 refuses it; +S is kept.
     let flags = v.inode(f).unwrap().flags;
     // So are the other flags of directories only: T, casefold, project
-    // inheritance (by their refusal's name: a directory's casefold or P is
-    // refused otherwise, as csumfs does not keep them).
+    // inheritance (by their refusal's name: on a directory T and P are
+    // stored, casefold refused as the feature is).
     for (flag, name) in [(DIRSYNC, "D"), (0x2_0000, "T"), (0x4000_0000, "casefold"), (0x2000_0000, "P")] {
         match v.set_flags(f, flags | flag) {
             Err(csumfs::Error::Unsupported { feature, .. }) => {
@@ -334,6 +350,15 @@ fn synchronous_flags_are_inherited_as_on_ext4_and_their_changes_ask_for_a_sync()
         }
     }
     assert_eq!(v.inode(f).unwrap().flags, flags);
+    let dir_flags = v.inode(plain).unwrap().flags;
+    let top_and_project = dir_flags | 0x2_0000 | 0x2000_0000;
+    assert_eq!(v.set_flags(plain, top_and_project).unwrap().flags, top_and_project, "T and P on a directory");
+    match v.set_flags(plain, top_and_project | 0x4000_0000) {
+        Err(csumfs::Error::Unsupported { feature, .. }) => assert_eq!(feature, "the casefold flag (F)"),
+        other => panic!("casefold on a directory: {other:?}"),
+    }
+    assert_eq!(v.set_flags(plain, dir_flags).unwrap().flags, dir_flags);
+    v.take_synchronous();
     assert!(!v.take_synchronous());
     assert_eq!(v.set_flags(f, flags | SYNC).unwrap().flags, flags | SYNC);
     assert!(v.take_synchronous(), "setting S is itself synchronous");

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{assert_clean, have_e2fsprogs, mke2fs_with, Scratch};
+use common::{assert_clean, fill_until_full, have_e2fsprogs, mke2fs_with, Scratch};
 use csumfs::{NewInode, Options, Volume, ROOT};
 
 #[test]
@@ -881,19 +881,7 @@ fn a_block_freed_and_taken_again_keeps_its_bytes_for_undo_under_a_log() {
     volume.write(a, 0, &data).unwrap();
     // Every block left taken, one at a time.
     let fill = volume.create(ROOT, b"fill", file).unwrap().ino;
-    let mut size = 0u64;
-    loop {
-        volume.begin();
-        let wrote = volume.write(fill, size, &[0x5A; 4096]);
-        volume.end(wrote.is_ok()).unwrap();
-        match wrote {
-            Ok(_) => size += 4096,
-            Err(e) => {
-                assert_eq!(e.errno(), libc::ENOSPC, "{e}");
-                break;
-            }
-        }
-    }
+    fill_until_full(&mut volume, fill, 4096);
     volume.sync().unwrap();
     volume.begin();
     volume.truncate(a, 0).unwrap();

@@ -6,7 +6,9 @@
 
 mod common;
 
-use common::{assert_clean, assert_same_but_unread, have_e2fsprogs, mke2fs_with, unread_blocks, Scratch};
+use common::{
+    assert_clean, assert_same_but_unread, fill_until_full, have_e2fsprogs, mke2fs_with, unread_blocks, Scratch,
+};
 use csumfs::{NewInode, Options, Volume, XattrMode, ROOT};
 use std::path::{Path, PathBuf};
 
@@ -772,19 +774,7 @@ fn a_block_freed_and_taken_again_in_one_operation_gets_its_bytes_back() {
     v.write(a, 0, &data).unwrap();
     // Fill the image: every block left taken, one at a time.
     let fill = v.create(ROOT, b"fill", FILE).unwrap().ino;
-    let mut size = 0u64;
-    loop {
-        v.begin();
-        let wrote = v.write(fill, size, &[0x5A; 1024]);
-        v.end(wrote.is_ok()).unwrap();
-        match wrote {
-            Ok(_) => size += 1024,
-            Err(e) => {
-                assert_eq!(e.errno(), libc::ENOSPC, "{e}");
-                break;
-            }
-        }
-    }
+    fill_until_full(&mut v, fill, 1024);
     assert_eq!(v.statfs().free_blocks, 0);
     v.sync().unwrap();
 

@@ -255,14 +255,15 @@ fn a_mounted_image_changed_by_file_calls_is_clean_for_e2fsck_and_the_kernel() {
             let f6 = scratch.mnt().join("d1/f6");
             let flags = inode_flags(&f6).unwrap();
             assert_eq!(flags & 0x80000, 0x80000, "FS_IOC_GETFLAGS: {flags:#x}");
-            // chattr +dA (nodump, noatime) is kept; +s (secure deletion,
-            // which csumfs does not keep) is refused and changes nothing.
-            // The kernel sees d and A below.
-            set_inode_flags(&f6, flags | 0x40 | 0x80).unwrap();
-            assert_eq!(inode_flags(&f6).unwrap(), flags | 0xC0);
-            let refused = set_inode_flags(&f6, flags | 0xC0 | 0x1).unwrap_err();
+            // chattr +dA (nodump, noatime) is kept, and +s (secure
+            // deletion: a mark ext4 stores and ignores); +C (btrfs's no
+            // copy on write, not an ext4 flag) is refused and changes
+            // nothing. The kernel sees d, A and s below.
+            set_inode_flags(&f6, flags | 0x40 | 0x80 | 0x1).unwrap();
+            assert_eq!(inode_flags(&f6).unwrap(), flags | 0xC1);
+            let refused = set_inode_flags(&f6, flags | 0xC1 | 0x80_0000).unwrap_err();
             assert_eq!(refused.raw_os_error(), Some(libc::EOPNOTSUPP));
-            assert_eq!(inode_flags(&f6).unwrap(), flags | 0xC0);
+            assert_eq!(inode_flags(&f6).unwrap(), flags | 0xC1);
             model
         });
         unmount_and_wait(child, &scratch.mnt());

@@ -668,6 +668,40 @@ fn script(root: &Path) -> Vec<String> {
     r.fsgetxattr("sgid");
     r.ioctl_int("data", "FS_IOC_GETVERSION", libc::FS_IOC_GETVERSION, None, false);
     r.ioctl_int("data", "an unknown command", 0x8004_6699, None, true);
+    // chattr's every letter, one at a time, on a file and a directory:
+    // what ext4 stores (s u c t x, T and P on a directory), ignores (m:
+    // visible, not modifiable), refuses (C, not an ext4 flag; T and P on a
+    // file; F without casefold) and asks a capability for (j). (Not here:
+    // `chattr -e`, which ext4 answers by converting a file of one extent
+    // in its first 12 blocks to block maps, and csumfs refuses.)
+    std::fs::write(root.join("lettered"), b"").unwrap();
+    mkdir(&mut r, "lettered-dir", 0o755);
+    let letters = [
+        ("s", 0x1),
+        ("u", 0x2),
+        ("c", 0x4),
+        ("m", 0x400),
+        ("j", 0x4000),
+        ("t", 0x8000),
+        ("T", 0x2_0000),
+        ("C", 0x80_0000),
+        ("x", 0x200_0000),
+        ("P", 0x2000_0000),
+        ("F", 0x4000_0000),
+        ("the former EOFBLOCKS", 0x40_0000),
+        ("EA_INODE, not shown", 0x20_0000),
+    ];
+    for rel in ["lettered", "lettered-dir"] {
+        let before = inode_flags(&root.join(rel)).unwrap() as i32;
+        for (letter, flag) in letters {
+            r.ioctl_int(rel, &format!("FS_IOC_SETFLAGS +{letter}"), libc::FS_IOC_SETFLAGS, Some(before | flag), false);
+            r.ioctl_int(rel, "FS_IOC_GETFLAGS", libc::FS_IOC_GETFLAGS, None, true);
+            r.ioctl_int(rel, "FS_IOC_SETFLAGS as before", libc::FS_IOC_SETFLAGS, Some(before), false);
+        }
+        r.ioctl_int(rel, "FS_IOC_SETFLAGS +sucxtTP", libc::FS_IOC_SETFLAGS, Some(before | 0x2202_8007), false);
+        r.ioctl_int(rel, "FS_IOC_GETFLAGS", libc::FS_IOC_GETFLAGS, None, true);
+        r.fsgetxattr(rel);
+    }
 
     // chattr +i and +a: what ext4 refuses on them (EPERM) and what it still
     // allows — reading, appending through O_APPEND, touch, fallocate

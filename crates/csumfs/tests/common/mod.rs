@@ -222,3 +222,21 @@ pub fn assert_same_but_unread(
     let read: Vec<&u64> = differing.iter().filter(|b| !unread.contains(b)).collect();
     assert!(read.is_empty(), "{what}: blocks {read:?} differ and are in use (of {} differing)", differing.len());
 }
+
+/// Writes `file` on in `chunk`-byte pieces, each its own operation, until
+/// the volume has no block left (`ENOSPC`, rolled back); the bytes written.
+pub fn fill_until_full(volume: &mut csumfs::Volume, file: u32, chunk: usize) -> u64 {
+    let mut size = 0u64;
+    loop {
+        volume.begin();
+        let wrote = volume.write(file, size, &vec![0x5A; chunk]);
+        volume.end(wrote.is_ok()).unwrap();
+        match wrote {
+            Ok(_) => size += chunk as u64,
+            Err(e) => {
+                assert_eq!(e.errno(), libc::ENOSPC, "{e}");
+                return size;
+            }
+        }
+    }
+}
