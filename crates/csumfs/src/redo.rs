@@ -561,12 +561,15 @@ pub(crate) fn clear_pending_bit(image: &mut [u8]) {
 /// Where a log opened by [`Volume::open_logged`] lives: a DAX map, flushed
 /// by cache line and durable when fenced; a map on tmpfs, flushed the same
 /// way but lost at power-off (the stand-in for persistent memory); or an
-/// ordinary file, written with `pwrite` and made durable by `fdatasync`.
+/// ordinary file, written with `pwrite` and made durable by `fdatasync` —
+/// with direct I/O, in whole device sectors, where its file system takes it.
 pub const LOG_ON_DAX: &str = "DAX, flushed by cache line";
 /// See [`LOG_ON_DAX`].
 pub const LOG_ON_TMPFS: &str = "tmpfs, flushed by cache line (a stand-in for persistent memory: lost at power-off)";
 /// See [`LOG_ON_DAX`].
 pub const LOG_ON_FILE: &str = "a file, pwrite + fdatasync";
+/// See [`LOG_ON_DAX`].
+pub const LOG_ON_FILE_DIRECT: &str = "a file, direct writes of whole sectors + fdatasync";
 
 /// The log's medium and which of the three it is: on DAX (a `MAP_SYNC`
 /// map works) or tmpfs, a shared map flushed by cache line; elsewhere a
@@ -592,7 +595,8 @@ fn log_medium(path: &Path, len: u64) -> Result<(LogMedium, &'static str), Error>
     if mapped.persist() == Persist::CacheLines {
         return Ok((Box::new(mapped), LOG_ON_DAX));
     }
-    Ok((Box::new(file), LOG_ON_FILE))
+    let on = if file.write_unit() > 1 { LOG_ON_FILE_DIRECT } else { LOG_ON_FILE };
+    Ok((Box::new(file), on))
 }
 
 impl Redo {

@@ -241,7 +241,7 @@ fn a_mounted_image_changed_by_file_calls_is_clean_for_e2fsck_and_the_kernel() {
                 .unwrap();
             let text = String::from_utf8_lossy(&stats.stdout);
             assert!(stats.status.success() && text.lines().count() == 5, "--stats: {text}");
-            let media = [csumfs::LOG_ON_FILE, csumfs::LOG_ON_TMPFS, csumfs::LOG_ON_DAX];
+            let media = [csumfs::LOG_ON_FILE, csumfs::LOG_ON_FILE_DIRECT, csumfs::LOG_ON_TMPFS, csumfs::LOG_ON_DAX];
             assert!(media.iter().any(|m| text.contains(&format!("ByteLog on {m}: "))), "where the log is: {text}");
             let moved: u64 = text.split(": ").nth(1).and_then(|t| t.split(' ').next()).unwrap().parse().unwrap();
             assert!(moved > 1000, "seed 000 counted {moved} incremental updates: {text}");

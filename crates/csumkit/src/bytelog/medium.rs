@@ -28,7 +28,7 @@ pub trait Medium {
     fn fence(&mut self) -> Result<(), Error>;
 }
 
-fn check_range(len: u64, offset: u64, n: u64) -> Result<(), Error> {
+pub(super) fn check_range(len: u64, offset: u64, n: u64) -> Result<(), Error> {
     match offset.checked_add(n) {
         Some(end) if end <= len => Ok(()),
         _ => Err(Error::ByteRangeOutOfBounds { offset, len: n, total_len: len }),
@@ -38,13 +38,13 @@ fn check_range(len: u64, offset: u64, n: u64) -> Result<(), Error> {
 const LINE: usize = 64;
 
 /// `bytes[offset..offset + len]`, bounds-checked.
-fn view_of(bytes: &[u8], offset: u64, len: u64) -> Result<&[u8], Error> {
+pub(super) fn view_of(bytes: &[u8], offset: u64, len: u64) -> Result<&[u8], Error> {
     check_range(bytes.len() as u64, offset, len)?;
     Ok(&bytes[offset as usize..(offset + len) as usize])
 }
 
 /// Stores `data` at `offset` of `bytes`, bounds-checked.
-fn store_into(bytes: &mut [u8], offset: u64, data: &[u8]) -> Result<(), Error> {
+pub(super) fn store_into(bytes: &mut [u8], offset: u64, data: &[u8]) -> Result<(), Error> {
     check_range(bytes.len() as u64, offset, data.len() as u64)?;
     bytes[offset as usize..offset as usize + data.len()].copy_from_slice(data);
     Ok(())
@@ -52,7 +52,7 @@ fn store_into(bytes: &mut [u8], offset: u64, data: &[u8]) -> Result<(), Error> {
 
 /// Opens `path` for reading and writing, created if missing.
 #[cfg(unix)]
-fn open_rw(path: &std::path::Path) -> std::io::Result<std::fs::File> {
+pub(super) fn open_rw(path: &std::path::Path) -> std::io::Result<std::fs::File> {
     std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path)
 }
 
@@ -267,80 +267,6 @@ impl Medium for MmapMedium {
     }
 }
 
-/// A regular file as the medium, for block storage: the bytes are kept
-/// in memory, `flush` writes a range with `pwrite` and `fence` is the
-/// file's `fdatasync`. On a regular filesystem this writes only the pages
-/// a commit touched; `msync` of a shared map of the same file wrote 2 MiB
-/// per call on this project's VMs (ext4 host, see docs/bytelog.md).
-#[cfg(unix)]
-#[derive(Debug)]
-pub struct FileMedium {
-    file: std::fs::File,
-    bytes: Vec<u8>,
-    /// Written with `pwrite` since the last `fdatasync`.
-    unsynced: bool,
-}
-
-#[cfg(unix)]
-impl FileMedium {
-    /// Opens `path` (created, or extended with zeros, to `len` bytes; the
-    /// zeros are written and synced so that no later flush allocates).
-    pub fn open(path: &std::path::Path, len: u64) -> Result<Self, Error> {
-        use std::os::unix::fs::FileExt;
-        let io = |context: &str, source| Error::Io { context: format!("{}: {context}", path.display()), source };
-        let file = open_rw(path).map_err(|e| io("open", e))?;
-        let have = file.metadata().map_err(|e| io("stat", e))?.len();
-        let mut bytes = vec![
-            0u8;
-            usize::try_from(len).map_err(|_| Error::TooLarge {
-                what: "ByteLog file bytes",
-                value: len,
-                max: usize::MAX as u64,
-            })?
-        ];
-        let kept = have.min(len) as usize;
-        file.read_exact_at(&mut bytes[..kept], 0).map_err(|e| io("read", e))?;
-        if have < len {
-            file.write_all_at(&bytes[kept..], kept as u64).map_err(|e| io("extend", e))?;
-            file.sync_all().map_err(|e| io("fsync", e))?;
-        }
-        Ok(FileMedium { file, bytes, unsynced: false })
-    }
-}
-
-#[cfg(unix)]
-impl Medium for FileMedium {
-    fn len(&self) -> u64 {
-        self.bytes.len() as u64
-    }
-
-    fn view(&self, offset: u64, len: u64) -> Result<&[u8], Error> {
-        view_of(&self.bytes, offset, len)
-    }
-
-    fn write(&mut self, offset: u64, data: &[u8]) -> Result<(), Error> {
-        store_into(&mut self.bytes, offset, data)
-    }
-
-    fn flush(&mut self, offset: u64, len: u64) -> Result<(), Error> {
-        use std::os::unix::fs::FileExt;
-        check_range(self.len(), offset, len)?;
-        let range = &self.bytes[offset as usize..(offset + len) as usize];
-        self.file
-            .write_all_at(range, offset)
-            .map_err(|source| Error::Io { context: "ByteLog pwrite".into(), source })?;
-        self.unsynced = true;
-        Ok(())
-    }
-
-    fn fence(&mut self) -> Result<(), Error> {
-        if std::mem::take(&mut self.unsynced) {
-            self.file.sync_data().map_err(|source| Error::Io { context: "ByteLog fdatasync".into(), source })?;
-        }
-        Ok(())
-    }
-}
-
 /// The start of every cache line holding a byte of `[offset, offset + len)`:
 /// what a cache-line flush must write back (a line missed here is a
 /// commit acknowledged but not durable, which no page-cache read can see).
@@ -491,7 +417,8 @@ mod tests {
     #[cfg(unix)]
     #[test]
     fn new_log_files_are_extended_up_front_and_non_dax_maps_use_msync() {
-        use super::{FileMedium, MmapMedium, Persist};
+        use super::{MmapMedium, Persist};
+        use crate::bytelog::FileMedium;
         let dir = std::env::temp_dir().join(format!("csumkit-medium-open-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("file-log");
@@ -510,31 +437,6 @@ mod tests {
         use super::{Medium, SimMedium};
         assert!(SimMedium::new(0).is_empty());
         assert!(!SimMedium::new(64).is_empty());
-    }
-
-    /// A file medium keeps what was flushed and fenced across a reopen,
-    /// and what was only written (never flushed) is not in the file.
-    #[cfg(unix)]
-    #[test]
-    fn a_file_medium_writes_exactly_what_was_flushed() {
-        use super::{FileMedium, Medium};
-        let dir = std::env::temp_dir().join(format!("csumkit-filemedium-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("log");
-        let mut medium = FileMedium::open(&path, 8192).unwrap();
-        medium.write(100, b"flushed").unwrap();
-        medium.write(200, b"beside").unwrap(); // written before the flush, outside its range
-        medium.flush(100, 7).unwrap();
-        medium.fence().unwrap();
-        medium.write(5000, b"only written").unwrap();
-        assert_eq!(medium.view(5000, 12).unwrap(), b"only written");
-        drop(medium);
-        let again = FileMedium::open(&path, 8192).unwrap();
-        assert_eq!(again.view(100, 7).unwrap(), b"flushed");
-        assert_eq!(again.view(5000, 12).unwrap(), &[0u8; 12]);
-        assert_eq!(again.view(200, 6).unwrap(), &[0u8; 6], "a flush writes its range only");
-        assert!(again.view(8190, 3).is_err());
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// Every byte of a flushed range lies in a written-back line, and no

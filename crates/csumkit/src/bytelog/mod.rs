@@ -61,11 +61,15 @@
 //! at every checkpoint/truncate and every 256 KiB of log.
 
 pub mod crash;
+#[cfg(unix)]
+mod file_medium;
 mod format;
 mod group;
 mod log;
 mod medium;
 
+#[cfg(unix)]
+pub use file_medium::FileMedium;
 pub use format::{
     record_span, Anchor, RecordHeader, Superblock, FLAG_BATCH, HEADER_BYTES, LINE_BYTES, PAYLOAD_BYTES_MAX,
     RECORD_BYTES_MAX, RING_OFFSET, TAG_WRAP, VERSION,
@@ -75,5 +79,5 @@ pub use log::{
     decode_tlvs, encode_tlvs, ByteLog, LogStats, Record, RecordRef, Tlv, ANCHOR_EVERY_BYTES, RING_BYTES_MIN,
 };
 #[cfg(unix)]
-pub use medium::{FileMedium, MmapMedium};
+pub use medium::MmapMedium;
 pub use medium::{Medium, Persist, SimMedium};
