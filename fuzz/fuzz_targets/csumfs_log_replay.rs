@@ -6,7 +6,7 @@
 //! never a panic, and no count in the log sizes an allocation.
 #![no_main]
 
-use csumkit::bytelog::{ByteLog, SimMedium, PAYLOAD_BYTES_MAX};
+use csumkit::bytelog::{ByteLog, SimMedium};
 use csumfs::Volume;
 use libfuzzer_sys::fuzz_target;
 use std::sync::OnceLock;
@@ -33,7 +33,7 @@ fuzz_target!(|data: &[u8]| {
     let mut rest = data;
     while rest.len() >= 3 {
         let tag = u16::from(rest[0] % 4);
-        let len = (usize::from(u16::from_le_bytes([rest[1], rest[2]])) % (PAYLOAD_BYTES_MAX + 1)).min(rest.len() - 3);
+        let len = (usize::from(u16::from_le_bytes([rest[1], rest[2]])) % (log.payload_max() + 1)).min(rest.len() - 3);
         if log.append(tag, 0, &rest[3..3 + len]).is_err() {
             break;
         }

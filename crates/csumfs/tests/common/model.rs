@@ -74,7 +74,7 @@ pub fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         (any::<usize>(), 0u8..24, 0usize..9000).prop_map(|(dir, name, len)| Op::Create { dir, name, len }),
         (any::<usize>(), 0u8..24).prop_map(|(dir, name)| Op::Mkdir { dir, name }),
-        (any::<usize>(), 0usize..40_000, 1usize..5000).prop_map(|(file, offset, len)| Op::Write { file, offset, len }),
+        (any::<usize>(), 0usize..40_000, 1usize..9000).prop_map(|(file, offset, len)| Op::Write { file, offset, len }),
         any::<usize>().prop_map(|file| Op::Unlink { file }),
         any::<usize>().prop_map(|dir| Op::Rmdir { dir }),
         (any::<usize>(), any::<usize>(), 0u8..24).prop_map(|(from, dir, name)| Op::Rename { from, dir, name }),

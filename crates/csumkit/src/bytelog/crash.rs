@@ -8,7 +8,6 @@
 //! truncated is returned, intact and in order; nothing else is returned
 //! except, possibly, the one record whose commit was in flight, intact.
 
-use super::format::PAYLOAD_BYTES_MAX;
 use super::log::{decode_tlvs, encode_tlvs, ByteLog, Tlv};
 use super::medium::{Medium, SimMedium};
 use crate::Error;
@@ -22,6 +21,10 @@ const ALL_SUBSETS_MAX_LINES: usize = 8;
 const RANDOM_SUBSETS: usize = 64;
 /// Torn variants (random 8-byte word masks) per line of each subset.
 const TORN_MASKS_PER_LINE: usize = 2;
+/// Lines of one subset torn at most (picked at random beyond): a record of
+/// many pages leaves hundreds of lines dirty, and tearing each of them in
+/// each subset would spend the run's states on one crash point.
+const TORN_LINES_MAX: usize = 16;
 
 /// What a run checked.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -105,7 +108,8 @@ impl Probe {
 /// The crash states of one crash point: each subset of the `dirty` lines
 /// reaching the medium (every subset of up to [`ALL_SUBSETS_MAX_LINES`],
 /// else [`RANDOM_SUBSETS`] random ones), each whole and with each of its
-/// lines torn by [`TORN_MASKS_PER_LINE`] random nonzero 8-byte-word masks.
+/// lines (up to [`TORN_LINES_MAX`] of them, random ones beyond) torn by
+/// [`TORN_MASKS_PER_LINE`] random nonzero 8-byte-word masks.
 type CrashState = (Vec<usize>, Option<(usize, u8)>);
 
 fn crash_states(dirty: &[usize], rng: &mut Rng) -> Vec<CrashState> {
@@ -119,7 +123,12 @@ fn crash_states(dirty: &[usize], rng: &mut Rng) -> Vec<CrashState> {
     let mut states = Vec::new();
     for subset in subsets {
         let mut torn = Vec::new();
-        for &line in &subset {
+        let torn_lines: Vec<usize> = if subset.len() <= TORN_LINES_MAX {
+            subset.clone()
+        } else {
+            (0..TORN_LINES_MAX).map(|_| subset[rng.below(subset.len() as u64) as usize]).collect()
+        };
+        for &line in &torn_lines {
             for _ in 0..TORN_MASKS_PER_LINE {
                 torn.push(Some((line, (rng.next() as u8) | 1)));
             }
@@ -211,6 +220,10 @@ pub struct Config {
     pub anchor_every: Option<u64>,
     /// In every hundred operations, how many truncate or checkpoint (8).
     pub truncate_percent: u64,
+    /// Largest TLV value (64; values take 24 bytes up to it). Values of tens
+    /// of KiB put records of many pages under crash testing — a batch is
+    /// cut to the TLVs that fit one record.
+    pub value_bytes_max: u64,
 }
 
 impl Default for Config {
@@ -222,6 +235,7 @@ impl Default for Config {
             ring_bytes: super::RING_BYTES_MIN,
             anchor_every: None,
             truncate_percent: 8,
+            value_bytes_max: 64,
         }
     }
 }
@@ -230,7 +244,13 @@ impl Default for Config {
 /// a large ring with a small anchor interval and few truncations puts the
 /// periodic anchor under crash testing (with the defaults it never occurs).
 pub fn run_with(config: Config) -> Result<CrashReport, Error> {
-    let Config { ops, seed, states_max, ring_bytes, anchor_every, truncate_percent } = config;
+    let Config { ops, seed, states_max, ring_bytes, anchor_every, truncate_percent, value_bytes_max } = config;
+    if !(24..=u64::from(u16::MAX)).contains(&value_bytes_max) {
+        return Err(Error::Invalid {
+            what: "crash harness value_bytes_max",
+            detail: format!("{value_bytes_max} (TLV values take 24 to 65535 bytes)"),
+        });
+    }
     let model = Rc::new(RefCell::new(Model::default()));
     let report = Rc::new(RefCell::new(CrashReport::default()));
     let failure = Rc::new(RefCell::new(None));
@@ -281,11 +301,19 @@ pub fn run_with(config: Config) -> Result<CrashReport, Error> {
             continue;
         }
         let count = if choice < 80 { 1 } else { 2 + rng.below(15) as usize };
-        let values: Vec<Vec<u8>> =
-            (0..count).map(|_| (0..24 + rng.below(41)).map(|_| rng.next() as u8).collect()).collect();
+        let mut values: Vec<Vec<u8>> = (0..count)
+            .map(|_| {
+                let len = (24 + rng.below(value_bytes_max - 23)).min(log.payload_max() as u64 - 4);
+                (0..len).map(|_| rng.next() as u8).collect()
+            })
+            .collect();
+        let mut bytes = 0;
+        values.retain(|v| {
+            bytes += 4 + v.len();
+            bytes <= log.payload_max()
+        });
         let tlvs: Vec<Tlv> = values.iter().enumerate().map(|(i, v)| Tlv { tag: 1 + i as u16, value: v }).collect();
         let payload = encode_tlvs(&tlvs)?;
-        debug_assert!(payload.len() <= PAYLOAD_BYTES_MAX);
         model.borrow_mut().in_flight = Some(payload.clone());
         let seq = match log.append_tlvs(&tlvs) {
             Ok(seq) => seq,
@@ -419,6 +447,14 @@ mod tests {
         assert!((6.0..14.0).contains(&mean), "about half the lines each: {mean}");
         let distinct: std::collections::BTreeSet<_> = subsets.iter().collect();
         assert!(distinct.len() > 60, "{} distinct subsets of 64", distinct.len());
+
+        // A record of many pages: each subset is torn in at most 16 of its
+        // lines, picked from it.
+        let dirty: Vec<usize> = (0..600).collect();
+        let states = crash_states(&dirty, &mut rng);
+        assert_eq!(states.iter().filter(|(_, t)| t.is_none()).count(), RANDOM_SUBSETS);
+        assert_eq!(states.len(), RANDOM_SUBSETS * (1 + TORN_LINES_MAX * TORN_MASKS_PER_LINE));
+        assert!(states.iter().all(|(s, t)| t.is_none_or(|(line, _)| s.contains(&line))));
     }
 
     /// The default workload is the mix the harness claims: single records
@@ -443,6 +479,10 @@ mod tests {
     fn crash_points_are_counted_only_once_armed_and_the_run_stops_at_its_cap() {
         let empty = run(0, 1, 30_000).unwrap();
         assert_eq!((empty.points, empty.states), (0, 0), "formatting is not a commit");
+        for value_bytes_max in [23, 65_536] {
+            let config = Config { ops: 1, value_bytes_max, ..Config::default() };
+            assert!(matches!(run_with(config), Err(Error::Invalid { .. })), "values of up to {value_bytes_max} bytes");
+        }
         let small = run(20, 1, 1_000_000).unwrap();
         assert!(small.points > 0 && small.points <= small.states, "{small:?}");
         // A seed names one run; another seed, another run.

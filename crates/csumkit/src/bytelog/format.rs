@@ -8,12 +8,21 @@ use crate::Error;
 pub const LINE_BYTES: u64 = 64;
 /// Record header bytes.
 pub const HEADER_BYTES: usize = 32;
-/// Largest record (header + payload): one 4 KiB page.
-pub const RECORD_BYTES_MAX: usize = 4096;
+/// Largest record (header + payload) of the current format, 64 KiB: a
+/// commit that carries a 4 KiB block with its metadata is one record, so
+/// one flush and one fence (version 1 records were at most a page, and
+/// such a commit took two of each). A ring holds records of at most half
+/// its size ([`payload_max`]).
+pub const RECORD_BYTES_MAX: usize = 64 * 1024;
 /// Largest payload of one record.
 pub const PAYLOAD_BYTES_MAX: usize = RECORD_BYTES_MAX - HEADER_BYTES;
-/// Format version written and accepted.
-pub const VERSION: u8 = 1;
+/// Format version written. Version 1 (records of at most 4 KiB) is read
+/// and appended to as it is: a build that reads only version 1 refuses a
+/// version 2 log by its superblock instead of taking its first large
+/// record for the torn end of the log.
+pub const VERSION: u8 = 2;
+/// Largest record of format version 1.
+const V1_RECORD_BYTES_MAX: usize = 4096;
 /// Where the ring starts: after the superblock and the two anchor slots.
 pub const RING_OFFSET: u64 = 4 * LINE_BYTES;
 
@@ -31,9 +40,34 @@ pub const fn record_span(payload_len: usize) -> u64 {
     (HEADER_BYTES + payload_len).div_ceil(LINE_BYTES as usize) as u64 * LINE_BYTES
 }
 
+/// Largest payload a record of format `version` may carry (beyond it the
+/// header is not a record's).
+pub(super) const fn version_payload_max(version: u8) -> usize {
+    match version {
+        1 => V1_RECORD_BYTES_MAX - HEADER_BYTES,
+        _ => PAYLOAD_BYTES_MAX,
+    }
+}
+
+/// Largest payload a log of format `version` with a ring of `ring_bytes`
+/// takes: its version's limit, and a record of at most half the ring (whole
+/// lines), so that one always fits an emptied ring, wrap marker and all.
+/// An 8 KiB ring ([`super::RING_BYTES_MIN`]) takes 4 064 bytes either way.
+pub const fn payload_max(version: u8, ring_bytes: u64) -> usize {
+    let half = (ring_bytes / 2 / LINE_BYTES * LINE_BYTES) as usize;
+    let record = if half < HEADER_BYTES + version_payload_max(version) {
+        half
+    } else {
+        HEADER_BYTES + version_payload_max(version)
+    };
+    record.saturating_sub(HEADER_BYTES)
+}
+
 /// Line 0 of the region: what the log is and where its ring is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Superblock {
+    /// Format version (1 or [`VERSION`]); the anchors and records carry it too.
+    pub version: u8,
     /// Log generation (epoch), chosen at format; records of another are stale.
     pub generation: u32,
     /// Ring size in bytes (a multiple of 64).
@@ -44,7 +78,7 @@ impl Superblock {
     pub(super) fn encode(&self) -> [u8; 64] {
         let mut b = [0u8; 64];
         b[0..8].copy_from_slice(SUPER_MAGIC);
-        b[8] = VERSION;
+        b[8] = self.version;
         b[12..16].copy_from_slice(&self.generation.to_le_bytes());
         b[16..24].copy_from_slice(&RING_OFFSET.to_le_bytes());
         b[24..32].copy_from_slice(&self.ring_bytes.to_le_bytes());
@@ -62,13 +96,13 @@ impl Superblock {
         if stored != actual {
             return Err(bad(format!("CRC32C {stored:#010x}, computed {actual:#010x}")));
         }
-        if b[8] != VERSION {
-            return Err(bad(format!("format version {} (this build reads {VERSION})", b[8])));
+        if !(1..=VERSION).contains(&b[8]) {
+            return Err(bad(format!("format version {} (this build reads 1 to {VERSION})", b[8])));
         }
         if le64(b, 16) != RING_OFFSET {
             return Err(bad(format!("ring offset {}", le64(b, 16))));
         }
-        Ok(Superblock { generation: le32(b, 12), ring_bytes: le64(b, 24) })
+        Ok(Superblock { version: b[8], generation: le32(b, 12), ring_bytes: le64(b, 24) })
     }
 }
 
@@ -91,10 +125,11 @@ pub struct Anchor {
 }
 
 impl Anchor {
-    pub(super) fn encode(&self) -> [u8; 64] {
+    /// The slot's bytes in a log of format `version`.
+    pub(super) fn encode(&self, version: u8) -> [u8; 64] {
         let mut b = [0u8; 64];
         b[0..4].copy_from_slice(&ANCHOR_MAGIC.to_le_bytes());
-        b[4] = VERSION;
+        b[4] = version;
         b[8..12].copy_from_slice(&self.generation.to_le_bytes());
         b[12..16].copy_from_slice(&self.stream_crc.to_le_bytes());
         b[16..24].copy_from_slice(&self.anchor_seq.to_le_bytes());
@@ -106,10 +141,11 @@ impl Anchor {
         b
     }
 
-    /// `None` when the slot is torn, never written or of another generation.
-    pub(super) fn decode(b: &[u8], generation: u32) -> Option<Self> {
+    /// `None` when the slot is torn, never written, or of another generation
+    /// or format version.
+    pub(super) fn decode(b: &[u8], generation: u32, version: u8) -> Option<Self> {
         let valid = le32(b, 0) == ANCHOR_MAGIC
-            && b[4] == VERSION
+            && b[4] == version
             && le32(b, 60) == crate::crc32c::checksum(&b[..60])
             && le32(b, 8) == generation;
         valid.then(|| Anchor {
@@ -141,10 +177,11 @@ pub struct RecordHeader {
 }
 
 impl RecordHeader {
-    pub(super) fn encode(&self) -> [u8; HEADER_BYTES] {
+    /// The header's bytes in a log of format `version`.
+    pub(super) fn encode(&self, version: u8) -> [u8; HEADER_BYTES] {
         let mut b = [0u8; HEADER_BYTES];
         b[0..4].copy_from_slice(&RECORD_MAGIC.to_le_bytes());
-        b[4] = VERSION;
+        b[4] = version;
         b[5] = self.flags;
         b[6..8].copy_from_slice(&self.tag.to_le_bytes());
         b[8..12].copy_from_slice(&self.payload_len.to_le_bytes());
@@ -156,10 +193,10 @@ impl RecordHeader {
         b
     }
 
-    /// `None` unless magic, version, CRC and a payload length within the
-    /// limit all hold.
-    pub(super) fn decode(b: &[u8]) -> Option<Self> {
-        let valid = le32(b, 0) == RECORD_MAGIC && b[4] == VERSION && le32(b, 28) == crate::crc32c::checksum(&b[..28]);
+    /// `None` unless magic, format `version`, CRC and a payload length within
+    /// that version's limit all hold.
+    pub(super) fn decode(b: &[u8], version: u8) -> Option<Self> {
+        let valid = le32(b, 0) == RECORD_MAGIC && b[4] == version && le32(b, 28) == crate::crc32c::checksum(&b[..28]);
         let header = RecordHeader {
             flags: b[5],
             tag: u16::from_le_bytes([b[6], b[7]]),
@@ -168,6 +205,6 @@ impl RecordHeader {
             seq: le64(b, 16),
             generation: le32(b, 24),
         };
-        (valid && header.payload_len as usize <= PAYLOAD_BYTES_MAX).then_some(header)
+        (valid && header.payload_len as usize <= version_payload_max(version)).then_some(header)
     }
 }

@@ -11,7 +11,7 @@
 //! (a ByteLog record is one or two cache lines), the futex round trip, not
 //! the log, would be the latency.
 
-use super::format::{FLAG_BATCH, PAYLOAD_BYTES_MAX};
+use super::format::{FLAG_BATCH, HEADER_BYTES};
 use super::log::{encode_tlvs, Tlv};
 use crate::Error;
 use std::collections::VecDeque;
@@ -29,6 +29,10 @@ const SPIN_MIN: Duration = Duration::from_micros(20);
 /// A waiter spins this many times the recent commit duration: the batch
 /// in flight, then its own.
 const SPIN_COMMITS: u64 = 3;
+/// Most payload bytes one batch carries: a record of a page, which every
+/// ByteLog ring takes (see `payload_max`) and which the block-granular log
+/// it is compared with writes as one block.
+const BATCH_BYTES_MAX: usize = 4096 - HEADER_BYTES;
 
 /// Anything that appends one durable record: a ByteLog, or a
 /// block-granular log to compare it with.
@@ -102,11 +106,11 @@ impl<L: AppendRecord> GroupCommit<L> {
     /// writers'); returns that record's sequence number once it is durable.
     pub fn commit(&self, tlvs: &[Tlv]) -> Result<u64, Error> {
         let bytes = encode_tlvs(tlvs)?;
-        if bytes.len() > PAYLOAD_BYTES_MAX || tlvs.is_empty() {
+        if bytes.len() > BATCH_BYTES_MAX || tlvs.is_empty() {
             return Err(Error::Invalid {
                 what: "commit",
                 detail: format!(
-                    "{} TLVs in {} bytes (1.. TLVs, at most {PAYLOAD_BYTES_MAX} bytes)",
+                    "{} TLVs in {} bytes (1.. TLVs, at most {BATCH_BYTES_MAX} bytes)",
                     tlvs.len(),
                     bytes.len()
                 ),
@@ -159,7 +163,7 @@ impl<L: AppendRecord> GroupCommit<L> {
             let mut bytes = 0;
             let mut take = 0;
             for p in &q.pending {
-                if take > 0 && bytes + p.bytes.len() > PAYLOAD_BYTES_MAX {
+                if take > 0 && bytes + p.bytes.len() > BATCH_BYTES_MAX {
                     break;
                 }
                 bytes += p.bytes.len();

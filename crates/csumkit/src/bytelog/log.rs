@@ -2,14 +2,15 @@
 //! checkpoint/truncate.
 
 use super::format::{
-    record_span, Anchor, RecordHeader, Superblock, FLAG_BATCH, HEADER_BYTES, LINE_BYTES, PAYLOAD_BYTES_MAX,
-    RING_OFFSET, TAG_WRAP,
+    payload_max, record_span, Anchor, RecordHeader, Superblock, FLAG_BATCH, HEADER_BYTES, LINE_BYTES, RING_OFFSET,
+    TAG_WRAP, VERSION,
 };
 use super::medium::Medium;
 use crate::Error;
 use std::collections::VecDeque;
 
-/// Smallest ring: one largest record plus a wrap marker.
+/// Smallest ring: two records of a page (records take at most half the
+/// ring, see [`payload_max`]).
 pub const RING_BYTES_MIN: u64 = 8192;
 /// An anchor is written after this many bytes of log, so that replay can
 /// check the stream CRC of most of the window and report damage in it.
@@ -118,6 +119,8 @@ struct WindowEntry {
 pub struct ByteLog<M: Medium> {
     medium: M,
     sb: Superblock,
+    /// Largest payload one record takes here ([`payload_max`]).
+    payload_max: usize,
     head: u64,
     tail: u64,
     head_seq: u64,
@@ -153,12 +156,13 @@ impl<M: Medium> ByteLog<M> {
                 detail: format!("{} bytes; needs at least {}", medium.len(), RING_OFFSET + RING_BYTES_MIN),
             });
         }
-        let sb = Superblock { generation, ring_bytes };
+        let sb = Superblock { version: VERSION, generation, ring_bytes };
         medium.write(0, &sb.encode())?;
         medium.write(LINE_BYTES, &[0u8; 128])?; // both anchor slots: no anchor of this generation yet
         let mut log = ByteLog {
             medium,
             sb,
+            payload_max: payload_max(sb.version, sb.ring_bytes),
             head: 0,
             tail: 0,
             head_seq: 1,
@@ -215,7 +219,7 @@ impl<M: Medium> ByteLog<M> {
         let mut anchors = [None, None];
         for (slot, anchor) in anchors.iter_mut().enumerate() {
             medium.read((1 + slot as u64) * LINE_BYTES, &mut line)?;
-            *anchor = Anchor::decode(&line, sb.generation);
+            *anchor = Anchor::decode(&line, sb.generation, sb.version);
         }
         let anchor = anchors
             .into_iter()
@@ -228,6 +232,7 @@ impl<M: Medium> ByteLog<M> {
         let mut log = ByteLog {
             medium,
             sb,
+            payload_max: payload_max(sb.version, sb.ring_bytes),
             head: anchor.head,
             tail: anchor.head,
             head_seq: anchor.head_seq,
@@ -277,14 +282,14 @@ impl<M: Medium> ByteLog<M> {
                 break; // a full ring
             }
             let offset = self.tail % ring_bytes;
-            let Some((h, payload)) = parse_record(ring, offset, self.next_seq, self.sb.generation) else {
+            let Some((h, payload)) = parse_record(ring, offset, self.next_seq, &self.sb) else {
                 if self.tail < anchor.tail {
                     return Err(corrupt(
                         format!("ByteLog record {} at {}", self.next_seq, self.tail),
                         "damaged inside the anchored window".into(),
                     ));
                 }
-                return check_nothing_after(ring, self.tail, self.head, self.next_seq, self.sb.generation);
+                return check_nothing_after(ring, self.tail, self.head, self.next_seq, &self.sb);
             };
             let end = if h.tag == TAG_WRAP {
                 self.tail - offset + ring_bytes
@@ -306,7 +311,7 @@ impl<M: Medium> ByteLog<M> {
     }
 
     fn push_window(&mut self, payload_crc: u32, payload_len: usize, end: u64) {
-        assert!(payload_len <= PAYLOAD_BYTES_MAX);
+        assert!(payload_len <= self.payload_max);
         debug_assert_eq!(self.head_seq + self.window.len() as u64, self.next_seq);
         self.window.push_back(WindowEntry { payload_crc, payload_len: payload_len as u32, end });
     }
@@ -314,13 +319,14 @@ impl<M: Medium> ByteLog<M> {
     /// Appends one record holding `payload` (a single TLV with `tag`, or a
     /// batch with `FLAG_BATCH` and tag 0) and makes it durable: its lines are
     /// flushed and fenced before this returns, so a returned sequence number
-    /// is an acknowledgement.
+    /// is an acknowledgement. The payload takes at most
+    /// [`payload_max`](Self::payload_max) bytes.
     pub fn append(&mut self, tag: u16, flags: u8, payload: &[u8]) -> Result<u64, Error> {
-        if payload.len() > PAYLOAD_BYTES_MAX {
+        if payload.len() > self.payload_max {
             return Err(Error::TooLarge {
                 what: "ByteLog payload bytes",
                 value: payload.len() as u64,
-                max: PAYLOAD_BYTES_MAX as u64,
+                max: self.payload_max as u64,
             });
         }
         if tag == TAG_WRAP {
@@ -368,7 +374,7 @@ impl<M: Medium> ByteLog<M> {
         };
         let at = self.phys(self.tail);
         let mut bytes = Vec::with_capacity(record_span(payload.len()) as usize);
-        bytes.extend_from_slice(&header.encode());
+        bytes.extend_from_slice(&header.encode(self.sb.version));
         bytes.extend_from_slice(payload);
         bytes.resize(record_span(payload.len()) as usize, 0);
         self.medium.write(at, &bytes)?;
@@ -400,7 +406,7 @@ impl<M: Medium> ByteLog<M> {
             stream_crc: fold_stream(&mut self.stream_crc, &mut self.folded, &self.window),
         };
         let at = (1 + self.anchor_seq % 2) * LINE_BYTES;
-        self.medium.write(at, &anchor.encode())?;
+        self.medium.write(at, &anchor.encode(self.sb.version))?;
         self.persist(at, LINE_BYTES)?;
         self.anchored_tail = self.tail;
         Ok(())
@@ -445,6 +451,19 @@ impl<M: Medium> ByteLog<M> {
         self.anchor_every = bytes.max(LINE_BYTES);
     }
 
+    /// Largest payload one record of this log takes: 65 504 bytes in a ring
+    /// of at least 128 KiB; at most half the ring less a header in a smaller
+    /// one; 4 064 in a log of format version 1.
+    pub fn payload_max(&self) -> usize {
+        self.payload_max
+    }
+
+    /// The log's format version ([`VERSION`] for a log formatted by this
+    /// build; 1 for an older log, which is appended to as version 1).
+    pub fn version(&self) -> u8 {
+        self.sb.version
+    }
+
     /// Bytes free in the ring.
     pub fn free_bytes(&self) -> u64 {
         self.sb.ring_bytes - (self.tail - self.head)
@@ -480,13 +499,14 @@ fn fold_stream(stream_crc: &mut u32, folded: &mut usize, window: &VecDeque<Windo
     *stream_crc
 }
 
-/// The record at `offset` of the ring if it is whole, of `generation`, has
-/// sequence number `seq` and fits before the ring's end.
-fn parse_record(ring: &[u8], offset: u64, seq: u64, generation: u32) -> Option<(RecordHeader, &[u8])> {
+/// The record at `offset` of the ring if it is whole, of the log's format
+/// version and generation, has sequence number `seq` and fits before the
+/// ring's end.
+fn parse_record<'a>(ring: &'a [u8], offset: u64, seq: u64, sb: &Superblock) -> Option<(RecordHeader, &'a [u8])> {
     let at = offset as usize;
-    let h = RecordHeader::decode(&ring[at..at + HEADER_BYTES])?;
+    let h = RecordHeader::decode(&ring[at..at + HEADER_BYTES], sb.version)?;
     let room = ring.len() as u64 - offset;
-    if h.generation != generation || h.seq != seq || record_span(h.payload_len as usize) > room {
+    if h.generation != sb.generation || h.seq != seq || record_span(h.payload_len as usize) > room {
         return None;
     }
     let payload = &ring[at + HEADER_BYTES..at + HEADER_BYTES + h.payload_len as usize];
@@ -497,13 +517,13 @@ fn parse_record(ring: &[u8], offset: u64, seq: u64, generation: u32) -> Option<(
 /// generation with a later sequence number may follow: if one does, the
 /// invalid record is damage, not the end of the log (only the newest record
 /// can be torn at a crash).
-fn check_nothing_after(ring: &[u8], tail: u64, head: u64, next_seq: u64, generation: u32) -> Result<(), Error> {
+fn check_nothing_after(ring: &[u8], tail: u64, head: u64, next_seq: u64, sb: &Superblock) -> Result<(), Error> {
     let ring_bytes = ring.len() as u64;
     let mut pos = tail + LINE_BYTES;
     while pos < head + ring_bytes {
         let at = (pos % ring_bytes) as usize;
-        if let Some(h) = RecordHeader::decode(&ring[at..at + HEADER_BYTES]) {
-            if h.generation == generation && h.seq > next_seq {
+        if let Some(h) = RecordHeader::decode(&ring[at..at + HEADER_BYTES], sb.version) {
+            if h.generation == sb.generation && h.seq > next_seq {
                 return Err(corrupt(
                     format!("ByteLog record {next_seq} at {tail}"),
                     format!("damaged, but record {} follows at {pos}", h.seq),

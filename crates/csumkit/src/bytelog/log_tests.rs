@@ -35,11 +35,11 @@ fn is_corrupt(result: Result<Vec<Record>, Error>, what: &str) {
 /// fine.
 #[test]
 fn a_superblock_whose_ring_does_not_fit_is_refused() {
-    let small = Superblock { generation: 7, ring_bytes: RING_BYTES_MIN - LINE_BYTES }.encode();
+    let small = Superblock { version: VERSION, generation: 7, ring_bytes: RING_BYTES_MIN - LINE_BYTES }.encode();
     is_corrupt(reopened(with_line(formatted(), 0, &small)), "ring below the minimum");
-    let big = Superblock { generation: 7, ring_bytes: RING + LINE_BYTES }.encode();
+    let big = Superblock { version: VERSION, generation: 7, ring_bytes: RING + LINE_BYTES }.encode();
     is_corrupt(reopened(with_line(formatted(), 0, &big)), "ring past the medium");
-    let exact = Superblock { generation: 7, ring_bytes: RING }.encode();
+    let exact = Superblock { version: VERSION, generation: 7, ring_bytes: RING }.encode();
     assert!(reopened(with_line(formatted(), 0, &exact)).is_ok(), "a ring that ends at the medium's end");
 }
 
@@ -48,7 +48,7 @@ fn a_superblock_whose_ring_does_not_fit_is_refused() {
 #[test]
 fn an_anchor_with_an_impossible_window_is_refused() {
     let anchor = |head: u64, tail: u64| {
-        Anchor { anchor_seq: 99, generation: 7, head, tail, head_seq: 1, stream_crc: 0 }.encode()
+        Anchor { anchor_seq: 99, generation: 7, head, tail, head_seq: 1, stream_crc: 0 }.encode(VERSION)
     };
     for (head, tail, why) in [
         (128, 64, "tail before head"),
@@ -61,7 +61,8 @@ fn an_anchor_with_an_impossible_window_is_refused() {
     }
 }
 
-/// Two records of 4 064 payload bytes fill an 8 KiB ring exactly: the
+/// Two records of 4 064 payload bytes (the most one takes there) fill an
+/// 8 KiB ring exactly: the
 /// second needs no wrap marker (`span > room`, not `>=`) and fits the free
 /// space exactly (`waste + span > free`, not `>=`); anchored after each
 /// record, the reopened window is the whole ring (`tail - head >
@@ -71,7 +72,8 @@ fn an_anchor_with_an_impossible_window_is_refused() {
 fn a_ring_filled_to_its_last_byte_reopens_whole() {
     let mut log = formatted();
     log.set_anchor_interval(LINE_BYTES);
-    let payload = vec![0xA5u8; PAYLOAD_BYTES_MAX];
+    assert_eq!(log.payload_max(), 4064);
+    let payload = vec![0xA5u8; log.payload_max()];
     assert_eq!(record_span(payload.len()), RING / 2);
     log.append(1, 0, &payload).unwrap();
     log.append(2, 0, &payload).unwrap();
@@ -157,12 +159,97 @@ fn tlvs_that_end_exactly_at_the_payload_end_decode() {
 #[test]
 fn a_header_whose_payload_runs_past_the_ring_ends_the_log() {
     let mut log = formatted();
-    log.append(1, 0, &[1u8; PAYLOAD_BYTES_MAX]).unwrap(); // span 4 096
+    log.append(1, 0, &[1u8; 4064]).unwrap(); // span 4 096
     log.append(2, 0, &[2u8; 4000]).unwrap(); // span 4 032: tail at 8 128, one line left
     let header = RecordHeader { flags: 0, tag: 3, payload_len: 100, payload_crc: 0, seq: 3, generation: 7 };
     let mut line = [0u8; 64];
-    line[..HEADER_BYTES].copy_from_slice(&header.encode());
+    line[..HEADER_BYTES].copy_from_slice(&header.encode(VERSION));
     let medium = with_line(log, RING_OFFSET + RING - LINE_BYTES, &line);
     let records = reopened(medium).unwrap();
     assert_eq!(records.iter().map(|r| r.tag).collect::<Vec<_>>(), [1, 2]);
+}
+
+/// A record takes at most half the ring (whole lines) and its version's
+/// limit: 4 064 bytes in the smallest ring, 65 504 from a 128 KiB ring on,
+/// 4 064 in a log of version 1 whatever its ring; one byte more is
+/// `TooLarge` naming the limit, and the largest record reopens whole.
+#[test]
+fn a_record_takes_at_most_half_the_ring_and_its_versions_limit() {
+    for (version, ring, max) in [
+        (VERSION, RING_BYTES_MIN, 4064),
+        (VERSION, RING_BYTES_MIN + LINE_BYTES, 4064), // half is 4 128: 4 096 in whole lines
+        (VERSION, 20 << 10, 10 * 1024 - 32),
+        (VERSION, 128 << 10, 65_504),
+        (VERSION, 1 << 20, 65_504),
+        (1, 1 << 20, 4064),
+        (1, RING_BYTES_MIN, 4064),
+    ] {
+        assert_eq!(payload_max(version, ring), max, "version {version}, ring {ring}");
+    }
+    for ring in [RING_BYTES_MIN, 20 << 10, 128 << 10, 1 << 20] {
+        let mut log = ByteLog::format(SimMedium::new((RING_OFFSET + ring) as usize), 3).unwrap();
+        let max = log.payload_max();
+        assert_eq!((max, log.version()), (payload_max(VERSION, ring), VERSION));
+        let big: Vec<u8> = (0..max).map(|i| (i * 13 + 1) as u8).collect();
+        match log.append(1, 0, &[0u8; 65_505][..max + 1]) {
+            Err(Error::TooLarge { value, max: limit, .. }) => assert_eq!((value, limit), (max as u64 + 1, max as u64)),
+            other => panic!("ring {ring}: {other:?}"),
+        }
+        // Twice, so that the second wraps where the ring is small.
+        for tag in [2, 3] {
+            log.append(tag, 0, &big).unwrap();
+            log.checkpoint().unwrap();
+        }
+        log.append(4, 0, &big).unwrap();
+        let records = reopened(SimMedium::from_image(log.into_medium().durable().to_vec())).unwrap();
+        assert_eq!(records.len(), 1, "ring {ring}");
+        assert_eq!((records[0].tag, &records[0].payload), (4, &big));
+    }
+}
+
+/// Superblocks of versions this build does not know (0, and the one after
+/// it) are refused with their version named, never read as a log.
+#[test]
+fn a_log_of_an_unknown_version_is_refused() {
+    for version in [0, VERSION + 1] {
+        let sb = Superblock { version, generation: 7, ring_bytes: RING }.encode();
+        match reopened(with_line(formatted(), 0, &sb)) {
+            Err(Error::Corrupt { detail, .. }) => assert!(detail.contains(&format!("version {version}")), "{detail}"),
+            other => panic!("version {version}: {other:?}"),
+        }
+    }
+}
+
+/// Anchors and records carry the log's version: a whole, current record of
+/// the right sequence number and generation but another version is where
+/// the log ends, and an anchor of another version is no anchor.
+#[test]
+fn anchors_and_records_of_another_version_are_not_the_logs() {
+    let mut log = formatted();
+    log.append(1, 0, &[1u8; 100]).unwrap(); // span 192: tail at 192
+    let payload = [9u8; 20];
+    let header = RecordHeader {
+        flags: 0,
+        tag: 2,
+        payload_len: payload.len() as u32,
+        payload_crc: crate::crc32c::checksum(&payload),
+        seq: 2,
+        generation: 7,
+    };
+    for (version, replayed) in [(VERSION, 2), (1, 1)] {
+        let mut line = [0u8; 64];
+        line[..HEADER_BYTES].copy_from_slice(&header.encode(version));
+        line[HEADER_BYTES..HEADER_BYTES + payload.len()].copy_from_slice(&payload);
+        let image = {
+            let mut image = log.medium().durable().to_vec();
+            image[(RING_OFFSET + 192) as usize..][..64].copy_from_slice(&line);
+            image
+        };
+        let records = reopened(SimMedium::from_image(image)).unwrap();
+        assert_eq!(records.len(), replayed, "a record of version {version}");
+    }
+    // Slot 1 holds the format's anchor (anchor sequence 1): each replaces it.
+    let anchor = Anchor { anchor_seq: 99, generation: 7, head: 0, tail: 0, head_seq: 1, stream_crc: 0 };
+    is_corrupt(reopened(with_line(formatted(), 2 * LINE_BYTES, &anchor.encode(1))), "the only anchor of version 1");
+    assert!(reopened(with_line(formatted(), 2 * LINE_BYTES, &anchor.encode(VERSION))).is_ok(), "of this version");
 }

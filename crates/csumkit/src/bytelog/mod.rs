@@ -30,7 +30,7 @@
 //! | structure | offset | size | field |
 //! |---|---|---|---|
 //! | superblock | 0 | 8 | magic `CSBYTLOG` |
-//! | | 8 | 1 | format version (1) |
+//! | | 8 | 1 | format version (2; 1 is read and appended to as it is) |
 //! | | 12 | 4 | log generation (epoch; differs per format) |
 //! | | 16 | 8 | ring offset (256) |
 //! | | 24 | 8 | ring bytes (multiple of 64) |
@@ -48,7 +48,7 @@
 //! | | 4 | 1 | format version |
 //! | | 5 | 1 | flags (1 = batch of TLVs) |
 //! | | 6 | 2 | tag (of a single TLV; 0 for a batch; FFFFh = wrap marker) |
-//! | | 8 | 4 | payload length (≤ 4064) |
+//! | | 8 | 4 | payload length (≤ 65 504, and ≤ half the ring less the header; version 1: ≤ 4 064) |
 //! | | 12 | 4 | payload CRC32C |
 //! | | 16 | 8 | sequence number (+1 per record, never reset) |
 //! | | 24 | 4 | log generation |
@@ -71,8 +71,8 @@ mod medium;
 #[cfg(unix)]
 pub use file_medium::FileMedium;
 pub use format::{
-    record_span, Anchor, RecordHeader, Superblock, FLAG_BATCH, HEADER_BYTES, LINE_BYTES, PAYLOAD_BYTES_MAX,
-    RECORD_BYTES_MAX, RING_OFFSET, TAG_WRAP, VERSION,
+    payload_max, record_span, Anchor, RecordHeader, Superblock, FLAG_BATCH, HEADER_BYTES, LINE_BYTES,
+    PAYLOAD_BYTES_MAX, RECORD_BYTES_MAX, RING_OFFSET, TAG_WRAP, VERSION,
 };
 pub use group::{AppendRecord, GroupCommit};
 pub use log::{
