@@ -119,8 +119,6 @@ struct WindowEntry {
 pub struct ByteLog<M: Medium> {
     medium: M,
     sb: Superblock,
-    /// Largest payload one record takes here ([`payload_max`]).
-    payload_max: usize,
     head: u64,
     tail: u64,
     head_seq: u64,
@@ -162,7 +160,6 @@ impl<M: Medium> ByteLog<M> {
         let mut log = ByteLog {
             medium,
             sb,
-            payload_max: payload_max(sb.version, sb.ring_bytes),
             head: 0,
             tail: 0,
             head_seq: 1,
@@ -232,7 +229,6 @@ impl<M: Medium> ByteLog<M> {
         let mut log = ByteLog {
             medium,
             sb,
-            payload_max: payload_max(sb.version, sb.ring_bytes),
             head: anchor.head,
             tail: anchor.head,
             head_seq: anchor.head_seq,
@@ -311,7 +307,7 @@ impl<M: Medium> ByteLog<M> {
     }
 
     fn push_window(&mut self, payload_crc: u32, payload_len: usize, end: u64) {
-        assert!(payload_len <= self.payload_max);
+        assert!(payload_len <= self.payload_max());
         debug_assert_eq!(self.head_seq + self.window.len() as u64, self.next_seq);
         self.window.push_back(WindowEntry { payload_crc, payload_len: payload_len as u32, end });
     }
@@ -322,11 +318,12 @@ impl<M: Medium> ByteLog<M> {
     /// is an acknowledgement. The payload takes at most
     /// [`payload_max`](Self::payload_max) bytes.
     pub fn append(&mut self, tag: u16, flags: u8, payload: &[u8]) -> Result<u64, Error> {
-        if payload.len() > self.payload_max {
+        let max = self.payload_max();
+        if payload.len() > max {
             return Err(Error::TooLarge {
                 what: "ByteLog payload bytes",
                 value: payload.len() as u64,
-                max: self.payload_max as u64,
+                max: max as u64,
             });
         }
         if tag == TAG_WRAP {
@@ -455,7 +452,7 @@ impl<M: Medium> ByteLog<M> {
     /// of at least 128 KiB; at most half the ring less a header in a smaller
     /// one; 4 064 in a log of format version 1.
     pub fn payload_max(&self) -> usize {
-        self.payload_max
+        payload_max(self.sb.version, self.sb.ring_bytes)
     }
 
     /// The log's format version ([`VERSION`] for a log formatted by this
