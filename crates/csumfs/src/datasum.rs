@@ -55,8 +55,9 @@ pub(crate) struct DataSums {
     /// Blocks whose checksum was forgotten (freed) since the last commit:
     /// the durable tree or log may still hold it.
     freed: RangeSet,
-    /// Bumped whenever `intent` or `freed` grows: a ByteLog commit's end
-    /// empties them only when nothing was added after it was staged.
+    /// Bumped whenever `intent` or `freed` grows or a block is written in
+    /// place: a ByteLog commit's end empties them only when nothing of
+    /// that came after it was staged.
     version: u64,
 }
 
@@ -285,13 +286,16 @@ impl Volume {
         if !(start..start + len).any(|b| sums.tree.get(b).is_some() || sums.freed.contains(b as usize)) {
             return Ok(());
         }
+        // A commit staged before this write does not carry the blocks' new
+        // checksums, so it must not empty the list — even when the list
+        // names them already (a power-cut test found a split sync's commit
+        // emptying it under a write into a region listed earlier: a cut
+        // before the next commit then failed the block's new data).
+        sums.version += 1;
         let (start, end) = (start / region * region, ((start + len).div_ceil(region) * region).min(blocks));
         if sums.intent.iter().any(|&(s, l)| s <= start && end <= s + l) {
             return Ok(());
         }
-        // The list grows (an entry extended or added): a commit staged
-        // before this must not empty it.
-        sums.version += 1;
         let i = sums.intent.len().wrapping_sub(1);
         if let Some(last) = sums.intent.last_mut() {
             if last.0 <= start && start <= last.0 + last.1 {
@@ -401,20 +405,69 @@ impl Volume {
 
     /// Commits the data checksums (after the image's data is durable).
     pub(crate) fn commit_data_checksums(&mut self) -> Result<(), Error> {
-        commit(&mut self.datasums, &self.stats)
+        commit(&mut self.datasums, &self.stats, false)
+    }
+
+    /// Before the tree is committed while data written through the log is
+    /// not yet in the image (byte ranges `logged`): the new checksums of
+    /// those blocks would be durable ahead of their data, and a power cut
+    /// in between would fail the old data with `EIO`. Their regions go on
+    /// the intent list (made durable here), which the tree's commit then
+    /// keeps: the next open forgets the checksum of a listed block that
+    /// does not match, and the log commit carrying the data empties it.
+    /// `Ok(false)`: the list has no room for them (nothing was listed).
+    pub(crate) fn list_ahead_of_data(&mut self, logged: &[(usize, usize)]) -> Result<bool, Error> {
+        let bs = self.layout.block_size;
+        let region = (INTENT_REGION_BYTES / bs).max(1);
+        let blocks = self.layout.blocks_count;
+        let Some(sums) = &mut self.datasums else { return Ok(true) };
+        let mut runs: Vec<(u64, u64)> = Vec::new();
+        for &(start, end) in logged {
+            let first = start as u64 / bs / region * region;
+            let end = ((end as u64).div_ceil(bs).div_ceil(region) * region).min(blocks);
+            for at in (first..end).step_by(region as usize) {
+                let len = region.min(end - at);
+                if sums.intent.iter().chain(&runs).any(|&(s, l)| s <= at && at + len <= s + l) {
+                    continue;
+                }
+                match runs.last_mut() {
+                    Some(last) if last.0 + last.1 == at => last.1 += len,
+                    _ => runs.push((at, len)),
+                }
+            }
+        }
+        if runs.is_empty() {
+            return Ok(true);
+        }
+        if sums.intent.len() + runs.len() > INTENT_RUNS {
+            return Ok(false);
+        }
+        sums.version += 1;
+        for run in runs {
+            sums.intent.push(run);
+            let i = sums.intent.len() - 1;
+            sums.store.write_intent(i, run, Some(sums.intent.len() as u64))?;
+        }
+        Stats::bump(&self.stats.datasum_intent_flushes);
+        sums.store.flush_intent()?;
+        Ok(true)
     }
 }
 
 /// Commits the tree to the sidecar, if it changed (the image's data being
-/// durable already); the intent list empties.
-pub(crate) fn commit(sums: &mut Option<DataSums>, stats: &Stats) -> Result<(), Error> {
+/// durable already); the intent list empties — unless `keep_intent`:
+/// it lists blocks whose new checksums the tree holds before their data is
+/// in the image (see [`Volume::list_ahead_of_data`]).
+pub(crate) fn commit(sums: &mut Option<DataSums>, stats: &Stats, keep_intent: bool) -> Result<(), Error> {
     if let Some(sums) = sums {
         if sums.dirty {
             let wrote = sums.tree.commit(&mut sums.store)?;
             sums.dirty = false;
-            sums.intent.clear();
             sums.freed.clear();
-            sums.store.clear_intent()?;
+            if !keep_intent {
+                sums.intent.clear();
+                sums.store.clear_intent()?;
+            }
             Stats::bump(&stats.datasum_commits);
             Stats::add(&stats.datasum_commit_bytes, wrote.bytes);
         }
@@ -437,12 +490,20 @@ impl DataSums {
         self.logged.as_ref().is_some_and(|l| l.len() > LOGGED_SUMS_MAX && l.values().all(Option::is_some))
     }
 
-    /// The checksum changes a ByteLog commit carries (the intent list and
-    /// the freed blocks stay until the commit is durable:
-    /// [`log_committed`](Self::log_committed)).
-    pub(crate) fn take_logged(&mut self) -> Vec<(u64, Option<u32>)> {
-        let Some(logged) = &mut self.logged else { return Vec::new() };
-        std::mem::take(logged).into_iter().collect()
+    /// The checksum changes the next ByteLog commit carries; they stay
+    /// until [`clear_logged`](Self::clear_logged) (a commit the log has no
+    /// room for leaves them for the next).
+    pub(crate) fn logged_changes(&self) -> Vec<(u64, Option<u32>)> {
+        self.logged.iter().flatten().map(|(&block, &crc)| (block, crc)).collect()
+    }
+
+    /// The changes [`logged_changes`](Self::logged_changes) gave are staged
+    /// (the intent list and the freed blocks stay until the commit is
+    /// durable: [`log_committed`](Self::log_committed)).
+    pub(crate) fn clear_logged(&mut self) {
+        if let Some(logged) = &mut self.logged {
+            logged.clear();
+        }
     }
 
     /// A count that grows whenever the intent list or the forgotten
@@ -451,7 +512,7 @@ impl DataSums {
         self.version
     }
 
-    /// The ByteLog commit carrying the changes [`take_logged`](Self::take_logged) gave is
+    /// The ByteLog commit carrying the changes [`logged_changes`](Self::logged_changes) gave is
     /// durable: the blocks written before it leave the intent list (their
     /// checksums are in the log), and blocks freed before it no longer
     /// have a durable checksum.

@@ -6,7 +6,10 @@
 //! image file itself receives metadata only at a checkpoint, which writes
 //! every committed range in place, `fdatasync`s it and only then empties
 //! the log — so whatever the image holds on disk is a checkpoint, plus
-//! pieces of the next one that replay writes again.
+//! pieces of the next one that replay writes again. A commit that does not
+//! fit the log's free room folds the log into the image first, from the
+//! log's own records (the map may hold that commit's bytes too), and is
+//! then logged; only one too large for an empty log is written through.
 //!
 //! File data is written to the image file at once (as ext4's `data=ordered`:
 //! `fdatasync` of the image precedes the commit of metadata that points
@@ -172,8 +175,11 @@ pub(crate) struct Redo {
     /// Ranges changed since the last commit.
     pending: Vec<(usize, usize)>,
     pending_bytes: usize,
-    /// File data among the pending ranges.
+    /// File data among the pending ranges…
     pending_data: usize,
+    /// …and where it is (bytes of the image): in the map only until its
+    /// commit is checkpointed.
+    logged_data: Vec<(usize, usize)>,
     /// Ranges committed since the last checkpoint.
     committed: Vec<(usize, usize)>,
     /// Pages of the map changed since the last checkpoint.
@@ -528,6 +534,37 @@ fn held(
     Ok(())
 }
 
+/// Writes one committed change into the image file, its superblock part
+/// into `superblock` instead (written once, with the pending mark, after).
+fn write_committed(
+    backing: &mut dyn Backing,
+    superblock: &mut [u8],
+    at: usize,
+    count: usize,
+    change: &Change,
+) -> std::io::Result<()> {
+    const FILL_CHUNK: usize = 64 << 10;
+    let piece = |from: usize, to: usize| -> std::borrow::Cow<'_, [u8]> {
+        match change {
+            Change::Bytes(bytes) => bytes[from - at..to - at].into(),
+            Change::Fill(value) => vec![*value; to - from].into(),
+        }
+    };
+    let (sb_start, sb_end) = (at.clamp(1024, 2048), (at + count).clamp(1024, 2048));
+    if sb_start < sb_end {
+        superblock[sb_start - 1024..sb_end - 1024].copy_from_slice(&piece(sb_start, sb_end));
+    }
+    for (from, to) in [(at, (at + count).min(1024)), (at.max(2048), at + count)] {
+        let mut start = from;
+        while start < to {
+            let end = to.min(start + FILL_CHUNK);
+            backing.write_at(start as u64, &piece(start, end))?;
+            start = end;
+        }
+    }
+    Ok(())
+}
+
 /// The superblock (1024 bytes) with `incompat` and its checksum set.
 fn superblock_with(sb: &[u8], pending: bool) -> Vec<u8> {
     let mut sb = sb[..1024].to_vec();
@@ -657,9 +694,9 @@ impl Redo {
 
     /// Stages the pending ranges of `image` as one commit (copied now,
     /// appended by [`Writer::flush_through`], which first makes the data
-    /// written in place durable). `Ok(false)`: the log has no room for it
-    /// (checkpoint, then write through).
-    fn commit(&mut self, image: &[u8], sums: &mut Option<DataSums>, stats: &Stats) -> Result<bool, Error> {
+    /// written in place durable). `Ok(false)`: the log's free room lacks
+    /// it, and nothing changed ([`Volume::stage_commit`] makes room).
+    fn commit(&mut self, image: &[u8], sums: &mut Option<DataSums>) -> Result<bool, Error> {
         self.last_commit = Instant::now();
         let has_sums = sums.as_ref().and_then(|s| s.logged.as_ref()).is_some_and(|l| !l.is_empty());
         if self.pending.is_empty() && !has_sums {
@@ -671,19 +708,7 @@ impl Redo {
             return Ok(true);
         }
         let ranges = merged(&self.pending);
-        if sums.as_ref().is_some_and(DataSums::commits_tree_instead) {
-            // Many new checksums (a large sequential write): the tree goes
-            // to the sidecar now, its own two flushes, instead of hundreds of
-            // log records each made durable on its own. The image's data is
-            // made durable first, so the sidecar never names data the image
-            // lacks.
-            self.sync_data()?;
-            crate::datasum::commit(sums, stats)?;
-            if let Some(logged) = sums.as_mut().and_then(|s| s.logged.as_mut()) {
-                logged.clear();
-            }
-        }
-        let changes = sums.as_mut().map(DataSums::take_logged).unwrap_or_default();
+        let changes = sums.as_ref().map(DataSums::logged_changes).unwrap_or_default();
         let max = self.writer().log.payload_max();
         let records = encode(&ranges, image, &changes, max);
         // Room for every record plus a wrap marker's worth of waste: less
@@ -692,8 +717,10 @@ impl Redo {
         let spans = records.iter().map(|r| csumkit::bytelog::record_span(r.len()));
         let need: u64 = spans.clone().sum::<u64>() + spans.max().unwrap_or(0);
         if need > self.writer().free_bytes() {
-            // The tree, committed at the checkpoint that follows, has them.
             return Ok(false);
+        }
+        if let Some(sums) = sums.as_mut() {
+            sums.clear_logged();
         }
         self.mark()?;
         self.staged += 1;
@@ -703,6 +730,7 @@ impl Redo {
         self.pending.clear();
         self.pending_bytes = 0;
         self.pending_data = 0;
+        self.logged_data.clear();
         Ok(true)
     }
 
@@ -724,6 +752,7 @@ impl Redo {
             ranges.append(&mut self.pending);
             self.pending_bytes = 0;
             self.pending_data = 0;
+            self.logged_data.clear();
         }
         // The image file now gets every change: nothing freed is pending.
         self.freed.clear();
@@ -741,7 +770,7 @@ impl Redo {
         self.data_unsynced = false;
         // The tree after the data it names is durable, before the log is
         // emptied or the mark goes.
-        crate::datasum::commit(sums, stats)?;
+        crate::datasum::commit(sums, stats, false)?;
         if self.marked && final_ {
             self.backing.write_at(1024, &superblock_with(&image[1024..2048], false)).map_err(io("image"))?;
             self.backing.sync().map_err(io("fdatasync of the image"))?;
@@ -901,6 +930,7 @@ impl Volume {
             pending: Vec::new(),
             pending_bytes: 0,
             pending_data: 0,
+            logged_data: Vec::new(),
             committed: applied,
             touched: BTreeSet::new(),
             freed: RangeSet::default(),
@@ -947,6 +977,7 @@ impl Volume {
         let redo = self.redo.as_mut().expect("called with a log");
         if new.len() <= PAGE && redo.pending_data + new.len() <= LOGGED_DATA_BYTES {
             redo.pending_data += new.len();
+            redo.logged_data.push((at, at + new.len()));
             return self.store(at as u64, new);
         }
         let mut pieces: Vec<(usize, usize, bool)> = Vec::new();
@@ -965,6 +996,7 @@ impl Volume {
         for (start, end, logged) in pieces {
             let bytes = &new[start - at..end - at];
             if logged {
+                self.redo.as_mut().expect("called with a log").logged_data.push((start, end));
                 self.store(start as u64, bytes)?;
                 continue;
             }
@@ -1000,11 +1032,14 @@ impl Volume {
 
     /// The log's part of [`start_sync`](Self::start_sync).
     fn start_sync_logged(&mut self) -> Result<PendingSync, Error> {
-        let Some(redo) = self.redo.as_mut() else { return Ok(PendingSync::done()) };
-        if !redo.commit(&self.map, &mut self.datasums, &self.stats)? {
+        if self.redo.is_none() {
+            return Ok(PendingSync::done());
+        }
+        if !self.stage_commit()? {
             self.checkpoint_now(false, true)?;
             return Ok(PendingSync::done());
         }
+        let redo = self.redo.as_ref().expect("checked above");
         let sums_version = self.datasums.as_ref().map_or(0, DataSums::version);
         Ok(PendingSync {
             writer: Some(redo.writer.clone()),
@@ -1087,10 +1122,14 @@ impl Volume {
     }
 
     fn checkpoint_now(&mut self, final_: bool, through: bool) -> Result<(), Error> {
-        let Some(redo) = self.redo.as_mut() else { return Ok(()) };
+        if self.redo.is_none() {
+            return Ok(());
+        }
         // Everything a checkpoint writes is committed first; with no room
-        // in the log for that, it is written through (not atomic).
-        let through = through || !redo.commit(&self.map, &mut self.datasums, &self.stats)?;
+        // even in the emptied log for that, it is written through (not
+        // atomic).
+        let through = through || !self.stage_commit()?;
+        let redo = self.redo.as_mut().expect("checked above");
         if through {
             Stats::bump(&self.stats.log_write_through);
         }
@@ -1104,6 +1143,99 @@ impl Volume {
         let ranges: Vec<(usize, usize)> = pages.iter().map(|&p| (p * PAGE, (p + 1) * PAGE)).collect();
         self.hand_back(&merged(&ranges));
         Ok(())
+    }
+
+    /// Stages the pending changes as one commit, first making room when
+    /// the log's free room lacks it ([`fold_log`](Self::fold_log)).
+    /// `Ok(false)`: not even the emptied log has room (write through).
+    fn stage_commit(&mut self) -> Result<bool, Error> {
+        if self.datasums.as_ref().is_some_and(DataSums::commits_tree_instead) {
+            // Many new checksums (a large sequential write): the tree goes
+            // to the sidecar now, its own two flushes, instead of hundreds
+            // of log records each made durable on its own. The image's data
+            // is made durable first, and blocks whose data waits in the log
+            // are listed ahead of it, so the sidecar never names data the
+            // image lacks unannounced (else they are logged after all).
+            let redo = self.redo.as_mut().expect("called with a log");
+            redo.sync_data()?;
+            let logged = redo.logged_data.clone();
+            if self.list_ahead_of_data(&logged)? {
+                crate::datasum::commit(&mut self.datasums, &self.stats, !logged.is_empty())?;
+                self.datasums.as_mut().expect("checked above").clear_logged();
+            }
+        }
+        let redo = self.redo.as_mut().expect("called with a log");
+        if redo.commit(&self.map, &mut self.datasums)? {
+            return Ok(true);
+        }
+        if redo.committed.is_empty() || !self.fold_log()? {
+            return Ok(false);
+        }
+        let redo = self.redo.as_mut().expect("called with a log");
+        redo.commit(&self.map, &mut self.datasums)
+    }
+
+    /// Makes room in the log for a commit its free room lacks: every
+    /// record the log holds is written into the image file as it was
+    /// committed — read back from the log, not taken from the map, whose
+    /// pages may hold pending changes too, which must not reach the file
+    /// ahead of their commit — the file is synced, the data checksums
+    /// committed and the log emptied. Pending changes stay pending, and
+    /// the pages they touch stay the map's own. `Ok(false)`: the intent
+    /// list has no room for the data waiting in the log (nothing done).
+    fn fold_log(&mut self) -> Result<bool, Error> {
+        let redo = self.redo.as_mut().expect("called with a log");
+        // Every staged commit is in the log before it is read back.
+        redo.writer().flush_all()?;
+        let logged = redo.logged_data.clone();
+        if !self.list_ahead_of_data(&logged)? {
+            return Ok(false);
+        }
+        let (len, blocks) = (self.map.len(), self.layout.blocks_count);
+        let redo = self.redo.as_mut().expect("called with a log");
+        assert!(redo.marked, "a log holding commits has its image marked");
+        let mut superblock = redo.image_superblock.clone();
+        let backing = &mut redo.backing;
+        let mut batch: Vec<(usize, usize, Change)> = Vec::new();
+        let mut ignored_sums = Vec::new();
+        redo.writer.lock().unwrap_or_else(PoisonError::into_inner).log.for_each_record(|record| {
+            let damaged =
+                |detail| csumkit::Error::Corrupt { location: format!("ByteLog record {}", record.seq), detail };
+            for entry in decode(record.payload).map_err(damaged)? {
+                // (The tree holds these checksums, or newer ones.)
+                held(entry, len, blocks, &mut batch, &mut ignored_sums).map_err(damaged)?;
+            }
+            ignored_sums.clear();
+            if record.tag == TAG_LAST {
+                for (at, count, change) in batch.drain(..) {
+                    write_committed(backing.as_mut(), &mut superblock, at, count, &change)
+                        .map_err(|source| csumkit::Error::Io { context: "image".into(), source })?;
+                }
+            }
+            Ok(())
+        })?;
+        assert!(batch.is_empty(), "every commit in the log is whole");
+        redo.backing.write_at(1024, &superblock_with(&superblock, true)).map_err(io("image"))?;
+        redo.backing.sync().map_err(io("fdatasync of the image"))?;
+        redo.image_superblock = superblock;
+        redo.data_unsynced = false;
+        // The tree after the data it names is durable (data still in the
+        // log listed above), before the log is emptied.
+        crate::datasum::commit(&mut self.datasums, &self.stats, !logged.is_empty())?;
+        let redo = self.redo.as_mut().expect("called with a log");
+        redo.writer().log.checkpoint()?;
+        redo.committed.clear();
+        redo.last_checkpoint = Instant::now();
+        Stats::bump(&self.stats.log_checkpoints);
+        Stats::bump(&self.stats.log_folds);
+        // The file now holds every page as the map has it but those the
+        // pending changes touch.
+        let pending: BTreeSet<usize> = redo.pending.iter().flat_map(|&(s, e)| s / PAGE..=(e - 1) / PAGE).collect();
+        let caught_up: Vec<usize> = redo.touched.difference(&pending).copied().collect();
+        redo.touched = pending;
+        let ranges: Vec<(usize, usize)> = caught_up.iter().map(|&p| (p * PAGE, (p + 1) * PAGE)).collect();
+        self.hand_back(&merged(&ranges));
+        Ok(true)
     }
 
     /// Drops this process's copies of the private map's pages in `ranges`
@@ -1356,6 +1488,7 @@ mod tests {
             pending: Vec::new(),
             pending_bytes: 0,
             pending_data: 0,
+            logged_data: Vec::new(),
             committed: Vec::new(),
             touched: BTreeSet::new(),
             freed: RangeSet::default(),
@@ -1453,7 +1586,7 @@ mod tests {
         redo.image_superblock.copy_from_slice(&image[1024..2048]);
         image[1024 + 0x0C..1024 + 0x10].copy_from_slice(&480u32.to_le_bytes());
         redo.note(1024 + 0x0C, 4);
-        assert!(redo.commit(&image, &mut None, &Stats::default()).unwrap());
+        assert!(redo.commit(&image, &mut None).unwrap());
         let seen = writes.lock().unwrap();
         assert_eq!(seen.len(), 1, "one write: the mark");
         let (at, mark) = &seen[0];
@@ -1467,7 +1600,7 @@ mod tests {
         let written = |writes: &Writes| writes.lock().unwrap().iter().filter(|(at, _)| *at == 1024).count();
         let superblocks = written(&writes);
         redo.note(4096, 8);
-        assert!(redo.commit(&image, &mut None, &Stats::default()).unwrap());
+        assert!(redo.commit(&image, &mut None).unwrap());
         assert_eq!(written(&writes), superblocks, "the mark outlives a checkpoint that is not the last");
     }
 

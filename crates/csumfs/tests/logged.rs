@@ -6,7 +6,7 @@
 mod common;
 
 use common::{assert_clean, fill_until_full, have_e2fsprogs, mke2fs_with, Scratch};
-use csumfs::{NewInode, Options, Volume, ROOT};
+use csumfs::{NewInode, Options, Stats, Volume, ROOT};
 
 #[test]
 fn a_large_sparse_image_is_logged_synced_and_checkpointed() {
@@ -534,6 +534,54 @@ fn a_commit_larger_than_the_log_is_written_through() {
     assert_eq!(volume.read_all(&f).unwrap(), 599u32.to_le_bytes());
 }
 
+/// A commit that does not fit the log's free room, but would fit it
+/// empty, first folds the log into the image (from the log's own records)
+/// and is then logged — atomic, not written through; a death right after
+/// its sync loses nothing, and e2fsck calls the image clean once it is
+/// checkpointed. (`power_cut.rs` cuts the power inside folds.)
+#[test]
+fn a_commit_larger_than_the_logs_free_room_folds_the_log_first() {
+    if !have_e2fsprogs() {
+        return;
+    }
+    // Creates per batch: a first commit under half the 64 KiB log (no
+    // checkpoint follows it), a second one record over the free room
+    // left, which with a wrap's worth of room fits the log empty.
+    const FIRST: u32 = 100;
+    const SECOND: u32 = 100;
+    let scratch = Scratch::new("logged-fold");
+    let (image, log) = (scratch.0.join("img"), scratch.0.join("img.bytelog"));
+    mke2fs_with(&image, "1024", "32M", &[]);
+    let (mut volume, _) = Volume::open_logged(&image, &log, 64 << 10, Options::default(), None).unwrap();
+    let dir = volume.mkdir(ROOT, b"d", NewInode { mode: 0o040_755, uid: 0, gid: 0 }).unwrap().ino;
+    let counts = |v: &Volume| {
+        let s = v.stats();
+        [&s.log_commit_bytes, &s.log_checkpoints, &s.log_folds, &s.log_write_through].map(Stats::get)
+    };
+    let create = |volume: &mut Volume, range: std::ops::Range<u32>| {
+        for i in range {
+            let ino =
+                volume.create(dir, format!("file-{i:04}").as_bytes(), NewInode { mode: 0o100_644, uid: 0, gid: 0 });
+            volume.write(ino.unwrap().ino, 0, &i.to_le_bytes()).unwrap();
+        }
+        volume.sync().unwrap();
+    };
+    create(&mut volume, 0..FIRST);
+    let first = counts(&volume);
+    create(&mut volume, FIRST..FIRST + SECOND);
+    let second = counts(&volume);
+    eprintln!("commit bytes, checkpoints, folds, write-throughs: {first:?} then {second:?}");
+    assert_eq!(first[1..], [0, 0, 0], "the first batch fits the log");
+    assert_eq!(second[1..], [1, 1, 0], "the second folded the log, then was logged");
+    drop(volume); // dies with the second batch in the log only
+    let (mut volume, replayed) = Volume::open_logged(&image, &log, 64 << 10, Options::default(), None).unwrap();
+    assert_eq!(replayed.commits, 1, "the second batch's commit");
+    let last = volume.resolve(&format!("/d/file-{:04}", FIRST + SECOND - 1)).unwrap();
+    assert_eq!(volume.read_all(&last).unwrap(), (FIRST + SECOND - 1).to_le_bytes());
+    volume.checkpoint().unwrap();
+    drop(volume);
+    assert_clean(&image, "after the fold, a death and the replay");
+}
 /// A log whose last commit was cut before its last record holds records
 /// that are whole but belong to no commit. Opening drops them (its
 /// checkpoint empties the log): left there, the next commit's last record

@@ -432,6 +432,28 @@ impl<M: Medium> ByteLog<M> {
         self.write_anchor()
     }
 
+    /// Each record the log holds — what a replay would apply — in order,
+    /// read back from the medium with its payload CRC checked again: how a
+    /// checkpoint folds the records into their home when their changes are
+    /// nowhere else as they were committed. An error from `f` stops the walk.
+    pub fn for_each_record(&self, mut f: impl FnMut(RecordRef<'_>) -> Result<(), Error>) -> Result<(), Error> {
+        let ring = self.medium.view(RING_OFFSET, self.sb.ring_bytes)?;
+        let mut start = self.head;
+        for (seq, entry) in (self.head_seq..).zip(&self.window) {
+            let Some((h, payload)) = parse_record(ring, start % self.sb.ring_bytes, seq, &self.sb) else {
+                return Err(corrupt(
+                    format!("ByteLog record {seq} at {start}"),
+                    "no longer on the medium as it was appended".into(),
+                ));
+            };
+            if h.tag != TAG_WRAP {
+                f(RecordRef { seq, tag: h.tag, flags: h.flags, payload })?;
+            }
+            start = entry.end;
+        }
+        Ok(())
+    }
+
     /// Drops every record: the whole ring is free again.
     pub fn checkpoint(&mut self) -> Result<(), Error> {
         match self.next_seq.checked_sub(1) {
