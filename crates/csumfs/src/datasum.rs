@@ -310,9 +310,7 @@ impl Volume {
             self.sync()?;
         }
         let sums = self.datasums.as_mut().expect("checked above");
-        sums.intent.push((start, end - start));
-        let i = sums.intent.len() - 1;
-        sums.store.write_intent(i, (start, end - start), Some(sums.intent.len() as u64))?;
+        sums.push_intent((start, end - start))?;
         Stats::bump(&self.stats.datasum_intent_flushes);
         sums.store.flush_intent()
     }
@@ -421,21 +419,7 @@ impl Volume {
         let region = (INTENT_REGION_BYTES / bs).max(1);
         let blocks = self.layout.blocks_count;
         let Some(sums) = &mut self.datasums else { return Ok(true) };
-        let mut runs: Vec<(u64, u64)> = Vec::new();
-        for &(start, end) in logged {
-            let first = start as u64 / bs / region * region;
-            let end = ((end as u64).div_ceil(bs).div_ceil(region) * region).min(blocks);
-            for at in (first..end).step_by(region as usize) {
-                let len = region.min(end - at);
-                if sums.intent.iter().chain(&runs).any(|&(s, l)| s <= at && at + len <= s + l) {
-                    continue;
-                }
-                match runs.last_mut() {
-                    Some(last) if last.0 + last.1 == at => last.1 += len,
-                    _ => runs.push((at, len)),
-                }
-            }
-        }
+        let runs = regions_to_list(logged, &sums.intent, bs, region, blocks);
         if runs.is_empty() {
             return Ok(true);
         }
@@ -444,14 +428,41 @@ impl Volume {
         }
         sums.version += 1;
         for run in runs {
-            sums.intent.push(run);
-            let i = sums.intent.len() - 1;
-            sums.store.write_intent(i, run, Some(sums.intent.len() as u64))?;
+            sums.push_intent(run)?;
         }
         Stats::bump(&self.stats.datasum_intent_flushes);
         sums.store.flush_intent()?;
         Ok(true)
     }
+}
+
+/// The intent-list runs to add for data at the byte ranges `logged`: the
+/// `region`-block regions around their blocks (`bs` bytes each, a volume
+/// of `blocks`) that no run of `listed` covers whole, each once, merged
+/// with the run before when adjacent.
+fn regions_to_list(
+    logged: &[(usize, usize)],
+    listed: &[(u64, u64)],
+    bs: u64,
+    region: u64,
+    blocks: u64,
+) -> Vec<(u64, u64)> {
+    let mut runs: Vec<(u64, u64)> = Vec::new();
+    for &(start, end) in logged {
+        let first = start as u64 / bs / region * region;
+        let end = ((end as u64).div_ceil(bs).div_ceil(region) * region).min(blocks);
+        for at in (first..end).step_by(region as usize) {
+            let len = region.min(end - at);
+            if listed.iter().chain(&runs).any(|&(s, l)| s <= at && at + len <= s + l) {
+                continue;
+            }
+            match runs.last_mut() {
+                Some(last) if last.0 + last.1 == at => last.1 += len,
+                _ => runs.push((at, len)),
+            }
+        }
+    }
+    runs
 }
 
 /// Commits the tree to the sidecar, if it changed (the image's data being
@@ -482,6 +493,13 @@ pub(crate) fn commit(sums: &mut Option<DataSums>, stats: &Stats, keep_intent: bo
 const LOGGED_SUMS_MAX: usize = 4 * 1016;
 
 impl DataSums {
+    /// Adds `run` to the intent list, in memory and in the sidecar's
+    /// header (durable at the next [`FileStore::flush_intent`]).
+    fn push_intent(&mut self, run: (u64, u64)) -> Result<(), Error> {
+        self.intent.push(run);
+        self.store.write_intent(self.intent.len() - 1, run, Some(self.intent.len() as u64))
+    }
+
     /// Whether the next commit should write the tree to the sidecar rather
     /// than log the checksum changes: many of them, and none a forgotten
     /// checksum (a block freed by metadata the log has not committed yet
@@ -577,4 +595,55 @@ pub struct ScrubReport {
     pub blocks: u64,
     /// (path, file block, disk block) of every mismatch.
     pub bad: Vec<(String, u64, u64)>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::regions_to_list;
+    use proptest::prelude::*;
+    use std::collections::BTreeSet;
+
+    proptest! {
+        /// Against a model of regions: the runs cover exactly the regions
+        /// around the logged blocks that no listed run covers whole —
+        /// every logged block covered, nothing else added, no block twice.
+        #[test]
+        fn the_runs_listed_are_the_uncovered_regions_of_the_logged_blocks(
+            bs in prop::sample::select(vec![1024u64, 4096, 65536]),
+            region in 1u64..40,
+            blocks in 1u64..400,
+            logged in prop::collection::vec((0usize..400, 1usize..3), 0..8),
+            listed in prop::collection::vec((0u64..400, 1u64..90), 0..5),
+        ) {
+            let logged: Vec<(usize, usize)> = logged
+                .iter()
+                .map(|&(b, n)| (b * bs as usize + b % 7, (b + n) * bs as usize - b % 5))
+                .filter(|&(s, e)| s < e && (e as u64).div_ceil(bs) <= blocks)
+                .collect();
+            let runs = regions_to_list(&logged, &listed, bs, region, blocks);
+            let span = |r: u64| (r * region, ((r + 1) * region).min(blocks));
+            let covered_whole = |r: u64| {
+                let (s, e) = span(r);
+                listed.iter().any(|&(a, l)| a <= s && e <= a + l)
+            };
+            let wanted: BTreeSet<u64> = logged
+                .iter()
+                .flat_map(|&(s, e)| (s as u64 / bs..(e as u64).div_ceil(bs)).map(|b| b / region))
+                .filter(|&r| !covered_whole(r))
+                .flat_map(|r| { let (s, e) = span(r); s..e })
+                .collect();
+            let mut got = BTreeSet::new();
+            for &(start, len) in &runs {
+                prop_assert!(len > 0 && start % region == 0, "run {start}+{len} of {runs:?}");
+                for b in start..start + len {
+                    prop_assert!(got.insert(b), "block {b} twice in {runs:?}");
+                }
+            }
+            prop_assert_eq!(got, wanted, "runs {:?}", runs);
+            // Adjacent regions listed one after the other are one run.
+            for pair in runs.windows(2) {
+                prop_assert!(pair[0].0 + pair[0].1 != pair[1].0, "{runs:?} not merged");
+            }
+        }
+    }
 }

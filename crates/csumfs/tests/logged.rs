@@ -564,15 +564,25 @@ fn a_commit_larger_than_the_logs_free_room_folds_the_log_first() {
                 volume.create(dir, format!("file-{i:04}").as_bytes(), NewInode { mode: 0o100_644, uid: 0, gid: 0 });
             volume.write(ino.unwrap().ino, 0, &i.to_le_bytes()).unwrap();
         }
-        volume.sync().unwrap();
     };
     create(&mut volume, 0..FIRST);
+    volume.sync().unwrap();
     let first = counts(&volume);
     create(&mut volume, FIRST..FIRST + SECOND);
+    let copied = volume.private_copy_bytes().unwrap();
+    volume.sync().unwrap();
     let second = counts(&volume);
-    eprintln!("commit bytes, checkpoints, folds, write-throughs: {first:?} then {second:?}");
+    let kept = volume.private_copy_bytes().unwrap();
+    eprintln!(
+        "commit bytes, checkpoints, folds, write-throughs: {first:?} then {second:?}; \
+         {copied} bytes of the image copied before the fold, {kept} after"
+    );
     assert_eq!(first[1..], [0, 0, 0], "the first batch fits the log");
     assert_eq!(second[1..], [1, 1, 0], "the second folded the log, then was logged");
+    // The first batch's own pages (its inodes') went back to the file; the
+    // second's stay copied until a checkpoint writes them.
+    assert!(kept < copied, "no page handed back at the fold");
+    assert!(kept >= 4 * 4096, "{kept} bytes: the second batch's inode pages were handed back");
     drop(volume); // dies with the second batch in the log only
     let (mut volume, replayed) = Volume::open_logged(&image, &log, 64 << 10, Options::default(), None).unwrap();
     assert_eq!(replayed.commits, 1, "the second batch's commit");
@@ -582,6 +592,7 @@ fn a_commit_larger_than_the_logs_free_room_folds_the_log_first() {
     drop(volume);
     assert_clean(&image, "after the fold, a death and the replay");
 }
+
 /// A log whose last commit was cut before its last record holds records
 /// that are whole but belong to no commit. Opening drops them (its
 /// checkpoint empties the log): left there, the next commit's last record
