@@ -182,6 +182,12 @@ pub(crate) struct Redo {
     logged_data: Vec<(usize, usize)>,
     /// Ranges committed since the last checkpoint.
     committed: Vec<(usize, usize)>,
+    /// A commit since the last checkpoint carried data checksums. A replay
+    /// applies them over the sidecar's tree, as newer than it: the tree
+    /// must not be committed with newer checksums of their blocks that the
+    /// log lacks while the log still holds them (see
+    /// [`Volume::stage_commit`]).
+    sums_in_log: bool,
     /// Pages of the map changed since the last checkpoint.
     touched: BTreeSet<usize>,
     /// Pages holding blocks freed since the last commit: until the free is
@@ -726,6 +732,7 @@ impl Redo {
         self.staged += 1;
         let data_first = std::mem::take(&mut self.data_unsynced);
         self.writer().stage(self.staged, records, data_first, changes.len() as u64);
+        self.sums_in_log |= !changes.is_empty();
         self.committed.extend(ranges);
         self.pending.clear();
         self.pending_bytes = 0;
@@ -769,14 +776,18 @@ impl Redo {
         self.image_superblock.copy_from_slice(&image[1024..2048]);
         self.data_unsynced = false;
         // The tree after the data it names is durable, before the log is
-        // emptied or the mark goes.
-        crate::datasum::commit(sums, stats, false)?;
+        // emptied or the mark goes. Written through, the pending checksums
+        // are in the tree and not in the log, whose older ones a replay
+        // would set over them until it is emptied: the blocks rewritten in
+        // place stay on the intent list until then.
+        crate::datasum::commit(sums, stats, through)?;
         if self.marked && final_ {
             self.backing.write_at(1024, &superblock_with(&image[1024..2048], false)).map_err(io("image"))?;
             self.backing.sync().map_err(io("fdatasync of the image"))?;
             self.marked = false;
         }
         self.writer().log.checkpoint()?;
+        self.sums_in_log = false;
         self.last_checkpoint = Instant::now();
         Stats::bump(&stats.log_checkpoints);
         Ok(())
@@ -932,6 +943,7 @@ impl Volume {
             pending_data: 0,
             logged_data: Vec::new(),
             committed: applied,
+            sums_in_log: false,
             touched: BTreeSet::new(),
             freed: RangeSet::default(),
             freed_version: 0,
@@ -1156,26 +1168,42 @@ impl Volume {
             // is made durable first, and blocks whose data waits in the log
             // are listed ahead of it, so the sidecar never names data the
             // image lacks unannounced (else they are logged after all).
+            // A log still holding checksums is folded instead, which
+            // commits the tree and then empties the log: a replay would set
+            // the log's checksums over the tree's newer ones of the same
+            // blocks (a block rewritten in place read back as `EIO`; found
+            // by the power-cut test of this path).
             let redo = self.redo.as_mut().expect("called with a log");
             redo.sync_data()?;
             let logged = redo.logged_data.clone();
-            if self.list_ahead_of_data(&logged)? {
+            let committed = if redo.sums_in_log {
+                self.fold_log()?
+            } else if self.list_ahead_of_data(&logged)? {
                 crate::datasum::commit(&mut self.datasums, &self.stats, !logged.is_empty())?;
+                true
+            } else {
+                false
+            };
+            if committed {
                 self.datasums.as_mut().expect("checked above").clear_logged();
+                Stats::bump(&self.stats.datasum_commits_for_log);
             }
         }
         let redo = self.redo.as_mut().expect("called with a log");
         if redo.commit(&self.map, &mut self.datasums)? {
             return Ok(true);
         }
-        if redo.committed.is_empty() || !self.fold_log()? {
+        if redo.committed.is_empty() && !redo.sums_in_log || !self.fold_log()? {
             return Ok(false);
         }
+        Stats::bump(&self.stats.log_folds);
         let redo = self.redo.as_mut().expect("called with a log");
         redo.commit(&self.map, &mut self.datasums)
     }
 
-    /// Makes room in the log for a commit its free room lacks: every
+    /// Makes room in the log for a commit its free room lacks (or empties
+    /// a log holding checksums before the tree is committed in place of
+    /// logging more, see [`stage_commit`](Self::stage_commit)): every
     /// record the log holds is written into the image file as it was
     /// committed — read back from the log, not taken from the map, whose
     /// pages may hold pending changes too, which must not reach the file
@@ -1220,14 +1248,18 @@ impl Volume {
         redo.image_superblock = superblock;
         redo.data_unsynced = false;
         // The tree after the data it names is durable (data still in the
-        // log listed above), before the log is emptied.
-        crate::datasum::commit(&mut self.datasums, &self.stats, !logged.is_empty())?;
+        // log listed above), before the log is emptied. The intent list
+        // stays: it names the blocks rewritten in place since the last
+        // commit, whose new checksums the tree holds and the log does not —
+        // until the log is emptied, a replay would set its older ones over
+        // them. (The next commit's durability empties the list.)
+        crate::datasum::commit(&mut self.datasums, &self.stats, true)?;
         let redo = self.redo.as_mut().expect("called with a log");
         redo.writer().log.checkpoint()?;
         redo.committed.clear();
+        redo.sums_in_log = false;
         redo.last_checkpoint = Instant::now();
         Stats::bump(&self.stats.log_checkpoints);
-        Stats::bump(&self.stats.log_folds);
         // The file now holds every page as the map has it but those the
         // pending changes touch.
         let pending: BTreeSet<usize> = redo.pending.iter().flat_map(|&(s, e)| s / PAGE..=(e - 1) / PAGE).collect();
@@ -1490,6 +1522,7 @@ mod tests {
             pending_data: 0,
             logged_data: Vec::new(),
             committed: Vec::new(),
+            sums_in_log: false,
             touched: BTreeSet::new(),
             freed: RangeSet::default(),
             freed_version: 0,

@@ -18,6 +18,10 @@ pub struct Stats {
     pub data_overlapped: AtomicU64,
     /// Checksum-tree commits.
     pub datasum_commits: AtomicU64,
+    /// Of those, commits made instead of logging a commit's many new
+    /// checksums (a large write): the tree goes to the sidecar ahead of
+    /// the log's commit.
+    pub datasum_commits_for_log: AtomicU64,
     /// Bytes those commits wrote (nodes and superblock).
     pub datasum_commit_bytes: AtomicU64,
     /// `fdatasync`s of the sidecar's intent list, each before an in-place
@@ -90,7 +94,7 @@ impl Stats {
              seed 001 ByteLog on {}: {} metadata commits in {} records, {} bytes persisted ({} per commit), \
              {} fsyncs ({} of them synchronous changes: chattr +S/+D, -o sync/dirsync) answered by {} syncs (group commit), {} checkpoints ({} of them to give a commit room), {} commits too large for the log written through, {} KiB of the image held in memory until the next checkpoint\n\
              seed 002 data checksums: {} blocks checksummed on write ({} while their write was under way), \
-             {} verified on read, {} mismatches (EIO), {} carried by ByteLog commits, {} tree commits writing {} bytes, \
+             {} verified on read, {} mismatches (EIO), {} carried by ByteLog commits, {} tree commits ({} of them in place of logging a large write's checksums) writing {} bytes, \
              {} intent-list flushes\n\
              seed 003 xattr name filter: {} absent-name lookups answered from the filter, {} searched the xattrs \
              ({} xattr block reads)\n\
@@ -115,6 +119,7 @@ impl Stats {
             g(&self.data_mismatches),
             g(&self.log_datasums),
             g(&self.datasum_commits),
+            g(&self.datasum_commits_for_log),
             g(&self.datasum_commit_bytes),
             g(&self.datasum_intent_flushes),
             g(&self.filter_hits),

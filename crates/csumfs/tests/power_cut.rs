@@ -423,24 +423,37 @@ fn judge(found: &Model, trees: &[Model], in_flight: Option<&str>) -> Result<(), 
     Ok(())
 }
 
-/// Runs `ops` random operations, a `sync` every `sync_every`, on an image of
+/// What a run does.
+enum Workload {
+    /// This many random operations of the model test, on an 8 MiB image.
+    Random(usize),
+    /// These operations, on an image of this size (mke2fs's spelling).
+    Given(Vec<Op>, &'static str),
+}
+
+/// Runs `workload`, a `sync` every `sync_every` operations, on an image of
 /// `block_size`-byte blocks kept with data checksums, or on a PI device of
 /// format `pi`; returns the cuts, the cuts before a flush other than the
 /// log's, those e2fsck judged, the blocks read back verified, the
 /// in-place data writes (announced on the intent list, or written through
-/// the device), and the commits that folded the log first for room. The
-/// log takes `log_bytes`; no commit may be too large for it.
+/// the device), the commits that folded the log first for room, and the
+/// checksum-tree commits made in place of logging a large write's
+/// checksums. The log takes `log_bytes`; no commit may be too large for it.
 fn run(
     seed: u64,
     block_size: &str,
-    ops: usize,
+    workload: Workload,
     sync_every: usize,
     pi: Option<Protection>,
     log_bytes: usize,
-) -> [u64; 6] {
+) -> [u64; 7] {
     let scratch = Scratch::new(&format!("power-cut-{seed}-{block_size}"));
     let path = scratch.0.join("fresh.img");
-    mke2fs(&path, block_size, "8M");
+    let image_size = match workload {
+        Workload::Random(_) => "8M",
+        Workload::Given(_, size) => size,
+    };
+    mke2fs(&path, block_size, image_size);
     let fresh = std::fs::read(&path).unwrap();
     let disk = Arc::new(Mutex::new(Disk::new(fresh.clone())));
     let beside = Arc::new(Mutex::new(Disk::new(Vec::new())));
@@ -485,12 +498,16 @@ fn run(
     // Half the writes made whole pages over a file's first two, which go
     // in place (not through the log): overwrites of checksummed blocks,
     // announced on the sidecar's intent list first.
-    let workload: Vec<Op> = (0..ops)
-        .map(|_| match op().new_tree(&mut runner).unwrap().current() {
-            Op::Write { file, len, .. } if len > 2500 => Op::Write { file, offset: len % 2 * 4096, len: 8192 },
-            op => op,
-        })
-        .collect();
+    let random = matches!(workload, Workload::Random(_));
+    let workload: Vec<Op> = match workload {
+        Workload::Random(ops) => (0..ops)
+            .map(|_| match op().new_tree(&mut runner).unwrap().current() {
+                Op::Write { file, len, .. } if len > 2500 => Op::Write { file, offset: len % 2 * 4096, len: 8192 },
+                op => op,
+            })
+            .collect(),
+        Workload::Given(ops, _) => ops,
+    };
     let mut model = Model::from([("/".to_string(), Node::Dir)]);
     // Every other sync is split as the mount's group commit splits it: the
     // commit made, one more operation run, then the flushes — that
@@ -536,9 +553,12 @@ fn run(
     // A write-through is not atomic: no commit here is too large for the log.
     assert_eq!(through, 0, "commits written through");
     let in_place = Stats::get(&stats.datasum_intent_flushes) + Stats::get(&stats.pi_blocks_written);
-    assert!(in_place > 10, "{in_place} in-place data writes");
-    assert!(logged > 2 * log_bytes as u64, "{logged} bytes of log: the ring never wrapped");
-    assert!(checkpoints > 2, "{checkpoints} checkpoints under cuts");
+    let trees_for_log = Stats::get(&stats.datasum_commits_for_log);
+    if random {
+        assert!(in_place > 10, "{in_place} in-place data writes");
+        assert!(logged > 2 * log_bytes as u64, "{logged} bytes of log: the ring never wrapped");
+        assert!(checkpoints > 2, "{checkpoints} checkpoints under cuts");
+    }
     volume.checkpoint().unwrap();
     drop(volume);
     let durable = disk.lock().unwrap().durable.clone();
@@ -561,7 +581,7 @@ fn run(
     let verified = Stats::get(&volume.stats().data_verified) + Stats::get(&volume.stats().pi_blocks_verified);
     assert!(verified > 0, "no block of the final image was verified");
     let world = world.lock().unwrap();
-    [world.cuts, world.flush_cuts, world.judged, world.verified, in_place, folds]
+    [world.cuts, world.flush_cuts, world.judged, world.verified, in_place, folds, trees_for_log]
 }
 
 /// The workloads' seeds and block sizes: `fixed` (CI's), then as many
@@ -578,16 +598,16 @@ fn every_fence_of_the_log_survives_a_power_cut() {
     if !have_e2fsprogs() {
         return;
     }
-    let mut counts = [0u64; 6];
+    let mut counts = [0u64; 7];
     // Seed 1004 is the one of 1000–1007 that catches a commit letting go of
     // its freed blocks before it is durable (a split sync's next operation
     // then writes them in place).
     let fixed = [(1, "1024"), (2, "4096"), (3, "1024"), (4, "4096"), (1004, "1024")];
     for (seed, block_size) in seeds(&fixed, 1000) {
-        let run = run(seed, block_size, 700, 2 + seed as usize % 3, None, LOG_BYTES);
+        let run = run(seed, block_size, Workload::Random(700), 2 + seed as usize % 3, None, LOG_BYTES);
         counts.iter_mut().zip(run).for_each(|(total, n)| *total += n);
     }
-    let [cuts, sidecar_cuts, judged, verified, announced, _] = counts;
+    let [cuts, sidecar_cuts, judged, verified, announced, _, _] = counts;
     eprintln!(
         "power cuts: {cuts} replayed and compared with the workload ({sidecar_cuts} before a sidecar flush), \
          {judged} judged by e2fsck -fn, {verified} blocks read back verified against their checksums; \
@@ -603,12 +623,12 @@ fn every_fence_of_the_log_survives_a_power_cut_on_a_pi_device() {
     if !have_e2fsprogs() {
         return;
     }
-    let mut counts = [0u64; 6];
+    let mut counts = [0u64; 7];
     for (seed, block_size) in seeds(&[(5, "1024"), (6, "4096")], 2000) {
-        let run = run(seed, block_size, 700, 2 + seed as usize % 3, Some(protection()), LOG_BYTES);
+        let run = run(seed, block_size, Workload::Random(700), 2 + seed as usize % 3, Some(protection()), LOG_BYTES);
         counts.iter_mut().zip(run).for_each(|(total, n)| *total += n);
     }
-    let [cuts, flush_cuts, judged, verified, written, _] = counts;
+    let [cuts, flush_cuts, judged, verified, written, _, _] = counts;
     eprintln!(
         "power cuts on a PI device: {cuts} replayed and compared with the workload ({flush_cuts} before a flush \
          of the device's files), {judged} judged by e2fsck -fn, {verified} blocks read back verified against their \
@@ -634,12 +654,12 @@ fn a_commit_that_folds_the_log_first_survives_a_power_cut() {
     if !have_e2fsprogs() {
         return;
     }
-    let mut counts = [0u64; 6];
+    let mut counts = [0u64; 7];
     for (seed, block_size) in [(7, "1024"), (8, "4096"), (9, "1024"), (10, "4096"), (11, "1024"), (12, "4096")] {
-        let run = run(seed, block_size, 700, 3 + seed as usize % 3, None, SMALL_LOG_BYTES);
+        let run = run(seed, block_size, Workload::Random(700), 3 + seed as usize % 3, None, SMALL_LOG_BYTES);
         counts.iter_mut().zip(run).for_each(|(total, n)| *total += n);
     }
-    let [cuts, sidecar_cuts, judged, verified, _, folds] = counts;
+    let [cuts, sidecar_cuts, judged, verified, _, folds, _] = counts;
     eprintln!(
         "power cuts with a {} KiB log: {cuts} replayed ({sidecar_cuts} before a sidecar flush), {judged} judged by \
          e2fsck -fn, {verified} blocks verified; {folds} commits folded the log first",
@@ -647,4 +667,87 @@ fn a_commit_that_folds_the_log_first_survives_a_power_cut() {
     );
     assert!(folds >= 4, "only {folds} folds");
     assert!(cuts > 500, "only {cuts} power cuts happened");
+}
+
+/// A large write's many new checksums go to the sidecar's tree at its
+/// commit instead of into the log. Two workloads of 1 KiB blocks, each
+/// round a page of a small file rewritten (data that waits in the log)
+/// and 4.4 MiB of new blocks written, synced together: (13) into a new
+/// file each round — the log holds no checksums, and the tree is committed
+/// ahead of the logged page, whose block must be on the intent list
+/// first; (14) into the same file, freed again in between — the log holds
+/// the checksums of the frees and of the last round, which a replay would
+/// set over the tree's newer ones, so the log is folded into the image
+/// first. A cut anywhere must leave a tree the workload had with no good
+/// block `EIO`. Planted bugs this catches: the tree committed without
+/// listing the logged page (13: `EIO` on the small file), and without the
+/// fold (14: `EIO` on the large file's first block, rewritten in place —
+/// found so).
+#[test]
+fn a_tree_committed_in_place_of_logged_checksums_survives_a_power_cut() {
+    if !have_e2fsprogs() {
+        return;
+    }
+    // The model picks files in path order: f0 (small) is 0, fK is K.
+    let small = |round: usize| Op::Write { file: 0, offset: round * 7, len: 1500 };
+    let large = |file: usize| Op::Write { file, offset: 0, len: 4400 << 10 };
+    // (f8 and f9, empty, only fill the first sync's three operations.)
+    let mut new_files = vec![
+        Op::Create { dir: 0, name: 0, len: 3000 },
+        Op::Create { dir: 0, name: 8, len: 0 },
+        Op::Create { dir: 0, name: 9, len: 0 },
+    ];
+    for round in 1..=6 {
+        new_files.extend([Op::Create { dir: 0, name: round as u8, len: 0 }, small(round), large(round)]);
+    }
+    let mut same_file = vec![Op::Create { dir: 0, name: 0, len: 3000 }, Op::Create { dir: 0, name: 1, len: 10 }];
+    for round in 0..6 {
+        same_file.extend([small(round), large(1), Op::Truncate { file: 1, size: 10 }, small(round + 10)]);
+    }
+    let mut counts = [0u64; 7];
+    for (seed, workload, sync_every) in
+        [(13, Workload::Given(new_files, "40M"), 3), (14, Workload::Given(same_file, "16M"), 2)]
+    {
+        let run = run(seed, "1024", workload, sync_every, None, LOG_BYTES);
+        assert!(run[6] >= 6, "seed {seed}: only {} tree commits in place of logging checksums", run[6]);
+        counts.iter_mut().zip(run).for_each(|(total, n)| *total += n);
+    }
+    let [cuts, sidecar_cuts, judged, verified, _, _, trees] = counts;
+    eprintln!(
+        "power cuts around checksum trees committed in place of logging: {cuts} replayed ({sidecar_cuts} before \
+         a sidecar flush), {judged} judged by e2fsck -fn, {verified} blocks verified; {trees} such tree commits"
+    );
+    assert!(sidecar_cuts > 30, "only {sidecar_cuts} cuts before a sidecar flush");
+}
+
+/// A fold commits the checksum tree before it empties the log: in between,
+/// a replay would set the log's older checksums over the tree's newer ones
+/// of blocks rewritten in place since the last commit, so the intent list
+/// naming those blocks must outlive the tree's commit. A 14 MiB file of
+/// 4 KiB blocks is rewritten in place (whole blocks: not through the log),
+/// its first 6 MiB twice, then all of it, a sync each — the checksums are
+/// logged (fewer than the tree takes instead) — in a 32 KiB log: the whole
+/// rewrite's commit (~14 KiB of records) lacks the room left after a 6 MiB
+/// one, whose checksums of the same blocks the log still holds, so it
+/// folds the log. Planted bug this catches: the fold's tree commit
+/// emptying the intent list (`EIO` on the file after a cut at the fold's
+/// last fence).
+#[test]
+fn a_fold_keeps_the_blocks_rewritten_in_place_announced() {
+    if !have_e2fsprogs() {
+        return;
+    }
+    let rewrite = |len: usize| Op::Write { file: 0, offset: 0, len };
+    let mut ops = vec![Op::Create { dir: 0, name: 0, len: 14 << 20 }];
+    for _ in 0..6 {
+        ops.extend([rewrite(6 << 20), rewrite(6 << 20), rewrite(14 << 20)]);
+    }
+    let [cuts, sidecar_cuts, judged, verified, in_place, folds, _] =
+        run(15, "4096", Workload::Given(ops, "24M"), 1, None, 32 << 10);
+    eprintln!(
+        "power cuts around folds after in-place rewrites: {cuts} replayed ({sidecar_cuts} before a sidecar flush), \
+         {judged} judged by e2fsck -fn, {verified} blocks verified; {in_place} intent-list flushes, {folds} folds"
+    );
+    assert!(folds >= 4, "only {folds} folds");
+    assert!(in_place >= 12, "only {in_place} intent-list flushes: the rewrites were not in place");
 }
