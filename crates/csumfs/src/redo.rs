@@ -1193,7 +1193,7 @@ impl Volume {
         if redo.commit(&self.map, &mut self.datasums)? {
             return Ok(true);
         }
-        if redo.committed.is_empty() && !redo.sums_in_log || !self.fold_log()? {
+        if (redo.committed.is_empty() && !redo.sums_in_log) || !self.fold_log()? {
             return Ok(false);
         }
         Stats::bump(&self.stats.log_folds);
