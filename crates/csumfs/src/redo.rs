@@ -776,11 +776,12 @@ impl Redo {
         self.image_superblock.copy_from_slice(&image[1024..2048]);
         self.data_unsynced = false;
         // The tree after the data it names is durable, before the log is
-        // emptied or the mark goes. Written through, the pending checksums
-        // are in the tree and not in the log, whose older ones a replay
-        // would set over them until it is emptied: the blocks rewritten in
-        // place stay on the intent list until then.
-        crate::datasum::commit(sums, stats, through)?;
+        // emptied or the mark goes. Until the log is emptied a replay sets
+        // its checksums over the tree's, and written through, the tree
+        // holds the pending commit's newer ones, which the log lacks: the
+        // intent list naming those blocks stays until then (the caller
+        // empties it after this).
+        crate::datasum::commit(sums, stats, true)?;
         if self.marked && final_ {
             self.backing.write_at(1024, &superblock_with(&image[1024..2048], false)).map_err(io("image"))?;
             self.backing.sync().map_err(io("fdatasync of the image"))?;
@@ -1146,7 +1147,8 @@ impl Volume {
             Stats::bump(&self.stats.log_write_through);
         }
         redo.checkpoint(&self.map, &mut self.datasums, final_, through, &self.stats)?;
-        // Everything committed is durable and in the image file now.
+        // Everything committed is durable and in the image file now, and
+        // the log is empty: the intent list goes.
         if let Some(sums) = self.datasums.as_mut() {
             sums.log_committed()?;
         }

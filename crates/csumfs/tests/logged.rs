@@ -990,3 +990,59 @@ fn a_block_freed_and_taken_again_keeps_its_bytes_for_undo_under_a_log() {
     drop(volume);
     assert_clean(&image, "the undone operation");
 }
+
+/// An image file whose every write fails: a recovery that dies at its
+/// checkpoint's first write.
+struct FailingImage;
+
+impl csumfs::Backing for FailingImage {
+    fn write_at(&mut self, _: u64, _: &[u8]) -> std::io::Result<()> {
+        Err(std::io::Error::other("planted: the recovery dies here"))
+    }
+    fn sync(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn sync_handle(&self) -> std::io::Result<csumfs::SyncHandle> {
+        Ok(Box::new(|| Ok(())))
+    }
+}
+
+/// A recovery that dies, and the recovery after it. The first death comes
+/// after a commit logged a file's checksums and while two of its blocks
+/// were being rewritten in place (so they are on the intent list); the
+/// recovery replays the log's checksums — older than those blocks' bytes
+/// — forgets the two that no longer match, commits the checksum tree, and
+/// dies before its checkpoint has written the image and emptied the log.
+/// The next recovery replays the same old checksums again, and the intent
+/// list must still name the blocks, or they read back as `EIO`. Planted
+/// bug this catches: the recovery's tree commit emptying the intent list
+/// (`EIO`; the code as it was).
+#[test]
+fn a_recovery_that_dies_leaves_the_blocks_it_forgot_announced() {
+    if !have_e2fsprogs() {
+        return;
+    }
+    let scratch = Scratch::new("logged-recovery-dies");
+    let (image, log, sums) = (scratch.0.join("img"), scratch.0.join("img.bytelog"), scratch.0.join("img.csums"));
+    mke2fs_with(&image, "4096", "64M", &[]);
+    let (mut volume, _) = Volume::open_logged(&image, &log, 4 << 20, Options::default(), Some(&sums)).unwrap();
+    let file = NewInode { mode: 0o100_644, uid: 0, gid: 0 };
+    let f = volume.create(ROOT, b"f", file).unwrap().ino;
+    volume.write(f, 0, &[0x11; 12_288]).unwrap();
+    volume.sync().unwrap(); // the three blocks' checksums in the log
+    volume.write(f, 4096, &[0x22; 8192]).unwrap(); // two whole pages: in place, listed
+    drop(volume); // dies before the next commit
+
+    let options = Options { write: true, ..Options::default() };
+    let (mut dying, pending) = Volume::from_logged_bytes(std::fs::read(&image).unwrap(), options).unwrap();
+    assert!(pending, "the image says its log holds a commit");
+    let medium = Box::new(csumkit::bytelog::SimMedium::from_image(std::fs::read(&log).unwrap()));
+    let died = dying.enable_log(Box::new(FailingImage), medium, pending, Some(&sums));
+    assert!(died.is_err(), "the planted failure stops the recovery");
+    drop(dying);
+
+    let (volume, replayed) = Volume::open_logged(&image, &log, 4 << 20, Options::default(), Some(&sums)).unwrap();
+    assert!(replayed.commits > 0, "the log was not emptied: replayed again");
+    let read = volume.read_all(&volume.inode(f).unwrap()).unwrap_or_else(|e| panic!("after a recovery died: {e}"));
+    assert!(read == [&[0x11; 4096][..], &[0x22; 8192]].concat(), "after a recovery died: the bytes written");
+}
