@@ -7,6 +7,21 @@ mod common;
 
 use common::{assert_clean, fill_until_full, have_e2fsprogs, mke2fs_with, Scratch};
 use csumfs::{NewInode, Options, Stats, Volume, ROOT};
+use std::path::Path;
+
+/// A fresh image of 4 KiB blocks and `size` in `scratch`: its path and
+/// those of its log and data checksum sidecar beside it.
+fn fresh_image(scratch: &Scratch, size: &str) -> [std::path::PathBuf; 3] {
+    let image = scratch.0.join("img");
+    mke2fs_with(&image, "4096", size, &[]);
+    [image, scratch.0.join("img.bytelog"), scratch.0.join("img.csums")]
+}
+
+/// Opens `image` with its metadata in a 4 MiB ByteLog at `log` and its
+/// data checksums in `sums`.
+fn open_with_sums(image: &Path, log: &Path, sums: &Path) -> (Volume, csumfs::Replayed) {
+    Volume::open_logged(image, log, 4 << 20, Options::default(), Some(sums)).unwrap()
+}
 
 #[test]
 fn a_large_sparse_image_is_logged_synced_and_checkpointed() {
@@ -32,7 +47,7 @@ fn a_large_sparse_image_is_logged_synced_and_checkpointed() {
     let dir = volume.mkdir(ROOT, b"d", NewInode { mode: 0o40_755, uid: 0, gid: 0 }).unwrap();
     volume.create(dir.ino, b"inside", NewInode { mode: 0o100_644, uid: 0, gid: 0 }).unwrap();
     volume.sync().unwrap();
-    let head = |image: &std::path::Path| {
+    let head = |image: &Path| {
         let mut head = vec![0u8; 4096];
         std::io::Read::read_exact(&mut std::fs::File::open(image).unwrap(), &mut head).unwrap();
         head
@@ -62,13 +77,12 @@ fn a_large_writes_checksums_go_to_the_sidecar_and_a_small_ones_to_the_log() {
         return;
     }
     let scratch = Scratch::new("logged-sums");
-    let (image, log, sums) = (scratch.0.join("img"), scratch.0.join("img.bytelog"), scratch.0.join("img.csums"));
-    mke2fs_with(&image, "4096", "64M", &[]);
+    let [image, log, sums] = fresh_image(&scratch, "64M");
     let file = NewInode { mode: 0o100_644, uid: 0, gid: 0 };
     let big: Vec<u8> = (0..20usize << 20).map(|i| (i * 7 % 251) as u8).collect();
     // Two blocks that differ: a checksum on the wrong block shows.
     let small: Vec<u8> = [[9u8; 4096], [10u8; 4096]].concat();
-    let (mut volume, _) = Volume::open_logged(&image, &log, 4 << 20, Options::default(), Some(&sums)).unwrap();
+    let (mut volume, _) = open_with_sums(&image, &log, &sums);
     let f = volume.create(ROOT, b"big", file).unwrap().ino;
     volume.write(f, 0, &big).unwrap();
     let stats = |v: &Volume| {
@@ -90,7 +104,7 @@ fn a_large_writes_checksums_go_to_the_sidecar_and_a_small_ones_to_the_log() {
     let first_blocks: Vec<u64> = first_runs.iter().map(|run| run.physical).collect();
     drop(volume); // dies before any checkpoint
 
-    let (mut volume, replayed) = Volume::open_logged(&image, &log, 4 << 20, Options::default(), Some(&sums)).unwrap();
+    let (mut volume, replayed) = open_with_sums(&image, &log, &sums);
     assert!(replayed.commits >= 2);
     assert_eq!(volume.read_all(&volume.inode(f).unwrap()).unwrap(), big, "verified, not EIO");
     assert_eq!(volume.read_all(&volume.inode(g).unwrap()).unwrap(), small);
@@ -105,7 +119,7 @@ fn a_large_writes_checksums_go_to_the_sidecar_and_a_small_ones_to_the_log() {
             bytes[((b + second) * 4096 + 1000) as usize] ^= 0x10;
         }
         std::fs::write(&image, &bytes).unwrap();
-        let (volume, _) = Volume::open_logged(&image, &log, 4 << 20, Options::default(), Some(&sums)).unwrap();
+        let (volume, _) = open_with_sums(&image, &log, &sums);
         for (ino, name) in [(f, "the sidecar's"), (g, "the log's")] {
             match volume.read_all(&volume.inode(ino).unwrap()) {
                 Err(err) => assert_eq!(err.errno(), libc::EIO, "{name} checksum, block {second}: {err}"),
@@ -169,7 +183,7 @@ fn operations_commit_at_sync_and_small_writes_wait_in_the_log() {
 }
 
 /// The image at `path` with its superblock saying a log holds changes.
-fn pending_image(path: &std::path::Path) -> Vec<u8> {
+fn pending_image(path: &Path) -> Vec<u8> {
     let mut image = std::fs::read(path).unwrap();
     let incompat = u32::from_le_bytes(image[1024 + 0x60..1024 + 0x64].try_into().unwrap()) | csumfs::LOG_PENDING;
     image[1024 + 0x60..1024 + 0x64].copy_from_slice(&incompat.to_le_bytes());
@@ -309,7 +323,7 @@ fn the_log_medium_follows_its_directory() {
     let scratch = Scratch::new("logged-medium");
     let image = scratch.0.join("img");
     mke2fs_with(&image, "4096", "16M", &[]);
-    let shm = std::path::Path::new("/dev/shm");
+    let shm = Path::new("/dev/shm");
     let mut dirs = vec![scratch.0.clone()];
     if shm.is_dir() {
         dirs.push(shm.to_path_buf());
@@ -421,7 +435,7 @@ fn a_checkpoint_hands_the_private_copy_back() {
     let scratch = Scratch::new("logged-private");
     let (image, log) = (scratch.0.join("img"), scratch.0.join("img.bytelog"));
     mke2fs_with(&image, "1024", "32M", &[]);
-    if !std::path::Path::new("/proc/self/smaps").exists() {
+    if !Path::new("/proc/self/smaps").exists() {
         assert!(std::env::var_os("CI").is_none(), "/proc/self/smaps is required in CI");
         eprintln!("SKIPPED a_checkpoint_hands_the_private_copy_back: no /proc/self/smaps");
         return;
@@ -474,9 +488,8 @@ fn an_idle_sync_commits_nothing_and_commit_bytes_are_the_logs() {
     }
     use std::sync::atomic::Ordering::Relaxed;
     let scratch = Scratch::new("logged-idle");
-    let (image, log, sums) = (scratch.0.join("img"), scratch.0.join("img.bytelog"), scratch.0.join("img.csums"));
-    mke2fs_with(&image, "4096", "32M", &[]);
-    let (mut volume, _) = Volume::open_logged(&image, &log, 4 << 20, Options::default(), Some(&sums)).unwrap();
+    let [image, log, sums] = fresh_image(&scratch, "32M");
+    let (mut volume, _) = open_with_sums(&image, &log, &sums);
     let counts = |v: &Volume| {
         let s = v.stats();
         (s.log_commits.load(Relaxed), s.log_commit_bytes.load(Relaxed), s.log_write_through.load(Relaxed))
@@ -738,9 +751,8 @@ fn a_block_overwritten_in_place_before_a_death_reads_back() {
         return;
     }
     let scratch = Scratch::new("logged-in-place");
-    let (image, log, sums) = (scratch.0.join("img"), scratch.0.join("img.bytelog"), scratch.0.join("img.csums"));
-    mke2fs_with(&image, "4096", "64M", &[]);
-    let (mut volume, _) = Volume::open_logged(&image, &log, 4 << 20, Options::default(), Some(&sums)).unwrap();
+    let [image, log, sums] = fresh_image(&scratch, "64M");
+    let (mut volume, _) = open_with_sums(&image, &log, &sums);
     let file = NewInode { mode: 0o100_644, uid: 0, gid: 0 };
     let f = volume.create(ROOT, b"f", file).unwrap().ino;
     volume.write(f, 0, &[0x11; 12_288]).unwrap();
@@ -753,7 +765,7 @@ fn a_block_overwritten_in_place_before_a_death_reads_back() {
     let at = (physical + 1) as usize * 4096;
     assert!(std::fs::read(&image).unwrap()[at..at + 8192] == [0x22; 8192], "written in place");
     drop(volume); // dies before any commit
-    let (volume, _) = Volume::open_logged(&image, &log, 4 << 20, Options::default(), Some(&sums)).unwrap();
+    let (volume, _) = open_with_sums(&image, &log, &sums);
     let read = volume.read_all(&volume.inode(f).unwrap()).unwrap_or_else(|e| panic!("the announced block: {e}"));
     assert!(read == [&[0x11; 4096][..], &[0x22; 8192]].concat(), "the announced blocks read back");
     let read = volume.read_all(&volume.inode(g).unwrap()).unwrap_or_else(|e| panic!("the announced 3 MiB: {e}"));
@@ -815,9 +827,8 @@ fn a_log_commit_empties_the_intent_list() {
         return;
     }
     let scratch = Scratch::new("logged-intent");
-    let (image, log, sums) = (scratch.0.join("img"), scratch.0.join("img.bytelog"), scratch.0.join("img.csums"));
-    mke2fs_with(&image, "4096", "64M", &[]);
-    let (mut volume, _) = Volume::open_logged(&image, &log, 4 << 20, Options::default(), Some(&sums)).unwrap();
+    let [image, log, sums] = fresh_image(&scratch, "64M");
+    let (mut volume, _) = open_with_sums(&image, &log, &sums);
     let f = volume.create(ROOT, b"f", NewInode { mode: 0o100_644, uid: 0, gid: 0 }).unwrap().ino;
     volume.write(f, 0, &vec![1u8; 2 << 20]).unwrap();
     volume.checkpoint().unwrap(); // the tree holds f's checksums
@@ -834,7 +845,7 @@ fn a_log_commit_empties_the_intent_list() {
     volume.write(f, 0, &[3u8; 8192]).unwrap();
     assert_eq!((flushes(&volume), listed()), (before + 2, 1), "announced again after the commit");
     drop(volume); // dies before the next commit
-    let (volume, _) = Volume::open_logged(&image, &log, 4 << 20, Options::default(), Some(&sums)).unwrap();
+    let (volume, _) = open_with_sums(&image, &log, &sums);
     let mut want = vec![1u8; 2 << 20];
     want[..8192].fill(3);
     assert!(volume.read_all(&volume.inode(f).unwrap()).unwrap() == want, "good data, not EIO");
@@ -850,9 +861,8 @@ fn a_commit_logs_up_to_four_records_of_checksums() {
         return;
     }
     let scratch = Scratch::new("logged-sums-bound");
-    let (image, log, sums) = (scratch.0.join("img"), scratch.0.join("img.bytelog"), scratch.0.join("img.csums"));
-    mke2fs_with(&image, "4096", "64M", &[]);
-    let (mut volume, _) = Volume::open_logged(&image, &log, 4 << 20, Options::default(), Some(&sums)).unwrap();
+    let [image, log, sums] = fresh_image(&scratch, "64M");
+    let (mut volume, _) = open_with_sums(&image, &log, &sums);
     let stats = |v: &Volume| (Stats::get(&v.stats().datasum_commits), Stats::get(&v.stats().log_datasums));
     for (name, blocks, tree) in [(&b"at"[..], 4064usize, false), (b"past", 4065, true)] {
         let f = volume.create(ROOT, name, NewInode { mode: 0o100_644, uid: 0, gid: 0 }).unwrap().ino;
@@ -1023,9 +1033,8 @@ fn a_recovery_that_dies_leaves_the_blocks_it_forgot_announced() {
         return;
     }
     let scratch = Scratch::new("logged-recovery-dies");
-    let (image, log, sums) = (scratch.0.join("img"), scratch.0.join("img.bytelog"), scratch.0.join("img.csums"));
-    mke2fs_with(&image, "4096", "64M", &[]);
-    let (mut volume, _) = Volume::open_logged(&image, &log, 4 << 20, Options::default(), Some(&sums)).unwrap();
+    let [image, log, sums] = fresh_image(&scratch, "64M");
+    let (mut volume, _) = open_with_sums(&image, &log, &sums);
     let file = NewInode { mode: 0o100_644, uid: 0, gid: 0 };
     let f = volume.create(ROOT, b"f", file).unwrap().ino;
     volume.write(f, 0, &[0x11; 12_288]).unwrap();
@@ -1041,7 +1050,7 @@ fn a_recovery_that_dies_leaves_the_blocks_it_forgot_announced() {
     assert!(died.is_err(), "the planted failure stops the recovery");
     drop(dying);
 
-    let (volume, replayed) = Volume::open_logged(&image, &log, 4 << 20, Options::default(), Some(&sums)).unwrap();
+    let (volume, replayed) = open_with_sums(&image, &log, &sums);
     assert!(replayed.commits > 0, "the log was not emptied: replayed again");
     let read = volume.read_all(&volume.inode(f).unwrap()).unwrap_or_else(|e| panic!("after a recovery died: {e}"));
     assert!(read == [&[0x11; 4096][..], &[0x22; 8192]].concat(), "after a recovery died: the bytes written");
