@@ -266,11 +266,11 @@ impl Volume {
                     path.display()
                 );
             }
-            // With a ByteLog, the list stays until the log is emptied (the
-            // checkpoint after the replay): a recovery that dies before
-            // then replays the log's checksums again, over the blocks
-            // forgotten here, which only the list names.
-            commit(&mut self.datasums, &self.stats, self.redo.is_some())?;
+            // With a ByteLog the list stays (see `commit`): a recovery that
+            // dies before its checkpoint has emptied the log replays the
+            // log's checksums again, over the blocks forgotten here, which
+            // only the list names.
+            self.commit_data_checksums()?;
         }
         Ok(true)
     }
@@ -407,14 +407,14 @@ impl Volume {
 
     /// Commits the data checksums (after the image's data is durable).
     pub(crate) fn commit_data_checksums(&mut self) -> Result<(), Error> {
-        commit(&mut self.datasums, &self.stats, false)
+        commit(&mut self.datasums, &self.stats)
     }
 
     /// Before the tree is committed while data written through the log is
     /// not yet in the image (byte ranges `logged`): the new checksums of
     /// those blocks would be durable ahead of their data, and a power cut
     /// in between would fail the old data with `EIO`. Their regions go on
-    /// the intent list (made durable here), which the tree's commit then
+    /// the intent list (made durable here), which the tree's commit
     /// keeps: the next open forgets the checksum of a listed block that
     /// does not match, and the log commit carrying the data empties it.
     /// `Ok(false)`: the list has no room for them (nothing was listed).
@@ -470,16 +470,20 @@ fn regions_to_list(
 }
 
 /// Commits the tree to the sidecar, if it changed (the image's data being
-/// durable already); the intent list empties — unless `keep_intent`:
-/// it lists blocks whose new checksums the tree holds before their data is
-/// in the image (see [`Volume::list_ahead_of_data`]).
-pub(crate) fn commit(sums: &mut Option<DataSums>, stats: &Stats, keep_intent: bool) -> Result<(), Error> {
+/// durable already). Without a ByteLog the intent list empties with it.
+/// With one it stays until a log commit is durable
+/// ([`DataSums::log_committed`]): until the log is emptied, a replay sets
+/// the log's checksums over the tree's, and the list names the blocks
+/// whose newer ones the tree holds and the log lacks — rewritten in place
+/// since the last commit, written through the log but not yet in the image
+/// ([`Volume::list_ahead_of_data`]), forgotten by a recovery.
+pub(crate) fn commit(sums: &mut Option<DataSums>, stats: &Stats) -> Result<(), Error> {
     if let Some(sums) = sums {
         if sums.dirty {
             let wrote = sums.tree.commit(&mut sums.store)?;
             sums.dirty = false;
             sums.freed.clear();
-            if !keep_intent {
+            if sums.logged.is_none() {
                 sums.intent.clear();
                 sums.store.clear_intent()?;
             }

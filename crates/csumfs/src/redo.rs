@@ -776,12 +776,9 @@ impl Redo {
         self.image_superblock.copy_from_slice(&image[1024..2048]);
         self.data_unsynced = false;
         // The tree after the data it names is durable, before the log is
-        // emptied or the mark goes. Until the log is emptied a replay sets
-        // its checksums over the tree's, and written through, the tree
-        // holds the pending commit's newer ones, which the log lacks: the
-        // intent list naming those blocks stays until then (the caller
-        // empties it after this).
-        crate::datasum::commit(sums, stats, true)?;
+        // emptied or the mark goes (the intent list stays until the caller
+        // empties it after this, the log empty).
+        crate::datasum::commit(sums, stats)?;
         if self.marked && final_ {
             self.backing.write_at(1024, &superblock_with(&image[1024..2048], false)).map_err(io("image"))?;
             self.backing.sync().map_err(io("fdatasync of the image"))?;
@@ -1181,7 +1178,7 @@ impl Volume {
             let committed = if redo.sums_in_log {
                 self.fold_log()?
             } else if self.list_ahead_of_data(&logged)? {
-                crate::datasum::commit(&mut self.datasums, &self.stats, !logged.is_empty())?;
+                crate::datasum::commit(&mut self.datasums, &self.stats)?;
                 true
             } else {
                 false
@@ -1250,12 +1247,9 @@ impl Volume {
         redo.image_superblock = superblock;
         redo.data_unsynced = false;
         // The tree after the data it names is durable (data still in the
-        // log listed above), before the log is emptied. The intent list
-        // stays: it names the blocks rewritten in place since the last
-        // commit, whose new checksums the tree holds and the log does not —
-        // until the log is emptied, a replay would set its older ones over
-        // them. (The next commit's durability empties the list.)
-        crate::datasum::commit(&mut self.datasums, &self.stats, true)?;
+        // log listed above), before the log is emptied; the intent list
+        // stays until the next commit is durable (see `datasum::commit`).
+        crate::datasum::commit(&mut self.datasums, &self.stats)?;
         let redo = self.redo.as_mut().expect("called with a log");
         redo.writer().log.checkpoint()?;
         redo.committed.clear();
