@@ -38,6 +38,10 @@ pub struct FsArgs {
     /// kernel-fast-commit.
     #[arg(long, value_delimiter = ',', value_parser = System::parse)]
     systems: Vec<System>,
+    /// Only these workloads (default: all), by number 1–5; the others'
+    /// cells read "-". (1) takes its 100 B and 15-job forms with it.
+    #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u8).range(1..=5))]
+    workloads: Vec<u8>,
 }
 
 pub fn run(args: &FsArgs) -> ExitCode {
@@ -469,8 +473,31 @@ fn fallocate(mnt: &Path, dir: &Path, bytes: u64) -> Result<f64, String> {
     Ok(percentile(&rounds, 0.5).as_secs_f64())
 }
 
-/// Every workload on one system at one block size; `Err` names what failed.
-fn measure(system: System, bs: u32, root: &Path, sizes: &Sizes) -> Result<Vec<String>, String> {
+/// The workloads of one run: which to measure, and a progress line on
+/// stderr as each starts (a full run takes minutes per system).
+struct Plan<'a> {
+    workloads: &'a [u8],
+    started: Instant,
+}
+
+impl Plan<'_> {
+    /// Runs `work` when workload `n` is chosen, after naming it on stderr.
+    fn run<T>(&self, n: u8, name: &str, work: impl FnOnce() -> Result<T, String>) -> Result<Option<T>, String> {
+        if !self.workloads.is_empty() && !self.workloads.contains(&n) {
+            return Ok(None);
+        }
+        eprint!(" {name}");
+        let _ = std::io::stderr().flush();
+        work().map(Some)
+    }
+}
+
+/// A cell for a workload not chosen.
+const NOT_RUN: &str = "-";
+
+/// Every chosen workload on one system at one block size; `Err` names what
+/// failed.
+fn measure(system: System, bs: u32, root: &Path, sizes: &Sizes, workloads: &[u8]) -> Result<Vec<String>, String> {
     let image = root.join(format!("img-{bs}"));
     let mnt = root.join("mnt");
     remove_image(&image);
@@ -491,36 +518,58 @@ fn measure(system: System, bs: u32, root: &Path, sizes: &Sizes) -> Result<Vec<St
             .arg(format!("{image_gib}G")),
         "mke2fs",
     )?;
+    let plan = Plan { workloads, started: Instant::now() };
+    eprint!("bench fs: {} at {} KiB blocks:", system.name(), bs / 1024);
     mount(system, &image, &mnt)?;
     let result = (|| {
-        let m = meta(&mnt, root, sizes.meta_ops, 4096)?;
-        // The seed-001 fio meta job's size (ANCHORS.md): a write under a page.
-        let small = meta(&mnt, root, sizes.meta_ops, 100)?;
-        let many = meta_jobs(&mnt, root, sizes.meta_ops / 5)?;
-        let seq = sequential(&mnt, root, sizes.seq_bytes)?;
-        let rand = random(&mnt, root, sizes.rand_file, sizes.rand_writes)?;
-        make_tree(&mnt, sizes.tree_files)?;
-        let falloc = fallocate(&mnt, root, fallocate_bytes)?;
-        Ok::<_, String>((m, small, many, seq, rand, falloc))
+        let m = plan.run(1, "(1)", || {
+            let m = meta(&mnt, root, sizes.meta_ops, 4096)?;
+            // The seed-001 fio meta job's size (ANCHORS.md): a write under a page.
+            let small = meta(&mnt, root, sizes.meta_ops, 100)?;
+            Ok((m, small, meta_jobs(&mnt, root, sizes.meta_ops / 5)?))
+        })?;
+        let seq = plan.run(2, "(2)", || sequential(&mnt, root, sizes.seq_bytes))?;
+        let rand = plan.run(3, "(3)", || random(&mnt, root, sizes.rand_file, sizes.rand_writes))?;
+        let tree = plan.run(4, "(4)", || make_tree(&mnt, sizes.tree_files))?;
+        let falloc = plan.run(5, "(5)", || fallocate(&mnt, root, fallocate_bytes))?;
+        Ok::<_, String>((m, seq, rand, tree, falloc))
     })();
     unmount(system, &image, &mnt)?;
-    let (m, small, many, seq, rand, falloc) = result?;
+    let (m, seq, rand, tree, falloc) = result.inspect_err(|_| eprintln!())?;
     // Cold: a fresh mount, and the kernel's caches dropped.
-    let _ = std::fs::write("/proc/sys/vm/drop_caches", "3");
-    mount(system, &image, &mnt)?;
-    let walked = walk(&mnt);
-    unmount(system, &image, &mnt)?;
+    let walked = match tree {
+        Some(()) => {
+            let _ = std::fs::write("/proc/sys/vm/drop_caches", "3");
+            mount(system, &image, &mnt)?;
+            let walked = walk(&mnt);
+            unmount(system, &image, &mnt)?;
+            Some(walked?)
+        }
+        None => None,
+    };
     remove_image(&image);
+    eprintln!(" — {:.1} s", plan.started.elapsed().as_secs_f64());
+    let cell = |v: Option<String>| v.unwrap_or_else(|| NOT_RUN.into());
+    let (m1, m1_fsync, m1_kib, small, many) = match m {
+        Some((m, small, many)) => (
+            Some(num(m[0])),
+            Some(format!("{} / {}", num(m[1]), num(m[2]))),
+            Some(num(m[3])),
+            Some(format!("{} / {}", num(small[0]), num(small[3]))),
+            Some(format!("{} / {}", num(many[0]), num(many[1]))),
+        ),
+        None => (None, None, None, None, None),
+    };
     Ok(vec![
-        num(m[0]),
-        format!("{} / {}", num(m[1]), num(m[2])),
-        num(m[3]),
-        format!("{} / {}", num(small[0]), num(small[3])),
-        format!("{} / {}", num(many[0]), num(many[1])),
-        num(seq),
-        format!("{} / {}", num(rand.0), rand.1.map_or("?".into(), num)),
-        num(walked?),
-        num(falloc * 1e3),
+        cell(m1),
+        cell(m1_fsync),
+        cell(m1_kib),
+        cell(small),
+        cell(many),
+        cell(seq.map(num)),
+        cell(rand.map(|r| format!("{} / {}", num(r.0), r.1.map_or("?".into(), num)))),
+        cell(walked.map(num)),
+        cell(falloc.map(|f| num(f * 1e3))),
     ])
 }
 
@@ -596,7 +645,7 @@ fn bench(args: &FsArgs) -> Result<(), String> {
             if system.is_kernel() && bs != 4096 {
                 continue; // the kernel mounts block sizes up to the page size only
             }
-            match measure(system, bs, scratch.path(), &sizes) {
+            match measure(system, bs, scratch.path(), &sizes, &args.workloads) {
                 Ok(cells) => {
                     let mut row = vec![system.name().to_string()];
                     row.extend(cells);
