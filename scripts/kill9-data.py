@@ -7,7 +7,8 @@ there with their sizes. This one is about file data and its checksums: four file
 rewritten in place at random offsets (a few bytes to a page: the data rides in the
 ByteLog; up to 256 KiB: in place, on the data checksums' intent list), written past
 their end, truncated, holes punched and ranges zeroed (blocks freed, then taken by
-the next write), and written 4 100–6 144 blocks at a time (more new checksums than a
+the next write), replaced whole (a new file written, synced and renamed over the old,
+the directory synced), and written 4 100–6 144 blocks at a time (more new checksums than a
 log record holds: the checksum tree is committed instead of logging them), each operation
 followed by fsync. At a random moment the daemon dies; the image is mounted again (the
 log replayed), and every file must read back — no EIO from a checksum — byte for byte
@@ -61,7 +62,8 @@ paths = [os.path.join(mnt, f"f{i}") for i in range(files)]
 fds = [os.open(p, os.O_CREAT | os.O_RDWR, 0o644) for p in paths]
 for fd in fds:
     os.fsync(fd)
-os.fsync(os.open(mnt, os.O_RDONLY))
+dirfd = os.open(mnt, os.O_RDONLY)
+os.fsync(dirfd)
 os.fsync(os.open(os.path.dirname(mnt), os.O_RDONLY))
 print("ready", flush=True)
 sizes = [0] * files
@@ -70,13 +72,16 @@ while True:
     gen += 1
     f = rng.randrange(files)
     size = sizes[f]
-    kind = rng.choices(["small", "medium", "large", "truncate", "punch", "zero"], [40, 27, 12, 11, 5, 5])[0]
+    kind = rng.choices(["small", "medium", "large", "truncate", "punch", "zero", "replace"], [38, 25, 12, 10, 5, 5, 5])[0]
     if kind == "truncate":
         op = {"f": f, "kind": kind, "size": rng.randrange(0, max_file // 2)}
     elif kind in MODES:
         # Inside the file (the size stays): blocks freed, or zeroed, and pieces of blocks zeroed.
         at = rng.randrange(0, max(1, size))
         op = {"f": f, "kind": kind, "at": at, "n": rng.randint(1, max(1, min(size - at, 2 << 20)))}
+    elif kind == "replace":
+        # An application's atomic update: a new file written and synced, renamed over the old.
+        op = {"f": f, "kind": kind, "n": rng.randint(0, 300 << 10)}
     else:
         n = {"small": lambda: rng.randint(1, 4096), "medium": lambda: rng.randint(4097, 256 << 10),
              "large": lambda: rng.randint(*large)}[kind]()
@@ -88,6 +93,21 @@ while True:
     if op["kind"] == "truncate":
         os.ftruncate(fds[f], op["size"])
         sizes[f] = op["size"]
+    elif op["kind"] == "replace":
+        tmp = paths[f] + ".tmp"
+        fd = os.open(tmp, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o644)
+        data = random.Random(gen).randbytes(op["n"])
+        done = 0
+        while done < len(data):
+            done += os.write(fd, data[done:])
+        os.fsync(fd)
+        os.close(fd)
+        os.rename(tmp, paths[f])
+        os.fsync(dirfd)
+        # The old file goes with its last descriptor (its blocks freed for the next writes).
+        os.close(fds[f])
+        fds[f] = os.open(paths[f], os.O_RDWR)
+        sizes[f] = op["n"]
     elif op["kind"] in MODES:
         if libc.fallocate(fds[f], MODES[op["kind"]], op["at"], op["n"]) != 0:
             raise OSError(ctypes.get_errno(), f"fallocate {op}")
@@ -141,6 +161,8 @@ def apply(content, op):
     if op["kind"] == "truncate":
         del content[op["size"]:]
         content.extend(bytes(op["size"] - len(content)))
+    elif op["kind"] == "replace":
+        content[:] = random.Random(op["gen"]).randbytes(op["n"])
     elif op["kind"] in ("punch", "zero"):
         end = min(op["at"] + op["n"], len(content))
         content[op["at"]:end] = bytes(max(0, end - op["at"]))
@@ -164,6 +186,8 @@ def judge(name, got, acked, pending):
         return None
     if pending["kind"] == "truncate":
         return f"{name}: neither before nor after the truncate to {pending['size']}: {describe(got, acked)}"
+    if pending["kind"] == "replace":
+        return f"{name}: neither the old file nor its replacement ({pending['n']} bytes): {describe(got, acked)}"
     # A write under way: its pieces may have landed in part. The size lies between
     # the old and the new; each byte is the old one or the write's (or zero where
     # the write made the file longer and its piece is not there). A punch or a
