@@ -39,7 +39,7 @@ impl Volume {
         let bs = self.layout.block_size;
         if size < inode.size {
             if !size.is_multiple_of(bs) {
-                self.zero_in_place(&inode, size, size.next_multiple_of(bs))?;
+                self.zero_in_place(&inode, size, size.next_multiple_of(bs), true)?;
             }
             inode = self.unmap(&inode, size.div_ceil(bs), u64::MAX)?;
         }
@@ -83,10 +83,10 @@ impl Volume {
         if offset < end {
             let (first_whole, end_whole) = (offset.div_ceil(bs), end / bs);
             if first_whole > end_whole {
-                self.zero_in_place(&inode, offset, end)?; // inside one block
+                self.zero_in_place(&inode, offset, end, false)?; // inside one block
             } else {
-                self.zero_in_place(&inode, offset, first_whole * bs)?;
-                self.zero_in_place(&inode, end_whole * bs, end)?;
+                self.zero_in_place(&inode, offset, first_whole * bs, false)?;
+                self.zero_in_place(&inode, end_whole * bs, end, false)?;
                 inode = self.unmap(&inode, first_whole, end_whole)?;
             }
         }
@@ -109,10 +109,10 @@ impl Volume {
         if offset < end {
             let (first_whole, end_whole) = (offset.div_ceil(bs), end / bs);
             if first_whole > end_whole {
-                self.zero_in_place(&inode, offset, end)?;
+                self.zero_in_place(&inode, offset, end, false)?;
             } else {
-                self.zero_in_place(&inode, offset, first_whole * bs)?;
-                self.zero_in_place(&inode, end_whole * bs, end)?;
+                self.zero_in_place(&inode, offset, first_whole * bs, false)?;
+                self.zero_in_place(&inode, end_whole * bs, end, false)?;
                 let written: Vec<Run> = self
                     .runs(&inode)?
                     .into_iter()
@@ -175,8 +175,10 @@ impl Volume {
 
     /// Zeroes bytes `from..to` (inside one block) of the file where a
     /// written block holds them; holes and unwritten blocks read as zeros
-    /// already.
-    fn zero_in_place(&mut self, inode: &Inode, from: u64, to: u64) -> Result<(), Error> {
+    /// already. `past_end`: the bytes lie past the size the operation sets
+    /// (a truncate's), and stay the file's unless it is kept
+    /// ([`store_data_with_metadata`](Self::store_data_with_metadata)).
+    fn zero_in_place(&mut self, inode: &Inode, from: u64, to: u64, past_end: bool) -> Result<(), Error> {
         let bs = self.layout.block_size;
         if from >= to {
             return Ok(());
@@ -187,7 +189,12 @@ impl Volume {
             self.runs(inode)?.into_iter().find(|r| !r.uninit && r.logical <= block && block < r.logical + r.len);
         if let Some(r) = written {
             let physical = r.physical + block - r.logical;
-            self.store_data(physical * bs + from % bs, &vec![0u8; (to - from) as usize])?;
+            let (at, zeros) = (physical * bs + from % bs, vec![0u8; (to - from) as usize]);
+            if past_end {
+                self.store_data_with_metadata(at, &zeros)?;
+            } else {
+                self.store_data(at, &zeros)?;
+            }
             self.data_written(physical);
         }
         Ok(())

@@ -979,6 +979,16 @@ impl Volume {
         Ok(replayed)
     }
 
+    /// Writes file data at `at` through the log whatever its size: it
+    /// reaches the image with the commit that carries it, and is lost
+    /// with it.
+    pub(crate) fn store_data_in_log(&mut self, at: usize, new: &[u8]) -> Result<(), Error> {
+        let redo = self.redo.as_mut().expect("called with a log");
+        redo.pending_data += new.len();
+        redo.logged_data.push((at, at + new.len()));
+        self.store(at as u64, new)
+    }
+
     /// Writes file data at `at`: through the log when it is at most a
     /// page and little data is pending, and on a page whose metadata
     /// changed since the last checkpoint; straight to the image file
@@ -986,9 +996,7 @@ impl Volume {
     pub(crate) fn store_logged_data(&mut self, at: usize, new: &[u8]) -> Result<(), Error> {
         let redo = self.redo.as_mut().expect("called with a log");
         if new.len() <= PAGE && redo.pending_data + new.len() <= LOGGED_DATA_BYTES {
-            redo.pending_data += new.len();
-            redo.logged_data.push((at, at + new.len()));
-            return self.store(at as u64, new);
+            return self.store_data_in_log(at, new);
         }
         let mut pieces: Vec<(usize, usize, bool)> = Vec::new();
         let mut start = at;

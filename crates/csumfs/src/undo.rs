@@ -8,7 +8,8 @@
 //! open puts those bytes back, newest first, and the image is as it was
 //! before the operation. An operation that fails with an error is rolled
 //! back the same way at once. File data is written in place, not logged
-//! (as ext4's `data=writeback`). A power cut is not covered. This file
+//! (as ext4's `data=writeback`) — but for a truncate's zeroed tail, which
+//! is the file's until the truncate is kept. A power cut is not covered. This file
 //! log is what `csumkit mount -o log=off` uses; with a ByteLog (the
 //! default, `redo.rs`) records are kept in memory only, to roll back an
 //! operation that fails, and the ByteLog covers deaths and power cuts.
@@ -44,6 +45,10 @@ pub(crate) struct UndoLog {
     /// its old bytes (undoing the operation gives the block back to its
     /// first owner), whatever the store says.
     freed: Vec<(usize, usize)>,
+    /// File data blocks whose old bytes the operation in progress keeps
+    /// (a truncate's zeroed tail): put back, their checksums are taken
+    /// again from the bytes.
+    data_blocks: Vec<u64>,
     /// Nested `begin`s; the outermost `end` commits or rolls back.
     pub(crate) depth: u32,
 }
@@ -78,20 +83,27 @@ impl UndoLog {
             map[..8].copy_from_slice(MAGIC);
             Vec::new()
         };
-        let mut log = UndoLog { file: Some((file, map)), memory: Vec::new(), freed: Vec::new(), depth: 0 };
+        let mut log = UndoLog {
+            file: Some((file, map)),
+            memory: Vec::new(),
+            freed: Vec::new(),
+            data_blocks: Vec::new(),
+            depth: 0,
+        };
         log.clear();
         Ok((log, pending))
     }
 
     /// A log kept in memory only.
     pub(crate) fn in_memory() -> UndoLog {
-        UndoLog { file: None, memory: Vec::new(), freed: Vec::new(), depth: 0 }
+        UndoLog { file: None, memory: Vec::new(), freed: Vec::new(), data_blocks: Vec::new(), depth: 0 }
     }
 
     /// Forgets every record (the operation is complete, or undone).
     pub(crate) fn clear(&mut self) {
         self.memory.clear();
         self.freed.clear();
+        self.data_blocks.clear();
         let Some((_, map)) = &mut self.file else { return };
         // The image's stores before this one stay before it.
         compiler_fence(Ordering::SeqCst);
@@ -104,6 +116,14 @@ impl UndoLog {
     pub(crate) fn freed(&mut self, at: usize, len: usize) {
         if self.depth > 0 && len > 0 {
             self.freed.push((at, at + len));
+        }
+    }
+
+    /// Notes that the operation in progress keeps the old bytes of file
+    /// data blocks `blocks` for undo.
+    pub(crate) fn kept_data(&mut self, blocks: std::ops::Range<u64>) {
+        if self.depth > 0 {
+            self.data_blocks.extend(blocks);
         }
     }
 
@@ -234,6 +254,11 @@ impl crate::volume::Volume {
         if !ok {
             let records = undo.pending().map_err(|detail| crate::error::corrupt("undo log", detail))?;
             self.put_back(&records)?;
+            // Data blocks put back have their old bytes again: their
+            // checksums too.
+            for block in self.undo.as_mut().map(|u| std::mem::take(&mut u.data_blocks)).unwrap_or_default() {
+                self.data_written(block);
+            }
             // Cached xattr name filters and free-space trees may describe
             // what was undone.
             self.filters.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clear();

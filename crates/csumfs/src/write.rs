@@ -411,6 +411,32 @@ impl Volume {
         Ok(())
     }
 
+    /// Writes file data that is the file's only if the operation is kept:
+    /// a truncate's zeroed tail past the new end (without the truncate
+    /// those bytes are still the file's). Zeroed in place at once, a death
+    /// before the truncate was committed (or undone) left the file at its
+    /// old size over zeros — `scripts/kill9-data.py` found it with
+    /// `log=off`; with a ByteLog a tail of more than a page did the same.
+    /// With a ByteLog the bytes go through the log whatever their size;
+    /// with the undo log (`log=off`) their old bytes are kept for undo;
+    /// on a PI device without a log they are written as any data (the
+    /// device's tuples would not match bytes put back).
+    pub(crate) fn store_data_with_metadata(&mut self, at: u64, new: &[u8]) -> Result<(), Error> {
+        let bs = self.layout.block_size;
+        let blocks = at / bs..(at + new.len() as u64).div_ceil(bs);
+        if let Some(undo) = self.undo.as_mut() {
+            undo.kept_data(blocks.clone());
+        }
+        if self.redo.is_some() {
+            return self.store_data_in_log(at as usize, new);
+        }
+        if self.pi.is_some() {
+            return self.pi_store_data(at, new);
+        }
+        self.data_will_write(blocks.start, blocks.end - blocks.start)?;
+        self.store(at, new)
+    }
+
     /// Changes one group descriptor with `edit`, in place, and re-seals it.
     /// Only 16 bits of its CRC are stored, so there is no full CRC to
     /// splice from: the 64 (or 32) bytes are checksummed anew, as the
