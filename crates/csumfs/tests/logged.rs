@@ -1083,11 +1083,12 @@ fn a_truncate_not_yet_committed_leaves_its_last_block_whole_after_a_death() {
     assert!(volume.read_all(&inode).unwrap() == data, "the bytes past 70 000 of its second block are as written");
     volume.truncate(f, 70_000).unwrap();
     volume.truncate(f, 131_072).unwrap();
+    let mut want = data[..70_000].to_vec();
+    want.resize(131_072, 0);
+    assert!(volume.read_all(&volume.inode(f).unwrap()).unwrap() == want, "the zeros read back before the commit");
     volume.sync().unwrap();
     drop(volume);
     let (mut volume, _) = open_with_sums(&image, &log, &sums);
-    let mut want = data[..70_000].to_vec();
-    want.resize(131_072, 0);
     assert!(volume.read_all(&volume.inode(f).unwrap()).unwrap() == want, "committed, the truncate zeroed them");
     volume.checkpoint().unwrap();
     drop(volume);
