@@ -14,10 +14,14 @@
 //! default, `redo.rs`) records are kept in memory only, to roll back an
 //! operation that fails, and the ByteLog covers deaths and power cuts.
 //!
-//! Layout: 64-byte header (magic `CSFSUNDO`, record count u64 at 8, bytes
-//! used u64 at 16), then records: image offset u64, length u32, 4 bytes
-//! zero, the old bytes padded to 8. The count is stored after its record,
-//! so a record cut by the process's death is never counted.
+//! Layout: 64-byte header (magic `CSFSUND2`, record count u64 at 8, bytes
+//! used u64 at 16), then records: image offset u64, length u32, the
+//! CRC32C of those 12 bytes and the old bytes, then the old bytes padded to
+//! 8. The count is stored after its record, so a record cut by the
+//! process's death is never counted; the CRC refuses a record damaged on
+//! the disk, or torn by a power cut (not covered), rather than put its
+//! bytes into the image. A log of the first layout (`CSFSUNDO`, the CRC's
+//! 4 bytes zero) is still read, unchecked.
 
 use crate::error::Error;
 use crate::le::le32;
@@ -25,7 +29,9 @@ use std::fs::File;
 use std::path::Path;
 use std::sync::atomic::{compiler_fence, Ordering};
 
-const MAGIC: &[u8; 8] = b"CSFSUNDO";
+const MAGIC: &[u8; 8] = b"CSFSUND2";
+/// The first layout's magic: records without a CRC.
+const MAGIC_UNCHECKED: &[u8; 8] = b"CSFSUNDO";
 const HEADER: usize = 64;
 /// The log's first size; it doubles when an operation needs more.
 const INITIAL_BYTES: u64 = 1 << 20;
@@ -77,12 +83,14 @@ impl UndoLog {
         }
         // SAFETY: the file is csumfs's own; nothing else maps it while the volume is open.
         let mut map = unsafe { memmap2::MmapMut::map_mut(&file) }.map_err(io(path))?;
-        let pending = if &map[..8] == MAGIC {
-            pending(&map).map_err(|detail| crate::error::corrupt(path.display().to_string(), detail))?
+        let checked = &map[..8] == MAGIC;
+        let pending = if checked || &map[..8] == MAGIC_UNCHECKED {
+            pending(&map, checked).map_err(|detail| crate::error::corrupt(path.display().to_string(), detail))?
         } else {
-            map[..8].copy_from_slice(MAGIC);
             Vec::new()
         };
+        // Emptied below (once what it holds is taken), then in this layout.
+        map[..8].copy_from_slice(MAGIC);
         let mut log = UndoLog {
             file: Some((file, map)),
             memory: Vec::new(),
@@ -149,8 +157,9 @@ impl UndoLog {
         }
         map[used..used + 8].copy_from_slice(&(at as u64).to_le_bytes());
         map[used + 8..used + 12].copy_from_slice(&(old.len() as u32).to_le_bytes());
-        map[used + 12..used + 16].fill(0);
         map[used + 16..used + 16 + old.len()].copy_from_slice(old);
+        let crc = record_crc(&map[used..used + 12], old);
+        map[used + 12..used + 16].copy_from_slice(&crc.to_le_bytes());
         // The record first, then the bytes used, then the count.
         map[16..24].copy_from_slice(&(need as u64).to_le_bytes());
         let count = le64(map, 8) + 1;
@@ -163,14 +172,20 @@ impl UndoLog {
     /// The records of the operation in progress, newest first.
     pub(crate) fn pending(&self) -> Result<Vec<Record>, String> {
         match &self.file {
-            Some((_, map)) => pending(map),
+            Some((_, map)) => pending(map, true),
             None => Ok(self.memory.iter().rev().cloned().collect()),
         }
     }
 }
 
-/// The records a log file's map holds, newest first.
-fn pending(map: &[u8]) -> Result<Vec<Record>, String> {
+/// A record's CRC32C: of its offset and length (`head`), then its old bytes.
+fn record_crc(head: &[u8], old: &[u8]) -> u32 {
+    csumkit::crc32c::update(csumkit::crc32c::checksum(head), old)
+}
+
+/// The records a log file's map holds, newest first; `checked`: each
+/// record's CRC must match (the layout that has them).
+fn pending(map: &[u8], checked: bool) -> Result<Vec<Record>, String> {
     let (count, used, mut at) = (le64(map, 8), le64(map, 16) as usize, HEADER);
     let mut out = Vec::new();
     for _ in 0..count {
@@ -179,6 +194,12 @@ fn pending(map: &[u8]) -> Result<Vec<Record>, String> {
         }
         let (offset, len) = (le64(map, at) as usize, le32(map, at + 8) as usize);
         let old = map.get(at + 16..at + 16 + len).ok_or("a record runs off the log")?;
+        if checked && record_crc(&map[at..at + 12], old) != le32(map, at + 12) {
+            return Err(format!(
+                "record {} of {count} (image offset {offset}) is damaged: its CRC does not match",
+                out.len()
+            ));
+        }
         out.push((offset, old.to_vec()));
         at += 16 + len.next_multiple_of(8);
     }
@@ -303,9 +324,11 @@ mod tests {
         let mut log = vec![0u8; HEADER];
         log[..8].copy_from_slice(MAGIC);
         for (at, old) in records {
-            log.extend_from_slice(&at.to_le_bytes());
-            log.extend_from_slice(&(old.len() as u32).to_le_bytes());
-            log.extend_from_slice(&[0; 4]);
+            let mut head = at.to_le_bytes().to_vec();
+            head.extend_from_slice(&(old.len() as u32).to_le_bytes());
+            let crc = csumkit::crc32c::checksum(&[&head[..], old].concat());
+            log.extend_from_slice(&head);
+            log.extend_from_slice(&crc.to_le_bytes());
             log.extend_from_slice(old);
             log.resize(log.len().next_multiple_of(8), 0);
         }
@@ -319,8 +342,31 @@ mod tests {
     #[test]
     fn a_record_of_no_bytes_is_a_record_like_any_other() {
         let log = log_of(&[(100, b"abc"), (200, b"")]);
-        assert_eq!(pending(&log).unwrap(), [(200, Vec::new()), (100, b"abc".to_vec())]);
+        assert_eq!(pending(&log, true).unwrap(), [(200, Vec::new()), (100, b"abc".to_vec())]);
         let log = log_of(&[(300, b""), (100, b"12345678")]);
-        assert_eq!(pending(&log).unwrap(), [(100, b"12345678".to_vec()), (300, Vec::new())]);
+        assert_eq!(pending(&log, true).unwrap(), [(100, b"12345678".to_vec()), (300, Vec::new())]);
+    }
+
+    /// Any byte of a record changed — its offset, length, CRC or old
+    /// bytes — and the log is refused, not put back; a log of the first
+    /// layout (no CRCs: those 4 bytes zero) is read unchecked.
+    #[test]
+    fn a_damaged_record_is_refused() {
+        let log = log_of(&[(100, b"abc"), (4096, b"metadata")]);
+        let used = le64(&log, 16) as usize;
+        for at in HEADER..used {
+            if (HEADER + 19..HEADER + 24).contains(&at) {
+                continue; // the first record's padding
+            }
+            for bit in [0x01u8, 0x80] {
+                let mut damaged = log.clone();
+                damaged[at] ^= bit;
+                assert!(pending(&damaged, true).is_err(), "byte {at} ^ {bit:#x} passed");
+            }
+        }
+        let mut first_layout = log.clone();
+        first_layout[HEADER + 12..HEADER + 16].fill(0);
+        assert!(pending(&first_layout, true).is_err());
+        assert_eq!(pending(&first_layout, false).unwrap(), [(4096, b"metadata".to_vec()), (100, b"abc".to_vec())]);
     }
 }
