@@ -240,9 +240,18 @@ impl Volume {
         store.file.read_exact_at(&mut runs, INTENT_AT).map_err(io)?;
         let mut forgotten = 0;
         let bs = self.layout.block_size as usize;
-        for run in runs.chunks_exact(16) {
-            let (start, len) = (le64(run, 0), le64(run, 8));
-            for b in start..start.saturating_add(len).min(blocks) {
+        // Each block once, in order, however the runs overlap: a damaged
+        // list of long runs would walk the volume once per run.
+        let mut listed: Vec<(u64, u64)> = runs
+            .chunks_exact(16)
+            .map(|run| (le64(run, 0).min(blocks), le64(run, 0).saturating_add(le64(run, 8)).min(blocks)))
+            .collect();
+        listed.sort_unstable();
+        let mut next = 0;
+        for (start, end) in listed {
+            let from = start.max(next);
+            next = next.max(end);
+            for b in from..end {
                 let Some(want) = tree.get(b) else { continue };
                 // A block the write never reached (or left as it was)
                 // still matches: its checksum stands.
