@@ -42,6 +42,8 @@ impl Volume {
                 self.zero_in_place(&inode, size, size.next_multiple_of(bs), true)?;
             }
             inode = self.unmap(&inode, size.div_ceil(bs), u64::MAX)?;
+        } else {
+            self.zero_past_end(&inode, size)?;
         }
         self.set_size_now(&inode, size)
     }
@@ -106,6 +108,9 @@ impl Volume {
         let mut inode = self.extent_file(ino)?;
         let bs = self.layout.block_size;
         let end = self.range_end(ino, offset, len)?;
+        if !keep_size && end > inode.size {
+            self.zero_past_end(&inode, offset)?;
+        }
         if offset < end {
             let (first_whole, end_whole) = (offset.div_ceil(bs), end / bs);
             if first_whole > end_whole {
@@ -171,6 +176,20 @@ impl Volume {
             put_time(r, 0x10, 0x88, (sec, extra));
             put_time(r, 0x0C, 0x84, (sec, extra));
         })
+    }
+
+    /// Zeroes what the file's last block holds past its end, up to `to`
+    /// (the new end, or where a write past the end starts): once the file
+    /// grows those bytes are the file's and must read as zeros. They are
+    /// not trusted to be zeros already: an append that was undone, or
+    /// never committed before a death, leaves its bytes there (a truncate
+    /// up then showed them).
+    pub(crate) fn zero_past_end(&mut self, inode: &Inode, to: u64) -> Result<(), Error> {
+        let (bs, from) = (self.layout.block_size, inode.size);
+        if from.is_multiple_of(bs) || to <= from {
+            return Ok(());
+        }
+        self.zero_in_place(inode, from, to.min(from.next_multiple_of(bs)), false)
     }
 
     /// Zeroes bytes `from..to` (inside one block) of the file where a

@@ -1018,6 +1018,7 @@ impl Volume {
         if keep_size || end <= inode.size {
             return Ok(inode);
         }
+        self.zero_past_end(&inode, end)?;
         self.edit_inode(&inode, |r| {
             put32(r, 0x04, end as u32);
             put32(r, 0x6C, (end >> 32) as u32);
@@ -1042,6 +1043,7 @@ impl Volume {
         if inode.flags & FLAG_EXTENTS == 0 {
             inode = self.extent_mapped(ino)?;
         }
+        self.zero_past_end(&inode, offset)?;
         let bs = self.layout.block_size;
         let (first, last) = (offset / bs, end.div_ceil(bs));
         // Fallocated blocks the write touches become written blocks first

@@ -555,7 +555,10 @@ fn run(
     let in_place = Stats::get(&stats.datasum_intent_flushes) + Stats::get(&stats.pi_blocks_written);
     let trees_for_log = Stats::get(&stats.datasum_commits_for_log);
     if random {
-        assert!(in_place > 10, "{in_place} in-place data writes");
+        // Some, not a share: the mix moves with the code (seed 4 dropped
+        // from 11 to 9 when bytes past a file's end began to be zeroed as
+        // it grows — logged, their page's later writes are logged too).
+        assert!(in_place >= 5, "{in_place} in-place data writes");
         assert!(logged > 2 * log_bytes as u64, "{logged} bytes of log: the ring never wrapped");
         assert!(checkpoints > 2, "{checkpoints} checkpoints under cuts");
     }

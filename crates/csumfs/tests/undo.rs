@@ -829,3 +829,36 @@ fn a_truncate_undone_puts_back_the_bytes_it_zeroed() {
     drop(v);
     assert_clean(&path, "the truncates above");
 }
+
+/// An append undone — by a death or a failure — leaves its bytes in the
+/// last block past the end (file data is not put back). Once the file
+/// grows again, by a truncate up or a write past the end, those bytes are
+/// the file's and read as zeros, not as the undone append's (`0xCC` read
+/// back before the growth zeroed them).
+#[test]
+fn bytes_an_undone_append_left_past_the_end_read_as_zeros_once_the_file_grows() {
+    let Some((scratch, path)) = image("append-undone", "16M", &[]) else { return };
+    let undo = scratch.0.join("u.undo");
+    let mut v = open(&path);
+    assert!(!v.enable_undo(&undo).unwrap());
+    let f = v.create(ROOT, b"f", FILE).unwrap().ino;
+    v.write(f, 0, &[0xAB; 1500]).unwrap();
+    v.sync().unwrap();
+    v.begin();
+    v.write(f, 1500, &[0xCC; 300]).unwrap();
+    drop(v);
+    let mut v = open(&path);
+    assert!(v.enable_undo(&undo).unwrap());
+    assert_eq!(v.inode(f).unwrap().size, 1500);
+    v.truncate(f, 2000).unwrap();
+    let got = v.read_all(&v.inode(f).unwrap()).unwrap();
+    assert!(got[1500..].iter().all(|&b| b == 0), "past the old end: {:?}", &got[1500..1510]);
+    // And a write past the end leaving a gap inside the block.
+    v.truncate(f, 1500).unwrap();
+    v.begin();
+    v.write(f, 1500, &[0xCC; 300]).unwrap();
+    v.end(false).unwrap();
+    v.write(f, 1900, &[0xDD; 10]).unwrap();
+    let got = v.read_all(&v.inode(f).unwrap()).unwrap();
+    assert!(got[1500..1900].iter().all(|&b| b == 0), "the gap: {:?}", &got[1500..1510]);
+}
