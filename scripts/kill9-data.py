@@ -13,7 +13,9 @@ log record holds: the checksum tree is committed instead of logging them), each 
 followed by fsync. At a random moment the daemon dies; the image is mounted again (the
 log replayed), and every file must read back — no EIO from a checksum — byte for byte
 as the acknowledged operations left it, except for the one operation under way when
-the daemon died, whose bytes may be there or not. Then unmount and `e2fsck -fn`.
+the daemon died, whose bytes may be there or not; grown by a truncate, each file then
+reads zeros past its old end (not the bytes of a lost append). Then unmount and
+`e2fsck -fn`.
 
 The bytes a write puts are `random.Random(gen).randbytes(n)`: a block that reads back
 with an older write's bytes than the last acknowledged one (stale data replayed) or
@@ -263,6 +265,15 @@ def one_run(run_no, seed):
                 why = judge(name, got, want[i], pending if pending and pending["f"] == i else None)
                 if why:
                     findings.append(why)
+                    continue
+                # Grown, the file reads zeros past its old end — not the bytes
+                # of an append that was lost there.
+                os.truncate(os.path.join(mnt, name), len(got) + 5000)
+                with open(os.path.join(mnt, name), "rb") as f:
+                    f.seek(len(got))
+                    grown = f.read()
+                if grown != bytes(5000):
+                    findings.append(f"{name}: grown by a truncate, byte {len(got) + next(i for i, b in enumerate(grown) if b)} is not zero")
     finally:
         unmount(daemon, mnt)
     fsck = subprocess.run(["e2fsck", "-fn", image], capture_output=True, text=True)
