@@ -69,7 +69,10 @@ fn io(path: &Path) -> impl Fn(std::io::Error) -> Error + '_ {
 
 impl UndoLog {
     /// Opens (or creates) the log at `path`; returns it with the records
-    /// an interrupted operation left, in the order to put them back.
+    /// an interrupted operation left, in the order to put them back. The
+    /// file keeps them until [`clear`](Self::clear), which the caller
+    /// calls once they are back in the image (a death before that finds
+    /// them again).
     pub(crate) fn open(path: &Path) -> Result<(UndoLog, Vec<Record>), Error> {
         let file = std::fs::OpenOptions::new()
             .read(true)
@@ -89,16 +92,13 @@ impl UndoLog {
         } else {
             Vec::new()
         };
-        // Emptied below (once what it holds is taken), then in this layout.
-        map[..8].copy_from_slice(MAGIC);
-        let mut log = UndoLog {
+        let log = UndoLog {
             file: Some((file, map)),
             memory: Vec::new(),
             freed: Vec::new(),
             data_blocks: Vec::new(),
             depth: 0,
         };
-        log.clear();
         Ok((log, pending))
     }
 
@@ -117,6 +117,8 @@ impl UndoLog {
         compiler_fence(Ordering::SeqCst);
         map[8..16].copy_from_slice(&0u64.to_le_bytes());
         map[16..24].copy_from_slice(&(HEADER as u64).to_le_bytes());
+        // Empty, the log is in this layout whatever it was in before.
+        map[..8].copy_from_slice(MAGIC);
     }
 
     /// Notes that the operation in progress freed the image bytes
@@ -216,9 +218,11 @@ impl crate::volume::Volume {
     /// # Errors
     /// [`Error::Io`] for the log file; [`Error::Corrupt`] for a damaged log.
     pub fn enable_undo(&mut self, path: &Path) -> Result<bool, Error> {
-        let (log, pending) = UndoLog::open(path)?;
+        let (mut log, pending) = UndoLog::open(path)?;
         let undone = !pending.is_empty();
         self.put_back(&pending)?;
+        // Only now: a death while the bytes went back finds them again.
+        log.clear();
         if undone {
             self.sync()?;
         }
