@@ -85,7 +85,7 @@ impl UndoLog {
             file.set_len(INITIAL_BYTES).map_err(io(path))?;
         }
         // SAFETY: the file is csumfs's own; nothing else maps it while the volume is open.
-        let mut map = unsafe { memmap2::MmapMut::map_mut(&file) }.map_err(io(path))?;
+        let map = unsafe { memmap2::MmapMut::map_mut(&file) }.map_err(io(path))?;
         let checked = &map[..8] == MAGIC;
         let pending = if checked || &map[..8] == MAGIC_UNCHECKED {
             pending(&map, checked).map_err(|detail| crate::error::corrupt(path.display().to_string(), detail))?
