@@ -862,3 +862,32 @@ fn bytes_an_undone_append_left_past_the_end_read_as_zeros_once_the_file_grows() 
     let got = v.read_all(&v.inode(f).unwrap()).unwrap();
     assert!(got[1500..1900].iter().all(|&b| b == 0), "the gap: {:?}", &got[1500..1510]);
 }
+
+/// The undo log keeps a half-done operation's records until they are back
+/// in the image: an open that cannot put them back (read-only here; a
+/// death part way is the same) leaves them for the next, which undoes the
+/// operation. (The log was emptied at open, before putting back: the
+/// read-only open lost them and the writable one found nothing to undo.)
+#[test]
+fn an_undo_log_keeps_its_records_until_they_are_back_in_the_image() {
+    let Some((scratch, path)) = image("undo-kept", "16M", &[]) else { return };
+    let undo = scratch.0.join("u.undo");
+    let mut v = open(&path);
+    let base = v.create(ROOT, b"kept", FILE).unwrap().ino;
+    v.write(base, 0, &[7; 5000]).unwrap();
+    v.sync().unwrap();
+    assert!(!v.enable_undo(&undo).unwrap());
+    let before = std::fs::read(&path).unwrap();
+    let unread = unread_blocks(&path);
+    v.begin();
+    metadata_work(&mut v, base);
+    drop(v); // dies mid-operation
+    let mut read_only = Volume::open(&path, Options::default()).unwrap();
+    assert!(read_only.enable_undo(&undo).is_err(), "a read-only volume cannot put the records back");
+    drop(read_only);
+    let mut v = open(&path);
+    assert!(v.enable_undo(&undo).unwrap(), "the records were kept for this open");
+    assert_same_but_unread(&before, &std::fs::read(&path).unwrap(), &unread, 1024, "undone");
+    drop(v);
+    assert_clean(&path, "the undone operation");
+}
