@@ -36,7 +36,9 @@ pub struct MountArgs {
     /// default_permissions (always on), writeback_cache (buffered writes
     /// gathered in the kernel's page cache: off), sync (every change durable
     /// before it is answered, as if every inode were chattr +S), dirsync (the
-    /// same for directories' changes: chattr +D), threads=N (2), ttl=SECONDS (1),
+    /// same for directories' changes: chattr +D), uring=on|off (requests
+    /// through FUSE over io_uring where the kernel offers it — Linux 6.14+,
+    /// /sys/module/fuse/parameters/enable_uring = Y: on), threads=N (2), ttl=SECONDS (1),
     /// csum=incremental|full (how metadata checksums are kept),
     /// datasum=on|off (data checksums in IMAGE.csums, verified on read: on),
     /// log=PATH|off (metadata made durable through a ByteLog: IMAGE.bytelog;
@@ -61,6 +63,8 @@ struct Parsed {
     log: Option<PathBuf>,
     /// PI offload (seed 004): `Some(None)` = `pi` (the stored or default format).
     pi: Option<Option<String>>,
+    /// `uring` or `uring=on` was given: say so when the kernel has none.
+    uring_given: bool,
 }
 
 fn parse_options(list: &[String]) -> Result<Parsed, String> {
@@ -71,6 +75,7 @@ fn parse_options(list: &[String]) -> Result<Parsed, String> {
         datasum_given: false,
         log: Some(PathBuf::new()),
         pi: None,
+        uring_given: false,
     };
     for option in list.iter().map(|o| o.trim()).filter(|o| !o.is_empty()) {
         let (key, value) = option.split_once('=').map_or((option, None), |(k, v)| (k, Some(v)));
@@ -82,6 +87,8 @@ fn parse_options(list: &[String]) -> Result<Parsed, String> {
             ("writeback_cache", None) => parsed.mount.writeback_cache = true,
             ("sync", None) => parsed.mount.sync_all = true,
             ("dirsync", None) => parsed.mount.dirsync = true,
+            ("uring", None | Some("on")) => (parsed.mount.uring, parsed.uring_given) = (true, true),
+            ("uring", Some("off")) => parsed.mount.uring = false,
             ("threads", Some(n)) => {
                 parsed.mount.threads = n
                     .parse()
@@ -107,7 +114,7 @@ fn parse_options(list: &[String]) -> Result<Parsed, String> {
             _ => {
                 return Err(format!(
                     "unknown mount option {option:?} (known: ro, rw, allow_other, default_permissions, \
-                     writeback_cache, sync, dirsync, threads=N, ttl=SECONDS, csum=incremental|full, datasum=on|off, log=PATH|off, pi[=LBA[/GUARD]])"
+                     writeback_cache, sync, dirsync, uring=on|off, threads=N, ttl=SECONDS, csum=incremental|full, datasum=on|off, log=PATH|off, pi[=LBA[/GUARD]])"
                 ))
             }
         }
@@ -223,7 +230,7 @@ pub fn run(args: &MountArgs) -> ExitCode {
         drop(volume);
         return detach();
     }
-    serve(volume, image, mountpoint, &parsed.mount)
+    serve(volume, image, mountpoint, &parsed.mount, parsed.uring_given)
 }
 
 /// Finishes the orphans a stopped mount or kernel left (files unlinked
@@ -380,7 +387,7 @@ fn detach() -> ExitCode {
     }
 }
 
-fn serve(volume: Volume, image: &Path, mountpoint: &Path, options: &MountOptions) -> ExitCode {
+fn serve(volume: Volume, image: &Path, mountpoint: &Path, options: &MountOptions, uring_given: bool) -> ExitCode {
     let volume = Arc::new(RwLock::new(volume));
     let options = MountOptions { fsname: image.display().to_string(), ..options.clone() };
     let mut session = match csumfs::fuse::mount(Arc::clone(&volume), mountpoint, &options) {
@@ -390,6 +397,12 @@ fn serve(volume: Volume, image: &Path, mountpoint: &Path, options: &MountOptions
             return ExitCode::from(2);
         }
     };
+    if uring_given && !session.io_uring() {
+        eprintln!(
+            "csumkit mount: this kernel does not offer FUSE over io_uring (Linux 6.14+, with \
+             /sys/module/fuse/parameters/enable_uring set to Y): requests go through /dev/fuse"
+        );
+    }
     // SIGINT and SIGTERM unmount; the session then ends and the volume is
     // synced below, as after `fusermount3 -u`. A mount busy for a moment
     // (a file being closed; one a forked process holds until its exec) is

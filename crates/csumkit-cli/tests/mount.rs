@@ -240,7 +240,10 @@ fn a_mounted_image_changed_by_file_calls_is_clean_for_e2fsck_and_the_kernel() {
                 .output()
                 .unwrap();
             let text = String::from_utf8_lossy(&stats.stdout);
-            assert!(stats.status.success() && text.lines().count() == 5, "--stats: {text}");
+            assert!(stats.status.success() && text.lines().count() == 6, "--stats: {text}");
+            // The transport: FUSE over io_uring wherever the kernel offers it.
+            let through_uring = uring_requests(&text);
+            assert_eq!(through_uring > 0, fuse_uring_offered(), "{text}");
             let media = [csumfs::LOG_ON_FILE, csumfs::LOG_ON_FILE_DIRECT, csumfs::LOG_ON_TMPFS, csumfs::LOG_ON_DAX];
             assert!(media.iter().any(|m| text.contains(&format!("ByteLog on {m}: "))), "where the log is: {text}");
             let moved: u64 = text.split(": ").nth(1).and_then(|t| t.split(' ').next()).unwrap().parse().unwrap();
@@ -293,6 +296,30 @@ fn a_mounted_image_changed_by_file_calls_is_clean_for_e2fsck_and_the_kernel() {
         unmount_and_wait(child, &scratch.mnt());
         read_back.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
     }
+}
+
+/// `uring=off`: the same tree through `/dev/fuse` (reads and writes of the
+/// device), where the other tests go through io_uring when the kernel
+/// offers it (CI turns it on).
+#[test]
+fn with_uring_off_requests_go_through_dev_fuse_and_the_tree_is_the_same() {
+    if cannot_mount() {
+        return;
+    }
+    let scratch = Scratch::new("dev-fuse");
+    let image = scratch.image("64M", "4096");
+    let child = mount_foreground(&image, &scratch.mnt(), &["-o", "uring=off"]);
+    let model = std::panic::catch_unwind(|| {
+        let model = exercise(&scratch.mnt());
+        compare(&scratch.mnt(), &model, "csumfs through /dev/fuse");
+        let stats = mount_stats(&scratch.mnt());
+        assert_eq!(uring_requests(&stats), 0, "{stats}");
+        model
+    });
+    unmount_and_wait(child, &scratch.mnt());
+    let model = model.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+    e2fsck_clean(&image);
+    kernel_compare(&scratch, &image, &model);
 }
 
 /// kill -9 after an fsync: the image says its ByteLog holds changes.

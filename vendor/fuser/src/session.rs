@@ -139,6 +139,16 @@ pub struct Session<FS: Filesystem> {
     /// The field is set to `Some` when the init message is received.
     pub(crate) proto_version: Option<Version>,
     pub(crate) config: Config,
+    /// csumkit: FUSE over io_uring as negotiated at INIT.
+    uring: Option<UringSetup>,
+}
+
+/// Entries per queue and the payload buffer each needs (the kernel's
+/// `max_payload_sz`: the largest of 8 KiB, `max_write` and `max_pages`).
+#[derive(Clone, Copy, Debug)]
+struct UringSetup {
+    depth: usize,
+    payload_size: usize,
 }
 
 impl<FS: Filesystem> AsFd for Session<FS> {
@@ -186,6 +196,7 @@ impl<FS: Filesystem> Session<FS> {
             session_owner: geteuid(),
             proto_version: None,
             config: options.clone(),
+            uring: None,
         };
 
         session.handshake()?;
@@ -214,11 +225,18 @@ impl<FS: Filesystem> Session<FS> {
             session_owner: geteuid(),
             proto_version: None,
             config,
+            uring: None,
         };
 
         session.handshake()?;
 
         Ok(session)
+    }
+
+    /// csumkit: whether the kernel agreed to FUSE over io_uring (requests are
+    /// served through it once every queue has registered; see `uring.rs`).
+    pub fn io_uring(&self) -> bool {
+        self.uring.is_some()
     }
 
     /// Run the session loop in a background thread. If the returned handle is dropped,
@@ -252,6 +270,7 @@ impl<FS: Filesystem> Session<FS> {
             session_owner,
             proto_version: _,
             config,
+            uring,
         } = self;
 
         let n_threads = config.n_threads.unwrap_or(1);
@@ -289,6 +308,26 @@ impl<FS: Filesystem> Session<FS> {
         channels.push(ch);
 
         let mut threads = Vec::with_capacity(n_threads);
+
+        #[cfg(target_os = "linux")]
+        if let Some(setup) = uring {
+            use std::os::fd::AsRawFd;
+            let fd = channels[0].as_fd().as_raw_fd();
+            for qid in 0..crate::uring::queue_count()? {
+                let thread_name = format!("fuser-uring-{qid}");
+                let event_loop = SessionEventLoop {
+                    thread_name: thread_name.clone(),
+                    filesystem: filesystem.clone(),
+                    ch: channels[0].clone(),
+                    allowed,
+                    session_owner,
+                };
+                let qid = u16::try_from(qid).map_err(|_| io::Error::other("too many CPUs"))?;
+                threads.push(thread::Builder::new().name(thread_name).spawn(move || {
+                    crate::uring::serve_queue(qid, setup.depth, setup.payload_size, fd, &event_loop)
+                })?);
+            }
+        }
 
         for (i, ch) in channels.into_iter().enumerate() {
             let thread_name = format!("fuser-{i}");
@@ -432,6 +471,20 @@ impl<FS: Filesystem> Session<FS> {
             // Remember the ABI version supported by kernel and mark the session initialized.
             self.proto_version = Some(v);
 
+            #[cfg(target_os = "linux")]
+            if let Some(depth) = self.config.io_uring_queue_depth {
+                if init.capabilities().contains(InitFlags::FUSE_OVER_IO_URING) {
+                    config.requested |= InitFlags::FUSE_OVER_IO_URING;
+                    let pages = usize::from(config.max_pages()) * page_size::get();
+                    self.uring = Some(UringSetup {
+                        depth: depth.max(1),
+                        payload_size: (config.max_write as usize).max(pages).max(8192),
+                    });
+                } else {
+                    warn!("FUSE over io_uring not offered by the kernel; serving /dev/fuse");
+                }
+            }
+
             // Log capability status for debugging
             for bit in 0..64 {
                 let bitflags = InitFlags::from_bits_retain(1 << bit);
@@ -530,7 +583,7 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
             // Read the next request from the given channel to kernel driver
             // The kernel driver makes sure that we get exactly one request per read
             match self.ch.receive_retrying(buf) {
-                Ok(size) => match RequestWithSender::new(self.ch.sender(), &buf[..size]) {
+                Ok(size) => match RequestWithSender::new(ReplySender::Channel(self.ch.sender()), &buf[..size]) {
                     // Dispatch request
                     Some(req) => {
                         if let Ok(Operation::Destroy(_)) = req.request.operation() {

@@ -2,7 +2,8 @@
 //! an image of its own in the same directory — csumfs through `csumkit
 //! mount` (all on; without data checksums; with its ByteLog on /dev/shm,
 //! the stand-in for persistent memory; with the techniques off:
-//! `csum=full,datasum=off,log=off`), e2fsprogs' `fuse2fs`,
+//! `csum=full,datasum=off,log=off`; through /dev/fuse where FUSE over
+//! io_uring is on), e2fsprogs' `fuse2fs`,
 //! and the kernel's ext4 on a loop device (journal, and `fast_commit`).
 //! Workloads are ordinary file calls on the mountpoint:
 //! (1) create + 4 KiB write + fsync + unlink (and (1') with 100 B), (2) 1 MiB sequential writes,
@@ -34,7 +35,7 @@ pub struct FsArgs {
     #[arg(long)]
     quick: bool,
     /// Only these systems (default: all), by key: csumfs, csumfs-pi,
-    /// csumfs-datasum-off, csumfs-pmem-log, csumfs-full, fuse2fs, kernel,
+    /// csumfs-datasum-off, csumfs-pmem-log, csumfs-full, csumfs-dev-fuse, fuse2fs, kernel,
     /// kernel-fast-commit.
     #[arg(long, value_delimiter = ',', value_parser = System::parse)]
     systems: Vec<System>,
@@ -61,14 +62,17 @@ enum System {
     CsumfsNoDatasum,
     CsumfsPmemLog,
     CsumfsFull,
+    /// csumfs with `uring=off`: its requests through `/dev/fuse`.
+    CsumfsDevFuse,
     Fuse2fs,
     Kernel,
     KernelFastCommit,
 }
 
 impl System {
-    const ALL: [System; 8] = [
+    const ALL: [System; 9] = [
         System::Csumfs,
+        System::CsumfsDevFuse,
         System::CsumfsPi,
         System::CsumfsNoDatasum,
         System::CsumfsPmemLog,
@@ -85,6 +89,7 @@ impl System {
             System::CsumfsNoDatasum => "csumfs datasum=off",
             System::CsumfsPmemLog => "csumfs log on /dev/shm (pmem stand-in)",
             System::CsumfsFull => "csumfs csum=full,datasum=off,log=off",
+            System::CsumfsDevFuse => "csumfs uring=off (requests through /dev/fuse)",
             System::Fuse2fs => "fuse2fs",
             System::Kernel => "kernel ext4 (journal)",
             System::KernelFastCommit => "kernel ext4 fast_commit",
@@ -98,6 +103,7 @@ impl System {
             System::CsumfsNoDatasum => "csumfs-datasum-off",
             System::CsumfsPmemLog => "csumfs-pmem-log",
             System::CsumfsFull => "csumfs-full",
+            System::CsumfsDevFuse => "csumfs-dev-fuse",
             System::Fuse2fs => "fuse2fs",
             System::Kernel => "kernel",
             System::KernelFastCommit => "kernel-fast-commit",
@@ -156,13 +162,19 @@ fn daemon_running(image: &Path) -> bool {
 
 fn mount(system: System, image: &Path, mnt: &Path) -> Result<(), String> {
     match system {
-        System::Csumfs | System::CsumfsPi | System::CsumfsNoDatasum | System::CsumfsPmemLog | System::CsumfsFull => {
+        System::Csumfs
+        | System::CsumfsPi
+        | System::CsumfsNoDatasum
+        | System::CsumfsPmemLog
+        | System::CsumfsFull
+        | System::CsumfsDevFuse => {
             let exe = std::env::current_exe().map_err(|e| e.to_string())?;
             let options = match system {
                 System::Csumfs => "csum=incremental,datasum=on".to_string(),
                 System::CsumfsPi => "csum=incremental,pi=4096+8".to_string(),
                 System::CsumfsNoDatasum => "csum=incremental,datasum=off".to_string(),
                 System::CsumfsPmemLog => format!("csum=incremental,datasum=on,log={}", pmem_log().display()),
+                System::CsumfsDevFuse => "csum=incremental,datasum=on,uring=off".to_string(),
                 _ => "csum=full,datasum=off,log=off".to_string(),
             };
             run_cmd(Command::new(exe).arg("mount").arg(image).arg(mnt).args(["-o", &options]), "csumkit mount")
@@ -170,6 +182,11 @@ fn mount(system: System, image: &Path, mnt: &Path) -> Result<(), String> {
         System::Fuse2fs => run_cmd(Command::new("fuse2fs").arg(image).arg(mnt).args(["-o", "rw"]), "fuse2fs"),
         _ => run_cmd(Command::new("mount").args(["-t", "ext4", "-o", "loop"]).arg(image).arg(mnt), "mount -o loop"),
     }
+}
+
+/// Whether the kernel offers FUSE over io_uring (csumfs then uses it).
+fn fuse_uring_enabled() -> bool {
+    std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring").is_ok_and(|v| v.trim() == "Y")
 }
 
 /// The ByteLog of the pmem stand-in row: a file on /dev/shm (tmpfs, mapped
@@ -623,6 +640,12 @@ fn bench(args: &FsArgs) -> Result<(), String> {
         ),
         Err(e) => println!("disk floor for (1): not measured ({e})"),
     }
+    let uring = fuse_uring_enabled();
+    println!(
+        "FUSE over io_uring (/sys/module/fuse/parameters/enable_uring): {} — csumfs's rows use it{}",
+        if uring { "on" } else { "off" },
+        if uring { " but the uring=off row" } else { " nowhere; the uring=off row is skipped" }
+    );
     for &bs in &args.block_sizes {
         let jobs_header = format!("(1) {META_JOBS} jobs, a directory each: ops/s / KiB per op");
         let mut table = Table::new(&[
@@ -644,6 +667,13 @@ fn bench(args: &FsArgs) -> Result<(), String> {
             }
             if system.is_kernel() && bs != 4096 {
                 continue; // the kernel mounts block sizes up to the page size only
+            }
+            if system == System::CsumfsDevFuse && !uring {
+                skipped.push(format!(
+                    "{}: the kernel offers no FUSE over io_uring, so the csumfs row is this",
+                    system.name()
+                ));
+                continue;
             }
             match measure(system, bs, scratch.path(), &sizes, &args.workloads) {
                 Ok(cells) => {

@@ -219,3 +219,22 @@ pub fn set_inode_flags(path: &Path, flags: u32) -> std::io::Result<()> {
     }
     Ok(())
 }
+
+/// Whether the kernel offers FUSE over io_uring (`csumkit mount` then
+/// serves through it unless told `uring=off`).
+pub fn fuse_uring_offered() -> bool {
+    std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring").is_ok_and(|v| v.trim() == "Y")
+}
+
+/// The count on the `FUSE:` line of `csumkit mount --stats`.
+pub fn uring_requests(stats: &str) -> u64 {
+    let line = stats.lines().find(|l| l.starts_with("FUSE: ")).unwrap_or_else(|| panic!("no FUSE line: {stats}"));
+    line["FUSE: ".len()..].split(' ').next().and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{line}"))
+}
+
+/// `csumkit mount --stats MNT`.
+pub fn mount_stats(mnt: &Path) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_csumkit")).arg("mount").arg("--stats").arg(mnt).output().unwrap();
+    assert!(out.status.success(), "--stats: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}

@@ -18,6 +18,10 @@ pub struct Config {
     /// This enables more efficient request processing
     /// when multiple threads are used. Requires Linux 4.5+.
     pub clone_fd: bool,
+    /// csumkit: serve requests through FUSE over io_uring (Linux 6.14+, the
+    /// `fuse` module's `enable_uring` on) with this many entries per kernel
+    /// queue; `/dev/fuse` when the kernel does not offer it.
+    pub io_uring_queue_depth: Option<usize>,
 }
 
 /// Mount options accepted by the FUSE filesystem type
