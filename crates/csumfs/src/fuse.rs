@@ -38,7 +38,8 @@ pub struct MountOptions {
     pub read_only: bool,
     /// Let every user in (`allow_other`; root's requests always come in).
     pub allow_other: bool,
-    /// Threads reading requests from `/dev/fuse`.
+    /// Threads reading requests from `/dev/fuse` (through io_uring, one per
+    /// CPU serves them instead; these then get forgets and interrupts).
     pub threads: usize,
     /// How long the kernel may cache attributes and names.
     pub ttl: Duration,

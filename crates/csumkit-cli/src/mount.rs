@@ -38,7 +38,8 @@ pub struct MountArgs {
     /// before it is answered, as if every inode were chattr +S), dirsync (the
     /// same for directories' changes: chattr +D), uring=on|off (requests
     /// through FUSE over io_uring where the kernel offers it — Linux 6.14+,
-    /// /sys/module/fuse/parameters/enable_uring = Y: on), threads=N (2), ttl=SECONDS (1),
+    /// /sys/module/fuse/parameters/enable_uring = Y: on; then one thread per
+    /// CPU serves them), threads=N (the threads reading /dev/fuse: 2), ttl=SECONDS (1),
     /// csum=incremental|full (how metadata checksums are kept),
     /// datasum=on|off (data checksums in IMAGE.csums, verified on read: on),
     /// log=PATH|off (metadata made durable through a ByteLog: IMAGE.bytelog;

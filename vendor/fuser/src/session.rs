@@ -310,10 +310,20 @@ impl<FS: Filesystem> Session<FS> {
         let mut threads = Vec::with_capacity(n_threads);
 
         #[cfg(target_os = "linux")]
-        if let Some(setup) = uring {
+        let queues = match uring.map(|setup| (setup, crate::uring::queue_count())) {
+            Some((setup, Ok(count))) => Some((setup, count)),
+            Some((_, Err(err))) => {
+                // Unregistered, the kernel keeps to /dev/fuse.
+                warn!("FUSE over io_uring: the kernel's queue count unknown ({err}); serving /dev/fuse");
+                None
+            }
+            None => None,
+        };
+        #[cfg(target_os = "linux")]
+        if let Some((setup, count)) = queues {
             use std::os::fd::AsRawFd;
             let fd = channels[0].as_fd().as_raw_fd();
-            for qid in 0..crate::uring::queue_count()? {
+            for qid in 0..count {
                 let thread_name = format!("fuser-uring-{qid}");
                 let event_loop = SessionEventLoop {
                     thread_name: thread_name.clone(),
