@@ -322,6 +322,85 @@ fn with_uring_off_requests_go_through_dev_fuse_and_the_tree_is_the_same() {
     kernel_compare(&scratch, &image, &model);
 }
 
+/// Eight threads writing and `fsync`ing at once: the `fsync`s that queue
+/// behind a sync are answered by the thread that ran it, after their own
+/// handlers have returned — through io_uring a reply sent late, from
+/// another thread (the transport's first version answered those `EIO`).
+#[test]
+fn concurrent_fsyncs_share_syncs_and_each_is_answered() {
+    if cannot_mount() {
+        return;
+    }
+    let scratch = Scratch::new("concurrent-fsyncs");
+    let image = scratch.image("64M", "4096");
+    let child = mount_foreground(&image, &scratch.mnt(), &[]);
+    const THREADS: u32 = 8;
+    const ROUNDS: u32 = 60;
+    let daemon = child.id() as libc::pid_t;
+    let run = std::panic::catch_unwind(|| {
+        // A reply lost leaves its caller waiting for ever: after a minute
+        // the daemon is killed, which fails the waiting calls (ENOTCONN).
+        let finished = std::sync::atomic::AtomicU32::new(0);
+        let hung = std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..THREADS)
+                .map(|t| {
+                    let (dir, finished) = (scratch.mnt().join(format!("t{t}")), &finished);
+                    scope.spawn(move || {
+                        std::fs::create_dir(&dir).unwrap();
+                        for r in 0..ROUNDS {
+                            let mut f = std::fs::File::create(dir.join(format!("f{r}"))).unwrap();
+                            f.write_all(&pattern(4096, t * 1000 + r)).unwrap();
+                            f.sync_all().unwrap_or_else(|e| panic!("fsync of t{t}/f{r}: {e}"));
+                        }
+                        finished.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    })
+                })
+                .collect();
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+            while finished.load(std::sync::atomic::Ordering::SeqCst) < THREADS && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            let hung = finished.load(std::sync::atomic::Ordering::SeqCst) < THREADS;
+            if hung {
+                // SAFETY: signals the daemon this test started.
+                unsafe { libc::kill(daemon, libc::SIGKILL) };
+            }
+            for worker in workers {
+                let _ = worker.join();
+            }
+            hung
+        });
+        assert!(!hung, "fsyncs not all answered within a minute: a reply was lost");
+        assert_eq!(finished.load(std::sync::atomic::Ordering::SeqCst), THREADS, "a writer failed");
+        let stats = mount_stats(&scratch.mnt());
+        let after = |label: &str| -> u64 {
+            let at = stats.find(label).unwrap_or_else(|| panic!("{label:?} in {stats}"));
+            let before = stats[..at].trim_end();
+            before[before.rfind(' ').map_or(0, |i| i + 1)..].parse().unwrap()
+        };
+        let (fsyncs, syncs) = (after(" fsyncs ("), after(" syncs (group commit)"));
+        assert!(fsyncs >= u64::from(THREADS * ROUNDS), "{stats}");
+        assert!(syncs < fsyncs, "no fsync shared a sync: {stats}");
+        assert_eq!(uring_requests(&stats) > 0, fuse_uring_offered(), "{stats}");
+    });
+    unmount_and_wait(child, &scratch.mnt());
+    run.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+    e2fsck_clean(&image);
+    let kernel = scratch.0.join("kernel");
+    if kernel_mount(&image, &kernel, "loop,ro") {
+        let read = std::panic::catch_unwind(|| {
+            for t in 0..THREADS {
+                for r in 0..ROUNDS {
+                    let got = std::fs::read(kernel.join(format!("t{t}/f{r}"))).unwrap();
+                    assert!(got == pattern(4096, t * 1000 + r), "t{t}/f{r} as the kernel reads it");
+                }
+            }
+        });
+        unmount_kernel(&kernel);
+        read.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+    }
+}
+
 /// kill -9 after an fsync: the image says its ByteLog holds changes.
 fn fsync_and_kill(child: Child, mnt: &Path) {
     std::fs::File::open(mnt).unwrap().sync_all().unwrap();
