@@ -233,14 +233,8 @@ fn a_mounted_image_changed_by_file_calls_is_clean_for_e2fsck_and_the_kernel() {
         let model = std::panic::catch_unwind(|| {
             let model = exercise(&scratch.mnt());
             compare(&scratch.mnt(), &model, "csumfs");
-            let stats = Command::new(env!("CARGO_BIN_EXE_csumkit"))
-                .arg("mount")
-                .arg("--stats")
-                .arg(scratch.mnt())
-                .output()
-                .unwrap();
-            let text = String::from_utf8_lossy(&stats.stdout);
-            assert!(stats.status.success() && text.lines().count() == 6, "--stats: {text}");
+            let text = mount_stats(&scratch.mnt());
+            assert_eq!(text.lines().count(), 6, "--stats: {text}");
             // The transport: FUSE over io_uring wherever the kernel offers it.
             let through_uring = uring_requests(&text);
             assert_eq!(through_uring > 0, fuse_uring_offered(), "{text}");
