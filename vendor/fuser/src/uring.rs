@@ -307,9 +307,9 @@ pub(crate) fn serve_queue<FS: Filesystem>(
     }
     queued.push(wake_poll(&late));
     let yield_on_commit = can_leave_sched_idle();
+    // A reply is among the commands about to go.
     let mut committed = false;
     loop {
-        committed |= !queued.is_empty();
         for sqe in queued.drain(..) {
             // SAFETY: the iovecs and buffers live in `entries`, and the
             // eventfd in `late`, until this function returns, after the
@@ -350,6 +350,7 @@ pub(crate) fn serve_queue<FS: Filesystem>(
                 for index in ready {
                     if let Some(sqe) = commit(&mut entries[index], qid, fd, payload_size) {
                         queued.push(sqe);
+                        committed = true;
                     }
                 }
                 queued.push(wake_poll(&late));
@@ -382,6 +383,7 @@ pub(crate) fn serve_queue<FS: Filesystem>(
             dispatch_entry(entry, payload_size, se);
             if let Some(sqe) = commit(entry, qid, fd, payload_size) {
                 queued.push(sqe);
+                committed = true;
             }
         }
     }
@@ -406,7 +408,7 @@ fn can_leave_sched_idle() -> bool {
     })
 }
 
-/// A one-shot poll of the eventfd late replies ring.
+/// A one-shot poll of the eventfd that late replies write to.
 fn wake_poll(late: &LateReplies) -> squeue::Entry128 {
     opcode::PollAdd::new(types::Fd(late.wake.as_raw_fd()), libc::POLLIN as u32)
         .build()
