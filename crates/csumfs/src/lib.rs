@@ -69,8 +69,8 @@ pub use map::Run;
 pub use namespace::RenameMode;
 pub use pi::PiOpened;
 pub use redo::{
-    log_pending, Backing, DurableSync, LogMedium, PendingSync, Replayed, LOG_ON_DAX, LOG_ON_FILE, LOG_ON_FILE_DIRECT,
-    LOG_ON_TMPFS, LOG_PENDING, TAG_LAST, TAG_PART,
+    log_pending, Backing, DurableSync, LogMedium, LogResize, PendingSync, Replayed, LOG_ON_DAX, LOG_ON_FILE,
+    LOG_ON_FILE_DIRECT, LOG_ON_TMPFS, LOG_PENDING, TAG_LAST, TAG_PART,
 };
 pub use reserve::Caller;
 pub use stats::Stats;

@@ -45,6 +45,9 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+mod resize;
+pub use resize::LogResize;
+
 /// Incompat feature bit csumfs sets on disk while its log holds changes
 /// the image lacks (no ext4 feature uses it).
 pub const LOG_PENDING: u32 = 0x4000_0000;
@@ -214,6 +217,13 @@ pub(crate) struct Redo {
     /// Which medium [`log_medium`] chose ([`LOG_ON_DAX`]…); `None` for one
     /// a caller of [`Volume::enable_log`] gave.
     log_on: Option<&'static str>,
+    /// Reopens the log's medium at another length: a commit too large for
+    /// the empty log grows it (`resize.rs`); `None`, it is written through.
+    resize: Option<LogResize>,
+    /// The log's configured length, which a grown log returns to.
+    log_bytes: u64,
+    /// The room the last commit that did not fit the log needed.
+    needs: u64,
 }
 
 /// A sync begun by [`Volume::start_sync`]: wait for it without the
@@ -723,6 +733,7 @@ impl Redo {
         let spans = records.iter().map(|r| csumkit::bytelog::record_span(r.len()));
         let need: u64 = spans.clone().sum::<u64>() + spans.max().unwrap_or(0);
         if need > self.writer().free_bytes() {
+            self.needs = need;
             return Ok(false);
         }
         if let Some(sums) = sums.as_mut() {
@@ -846,7 +857,8 @@ impl Volume {
         let mut map = crate::private_map::PrivateMap::new(&file).map_err(io_at)?;
         let was_pending = log_pending(map.bytes());
         clear_pending_bit(map.bytes_mut());
-        let (medium, log_on) = log_medium(log, log_bytes)?;
+        let log_len = resize::log_length_at_open(log, log_bytes, was_pending)?;
+        let (medium, log_on) = log_medium(log, log_len)?;
         let mut volume = Volume::new(Bytes::Private(map), crate::Options { write: true, ..options })?;
         let (backing, opened): (Box<dyn Backing>, _) = match pi {
             None => (Box::new(file), None),
@@ -859,6 +871,8 @@ impl Volume {
         };
         let replayed = volume.enable_log(backing, medium, was_pending, sidecar)?;
         volume.redo.as_mut().expect("enabled above").log_on = Some(log_on);
+        let log = log.to_path_buf();
+        volume.set_log_resize(Box::new(move |len| log_medium(&log, len).map(|(medium, _)| medium)), log_bytes)?;
         Ok((volume, replayed, opened))
     }
 
@@ -932,6 +946,7 @@ impl Volume {
             })?
         };
         let image_sync = backing.sync_handle().map_err(io("duplicating the image's descriptor"))?;
+        let log_bytes = log.medium().len();
         let redo = Redo {
             writer: Arc::new(Mutex::new(Writer::new(log, image_sync, self.stats.clone()))),
             staged: 0,
@@ -951,6 +966,9 @@ impl Volume {
             last_commit: Instant::now(),
             last_checkpoint: Instant::now(),
             log_on: None,
+            resize: None,
+            log_bytes,
+            needs: 0,
         };
         self.redo = Some(redo);
         if self.undo.is_none() {
@@ -1115,12 +1133,13 @@ impl Volume {
         let redo = self.redo.as_ref().expect("checked above");
         // Not while a sync flushes the log (this holds the volume's lock,
         // which every call waits for): the next operation's end looks.
-        let ring_half = redo
-            .writer
-            .try_lock()
-            .is_ok_and(|writer| writer.free_bytes() < (writer.log.medium().len() - csumkit::bytelog::RING_OFFSET) / 2);
+        // A log grown for a large commit goes back to its length too.
+        let (ring_half, grown) = redo.writer.try_lock().map_or((false, false), |writer| {
+            let len = writer.log.medium().len();
+            (writer.free_bytes() < (len - csumkit::bytelog::RING_OFFSET) / 2, len > redo.log_bytes)
+        });
         let old = !redo.committed.is_empty() && redo.last_checkpoint.elapsed() >= CHECKPOINT_AGE;
-        if ring_half || old || redo.touched.len() >= CHECKPOINT_PAGES {
+        if ring_half || grown || old || redo.touched.len() >= CHECKPOINT_PAGES {
             self.checkpoint_now(false, false)?;
         }
         Ok(())
@@ -1157,6 +1176,8 @@ impl Volume {
         if let Some(sums) = self.datasums.as_mut() {
             sums.log_committed()?;
         }
+        let redo = self.redo.as_mut().expect("checked above");
+        redo.shrink_log()?;
         let pages = std::mem::take(&mut redo.touched);
         // The file now holds what these copied pages hold.
         let ranges: Vec<(usize, usize)> = pages.iter().map(|&p| (p * PAGE, (p + 1) * PAGE)).collect();
@@ -1200,12 +1221,18 @@ impl Volume {
         if redo.commit(&self.map, &mut self.datasums)? {
             return Ok(true);
         }
-        if (redo.committed.is_empty() && !redo.sums_in_log) || !self.fold_log()? {
-            return Ok(false);
+        if !redo.committed.is_empty() || redo.sums_in_log {
+            if !self.fold_log()? {
+                return Ok(false);
+            }
+            Stats::bump(&self.stats.log_folds);
+            let redo = self.redo.as_mut().expect("called with a log");
+            if redo.commit(&self.map, &mut self.datasums)? {
+                return Ok(true);
+            }
         }
-        Stats::bump(&self.stats.log_folds);
-        let redo = self.redo.as_mut().expect("called with a log");
-        redo.commit(&self.map, &mut self.datasums)
+        // Not even the empty log has room: a larger one, where it can grow.
+        self.grow_log_for_commit()
     }
 
     /// Makes room in the log for a commit its free room lacks (or empties
@@ -1536,6 +1563,9 @@ mod tests {
             last_commit: Instant::now(),
             last_checkpoint: Instant::now(),
             log_on: None,
+            resize: None,
+            log_bytes: 64 << 10,
+            needs: 0,
         }
     }
 

@@ -61,8 +61,11 @@ pub struct Stats {
     /// not fit the log's free room): folded from the log's own records,
     /// the commit under way left pending until the log is empty.
     pub log_folds: AtomicU64,
-    /// Commits too large for even an empty log, written through to the
-    /// image instead (not atomic).
+    /// Commits too large for even an empty log, logged in a log grown for
+    /// them (`redo/resize.rs`)…
+    pub log_grows: AtomicU64,
+    /// …or, where the log cannot grow, written through to the image
+    /// instead (not atomic).
     pub log_write_through: AtomicU64,
     /// File data blocks whose PI the device checked on read (seed 004).
     pub pi_blocks_verified: AtomicU64,
@@ -92,7 +95,7 @@ impl Stats {
         format!(
             "seed 000 incremental checksums: {} metadata checksum updates moved by flip_range/splice, {} recomputed in full\n\
              seed 001 ByteLog on {}: {} metadata commits in {} records, {} bytes persisted ({} per commit), \
-             {} fsyncs ({} of them synchronous changes: chattr +S/+D, -o sync/dirsync) answered by {} syncs (group commit), {} checkpoints ({} of them to give a commit room), {} commits too large for the log written through, {} KiB of the image held in memory until the next checkpoint\n\
+             {} fsyncs ({} of them synchronous changes: chattr +S/+D, -o sync/dirsync) answered by {} syncs (group commit), {} checkpoints ({} of them to give a commit room), {} commits too large for the log logged in a log grown for them and {} written through, {} KiB of the image held in memory until the next checkpoint\n\
              seed 002 data checksums: {} blocks checksummed on write ({} while their write was under way), \
              {} verified on read, {} mismatches (EIO), {} carried by ByteLog commits, {} tree commits ({} of them in place of logging a large write's checksums) writing {} bytes, \
              {} intent-list flushes\n\
@@ -111,6 +114,7 @@ impl Stats {
             g(&self.fsync_syncs),
             g(&self.log_checkpoints),
             g(&self.log_folds),
+            g(&self.log_grows),
             g(&self.log_write_through),
             private_copy.map_or("no".to_string(), |bytes| (bytes / 1024).to_string()),
             g(&self.data_checksummed),

@@ -518,31 +518,71 @@ fn an_idle_sync_commits_nothing_and_commit_bytes_are_the_logs() {
     assert_eq!(counts(&volume).2, 0, "a checkpoint with room in the log is not a write-through");
 }
 
-/// A commit larger than the log's free room is not appended (it would
-/// overwrite what replay still needs): the checkpoint that follows writes
-/// it through, and the image is whole — e2fsck is the judge.
+/// A commit larger than even the empty log is not appended to it (it
+/// would overwrite itself) nor written through in place (not atomic): the
+/// log is formatted afresh at twice its size and the commit logged. A
+/// death right after the sync loses nothing — the next open replays the
+/// grown log at its own length — and the log is back at its configured
+/// length after the checkpoint (its file at the next clean open); e2fsck
+/// is the judge. With the growth taken away (a medium that cannot be
+/// reopened) the same commit is written through, as before.
 #[test]
-fn a_commit_larger_than_the_log_is_written_through() {
+fn a_commit_larger_than_the_log_grows_the_log_and_is_logged() {
     if !have_e2fsprogs() {
         return;
     }
     use std::sync::atomic::Ordering::Relaxed;
-    let scratch = Scratch::new("logged-through");
+    const LOG: u64 = 64 << 10;
+    let scratch = Scratch::new("logged-grow");
     let (image, log) = (scratch.0.join("img"), scratch.0.join("img.bytelog"));
     mke2fs_with(&image, "1024", "32M", &[]);
-    let (mut volume, _) = Volume::open_logged(&image, &log, 64 << 10, Options::default(), None).unwrap();
-    let dir = volume.mkdir(ROOT, b"d", NewInode { mode: 0o040_755, uid: 0, gid: 0 }).unwrap().ino;
-    for i in 0..600u32 {
-        let ino = volume.create(dir, format!("file-{i:04}").as_bytes(), NewInode { mode: 0o100_644, uid: 0, gid: 0 });
-        volume.write(ino.unwrap().ino, 0, &i.to_le_bytes()).unwrap();
-    }
+    let (mut volume, _) = Volume::open_logged(&image, &log, LOG, Options::default(), None).unwrap();
+    let create_600 = |volume: &mut Volume| {
+        let dir = volume.mkdir(ROOT, b"d", NewInode { mode: 0o040_755, uid: 0, gid: 0 }).unwrap().ino;
+        for i in 0..600u32 {
+            let ino =
+                volume.create(dir, format!("file-{i:04}").as_bytes(), NewInode { mode: 0o100_644, uid: 0, gid: 0 });
+            volume.write(ino.unwrap().ino, 0, &i.to_le_bytes()).unwrap();
+        }
+    };
+    create_600(&mut volume);
     volume.sync().unwrap();
     let stats = volume.stats();
-    let (commits, through) = (stats.log_commits.load(Relaxed), stats.log_write_through.load(Relaxed));
-    assert_eq!((commits, through), (0, 1), "600 creates in a 64 KiB log: no commit, one write-through");
+    let counts = [&stats.log_commits, &stats.log_grows, &stats.log_write_through].map(|c| c.load(Relaxed));
+    let grown = std::fs::metadata(&log).unwrap().len();
+    eprintln!("600 creates in a {LOG}-byte log: commits, grows, write-throughs {counts:?}; the log file {grown} bytes");
+    assert_eq!(counts, [1, 1, 0], "600 creates in a 64 KiB log: one commit in a grown log");
+    assert!(grown > LOG, "the log file is {grown} bytes");
+    drop(volume); // dies with the commit in the grown log only
+    assert!(csumfs::log_pending(&std::fs::read(&image).unwrap()), "the image does not say it needs its log");
+    let (mut volume, replayed) = Volume::open_logged(&image, &log, LOG, Options::default(), None).unwrap();
+    assert_eq!(replayed.commits, 1, "the grown log's commit");
+    let f = volume.resolve("/d/file-0599").unwrap();
+    assert_eq!(volume.read_all(&f).unwrap(), 599u32.to_le_bytes());
+    volume.checkpoint().unwrap();
     drop(volume);
-    assert_clean(&image, "after the write-through");
-    let volume = Volume::open(&image, Options::default()).unwrap();
+    assert_clean(&image, "after the grown log's replay");
+    let (volume, replayed) = Volume::open_logged(&image, &log, LOG, Options::default(), None).unwrap();
+    assert_eq!(replayed.commits, 0);
+    assert_eq!(std::fs::metadata(&log).unwrap().len(), LOG, "the log file was not cut back at a clean open");
+    drop(volume);
+
+    // A log on a medium that cannot grow: written through.
+    let other = scratch.0.join("img2");
+    mke2fs_with(&other, "1024", "32M", &[]);
+    let bytes = std::fs::read(&other).unwrap();
+    let mut volume = Volume::from_bytes(bytes, Options { write: true, ..Options::default() }).unwrap();
+    let backing = Box::new(std::fs::OpenOptions::new().read(true).write(true).open(&other).unwrap());
+    let medium = Box::new(csumkit::bytelog::SimMedium::new(LOG as usize));
+    volume.enable_log(backing, medium, false, None).unwrap();
+    create_600(&mut volume);
+    volume.sync().unwrap();
+    let stats = volume.stats();
+    let counts = [&stats.log_commits, &stats.log_grows, &stats.log_write_through].map(|c| c.load(Relaxed));
+    assert_eq!(counts, [0, 0, 1], "a log that cannot grow: the commit written through");
+    drop(volume);
+    assert_clean(&other, "after the write-through");
+    let volume = Volume::open(&other, Options::default()).unwrap();
     let f = volume.resolve("/d/file-0599").unwrap();
     assert_eq!(volume.read_all(&f).unwrap(), 599u32.to_le_bytes());
 }

@@ -24,7 +24,7 @@ mod common;
 
 use common::model::{apply, op, pick, Model, Node, Op};
 use common::{assert_clean, have_e2fsprogs, mke2fs, Scratch};
-use csumfs::{Backing, Options, Stats, SyncHandle, Volume};
+use csumfs::{Backing, LogMedium, Options, Stats, SyncHandle, Volume};
 use csumkit::bytelog::{Medium, SimMedium};
 use csumkit::pi::{GuardSize, PiFormat, PiLocation, PiType, Protection};
 use csumkit::DurableFile;
@@ -446,7 +446,7 @@ fn run(
     sync_every: usize,
     pi: Option<Protection>,
     log_bytes: usize,
-) -> [u64; 7] {
+) -> [u64; 8] {
     let scratch = Scratch::new(&format!("power-cut-{seed}-{block_size}"));
     let path = scratch.0.join("fresh.img");
     let image_size = match workload {
@@ -493,6 +493,18 @@ fn run(
             volume.enable_logged_pi_on(files, p, Box::new(medium), false).unwrap();
         }
     }
+    // The log reopened at another length, as a file is: what it holds
+    // durably, cut or extended with zeros (a commit too large for it grows
+    // it; the next checkpoint shrinks it back).
+    let resize_world = Arc::clone(&world);
+    let resize = move |len: u64| {
+        let mut bytes = resize_world.lock().unwrap().log_durable.clone();
+        bytes.resize(len as usize, 0);
+        resize_world.lock().unwrap().log_durable.clone_from(&bytes);
+        let sim = SimMedium::from_image(bytes);
+        Ok(Box::new(CuttingMedium { sim, world: Arc::clone(&resize_world) }) as LogMedium)
+    };
+    volume.set_log_resize(Box::new(resize), log_bytes as u64).unwrap();
 
     let mut runner = TestRunner::new_with_rng(Config::default(), TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes));
     // Half the writes made whole pages over a file's first two, which go
@@ -550,7 +562,8 @@ fn run(
     let stats = volume.stats();
     let (logged, checkpoints) = (Stats::get(&stats.log_commit_bytes), Stats::get(&stats.log_checkpoints));
     let (folds, through) = (Stats::get(&stats.log_folds), Stats::get(&stats.log_write_through));
-    // A write-through is not atomic: no commit here is too large for the log.
+    let grows = Stats::get(&stats.log_grows);
+    // A write-through is not atomic: a commit too large for the log grows it.
     assert_eq!(through, 0, "commits written through");
     let in_place = Stats::get(&stats.datasum_intent_flushes) + Stats::get(&stats.pi_blocks_written);
     let trees_for_log = Stats::get(&stats.datasum_commits_for_log);
@@ -564,6 +577,8 @@ fn run(
     }
     volume.checkpoint().unwrap();
     drop(volume);
+    let log_len = world.lock().unwrap().log_durable.len();
+    assert_eq!(log_len, log_bytes, "the log was not put back at its length ({grows} grows)");
     let durable = disk.lock().unwrap().durable.clone();
     let final_path = scratch.0.join("final.img");
     std::fs::write(&final_path, &durable).unwrap();
@@ -584,7 +599,7 @@ fn run(
     let verified = Stats::get(&volume.stats().data_verified) + Stats::get(&volume.stats().pi_blocks_verified);
     assert!(verified > 0, "no block of the final image was verified");
     let world = world.lock().unwrap();
-    [world.cuts, world.flush_cuts, world.judged, world.verified, in_place, folds, trees_for_log]
+    [world.cuts, world.flush_cuts, world.judged, world.verified, in_place, folds, trees_for_log, grows]
 }
 
 /// The workloads' seeds and block sizes: `fixed` (CI's), then as many
@@ -601,7 +616,7 @@ fn every_fence_of_the_log_survives_a_power_cut() {
     if !have_e2fsprogs() {
         return;
     }
-    let mut counts = [0u64; 7];
+    let mut counts = [0u64; 8];
     // Seed 1004 is the one of 1000–1007 that catches a commit letting go of
     // its freed blocks before it is durable (a split sync's next operation
     // then writes them in place).
@@ -610,7 +625,7 @@ fn every_fence_of_the_log_survives_a_power_cut() {
         let run = run(seed, block_size, Workload::Random(700), 2 + seed as usize % 3, None, LOG_BYTES);
         counts.iter_mut().zip(run).for_each(|(total, n)| *total += n);
     }
-    let [cuts, sidecar_cuts, judged, verified, announced, _, _] = counts;
+    let [cuts, sidecar_cuts, judged, verified, announced, _, _, _] = counts;
     eprintln!(
         "power cuts: {cuts} replayed and compared with the workload ({sidecar_cuts} before a sidecar flush), \
          {judged} judged by e2fsck -fn, {verified} blocks read back verified against their checksums; \
@@ -626,12 +641,12 @@ fn every_fence_of_the_log_survives_a_power_cut_on_a_pi_device() {
     if !have_e2fsprogs() {
         return;
     }
-    let mut counts = [0u64; 7];
+    let mut counts = [0u64; 8];
     for (seed, block_size) in seeds(&[(5, "1024"), (6, "4096")], 2000) {
         let run = run(seed, block_size, Workload::Random(700), 2 + seed as usize % 3, Some(protection()), LOG_BYTES);
         counts.iter_mut().zip(run).for_each(|(total, n)| *total += n);
     }
-    let [cuts, flush_cuts, judged, verified, written, _, _] = counts;
+    let [cuts, flush_cuts, judged, verified, written, _, _, _] = counts;
     eprintln!(
         "power cuts on a PI device: {cuts} replayed and compared with the workload ({flush_cuts} before a flush \
          of the device's files), {judged} judged by e2fsck -fn, {verified} blocks read back verified against their \
@@ -651,18 +666,17 @@ fn every_fence_of_the_log_survives_a_power_cut_on_a_pi_device() {
 /// 7's superblock counts disagree), the fold not listing the logged data's
 /// blocks (seed 8, `EIO`); and seed 12 caught a split sync's commit
 /// emptying the intent list under a write into a region listed already.
-/// Fixed seeds only: another seed may make a commit too large for the log.
 #[test]
 fn a_commit_that_folds_the_log_first_survives_a_power_cut() {
     if !have_e2fsprogs() {
         return;
     }
-    let mut counts = [0u64; 7];
+    let mut counts = [0u64; 8];
     for (seed, block_size) in [(7, "1024"), (8, "4096"), (9, "1024"), (10, "4096"), (11, "1024"), (12, "4096")] {
         let run = run(seed, block_size, Workload::Random(700), 3 + seed as usize % 3, None, SMALL_LOG_BYTES);
         counts.iter_mut().zip(run).for_each(|(total, n)| *total += n);
     }
-    let [cuts, sidecar_cuts, judged, verified, _, folds, _] = counts;
+    let [cuts, sidecar_cuts, judged, verified, _, folds, _, _] = counts;
     eprintln!(
         "power cuts with a {} KiB log: {cuts} replayed ({sidecar_cuts} before a sidecar flush), {judged} judged by \
          e2fsck -fn, {verified} blocks verified; {folds} commits folded the log first",
@@ -670,6 +684,36 @@ fn a_commit_that_folds_the_log_first_survives_a_power_cut() {
     );
     assert!(folds >= 4, "only {folds} folds");
     assert!(cuts > 500, "only {cuts} power cuts happened");
+}
+
+/// In a log of the smallest size a ByteLog takes (8 KiB of ring), many
+/// commits are too large for it even empty: each grows the log — the
+/// image's mark cleared, the log formatted afresh at twice the commit's
+/// size, the commit logged — and the next operation's end checkpoints it
+/// and puts it back at 8 KiB. A cut anywhere in that must leave a tree
+/// the workload had. Planted bugs this catches: the log formatted afresh
+/// while the image is still marked (a cut inside the format leaves a
+/// marked image whose log's header is the old one, naming a ring larger
+/// than the medium now is: replay refuses it), and the shrink skipped
+/// (the assertion on the log's length after the workload).
+#[test]
+fn a_commit_too_large_for_the_log_grows_it_and_survives_a_power_cut() {
+    if !have_e2fsprogs() {
+        return;
+    }
+    let tiny = (csumkit::bytelog::RING_OFFSET + csumkit::bytelog::RING_BYTES_MIN) as usize;
+    let mut counts = [0u64; 8];
+    for (seed, block_size) in seeds(&[(15, "1024"), (16, "4096")], 3000) {
+        let run = run(seed, block_size, Workload::Random(400), 3 + seed as usize % 3, None, tiny);
+        counts.iter_mut().zip(run).for_each(|(total, n)| *total += n);
+    }
+    let [cuts, sidecar_cuts, judged, verified, _, folds, _, grows] = counts;
+    eprintln!(
+        "power cuts with an {tiny}-byte log: {cuts} replayed ({sidecar_cuts} before a sidecar flush), {judged} \
+         judged by e2fsck -fn, {verified} blocks verified; {grows} commits grew the log, {folds} folded it first"
+    );
+    assert!(grows >= 10, "only {grows} commits grew the log");
+    assert!(cuts > 300, "only {cuts} power cuts happened");
 }
 
 /// A large write's many new checksums go to the sidecar's tree at its
@@ -707,7 +751,7 @@ fn a_tree_committed_in_place_of_logged_checksums_survives_a_power_cut() {
     for round in 0..6 {
         same_file.extend([small(round), large(1), Op::Truncate { file: 1, size: 10 }, small(round + 10)]);
     }
-    let mut counts = [0u64; 7];
+    let mut counts = [0u64; 8];
     for (seed, workload, sync_every) in
         [(13, Workload::Given(new_files, "40M"), 3), (14, Workload::Given(same_file, "16M"), 2)]
     {
@@ -715,7 +759,7 @@ fn a_tree_committed_in_place_of_logged_checksums_survives_a_power_cut() {
         assert!(run[6] >= 6, "seed {seed}: only {} tree commits in place of logging checksums", run[6]);
         counts.iter_mut().zip(run).for_each(|(total, n)| *total += n);
     }
-    let [cuts, sidecar_cuts, judged, verified, _, _, trees] = counts;
+    let [cuts, sidecar_cuts, judged, verified, _, _, trees, _] = counts;
     eprintln!(
         "power cuts around checksum trees committed in place of logging: {cuts} replayed ({sidecar_cuts} before \
          a sidecar flush), {judged} judged by e2fsck -fn, {verified} blocks verified; {trees} such tree commits"
@@ -745,7 +789,7 @@ fn a_fold_keeps_the_blocks_rewritten_in_place_announced() {
     for _ in 0..6 {
         ops.extend([rewrite(6 << 20), rewrite(6 << 20), rewrite(14 << 20)]);
     }
-    let [cuts, sidecar_cuts, judged, verified, in_place, folds, _] =
+    let [cuts, sidecar_cuts, judged, verified, in_place, folds, _, _] =
         run(15, "4096", Workload::Given(ops, "24M"), 1, None, 32 << 10);
     eprintln!(
         "power cuts around folds after in-place rewrites: {cuts} replayed ({sidecar_cuts} before a sidecar flush), \

@@ -1,0 +1,127 @@
+//! A log that grows for a commit too large for it, and shrinks back.
+//!
+//! One operation can change more metadata than an empty log holds — a
+//! truncate or fallocate across hundreds of block groups, say, whose
+//! bitmaps all change. Such a commit used to be written through in place
+//! with a checkpoint, which a crash could leave half done. Where the log's
+//! medium can be reopened at another length (a file beside the image, a
+//! file on DAX or tmpfs: [`LogResize`]), it is formatted afresh at twice
+//! what the commit needs and the commit is logged, atomic as any other;
+//! the end of the next operation checkpoints and puts the log back at its
+//! configured length (the file is cut back at the next clean open). ext4
+//! splits such an operation into several transactions instead; csumfs's
+//! operations are one commit each.
+//!
+//! Only an empty log is reformatted, and only after the image's
+//! [`LOG_PENDING`](super::LOG_PENDING) mark is cleared on disk: a crash
+//! in between finds an image that needs nothing from its log, whatever
+//! the format left in it. The commit's own append marks the image again.
+
+use super::{superblock_with, AnyMedium, LogMedium, Redo};
+use crate::error::Error;
+use crate::stats::Stats;
+use crate::volume::Volume;
+use csumkit::bytelog::{ByteLog, Medium, RING_OFFSET};
+
+/// Opens the log's medium again at `len` bytes — the same place, the same
+/// kind — keeping what it holds up to there (a file extended with zeros).
+pub type LogResize = Box<dyn FnMut(u64) -> Result<LogMedium, Error> + Send + Sync>;
+
+/// A grown log's length is a multiple of this.
+const GROWTH_UNIT: u64 = 1 << 20;
+
+impl Volume {
+    /// Lets the log grow for a commit too large for it empty (instead of
+    /// writing that commit through) by reopening its medium with `resize`;
+    /// `log_bytes` is its configured length, to which a grown log returns
+    /// at the next checkpoint — at once if it is longer now (a log grown
+    /// before a crash, just replayed). No-op without a log.
+    ///
+    /// # Errors
+    /// As [`enable_log`](Self::enable_log) formatting a log.
+    pub fn set_log_resize(&mut self, resize: LogResize, log_bytes: u64) -> Result<(), Error> {
+        let Some(redo) = self.redo.as_mut() else { return Ok(()) };
+        redo.resize = Some(resize);
+        redo.log_bytes = log_bytes;
+        if redo.committed.is_empty() && !redo.sums_in_log {
+            redo.shrink_log()?;
+        }
+        Ok(())
+    }
+
+    /// The pending changes staged as one commit in a log grown for them,
+    /// after the log was emptied and still lacked the room. `Ok(false)`:
+    /// the log cannot grow (no [`LogResize`], or reopening its medium
+    /// failed — the log's filesystem full, say) and is as it was.
+    pub(super) fn grow_log_for_commit(&mut self) -> Result<bool, Error> {
+        let redo = self.redo.as_mut().expect("called with a log");
+        if redo.resize.is_none() {
+            return Ok(false);
+        }
+        let len = (RING_OFFSET + 2 * redo.needs).next_multiple_of(GROWTH_UNIT);
+        if !redo.resize_log(len)? {
+            return Ok(false);
+        }
+        Stats::bump(&self.stats.log_grows);
+        let redo = self.redo.as_mut().expect("called with a log");
+        let staged = redo.commit(&self.map, &mut self.datasums)?;
+        assert!(staged, "an empty log of {len} bytes holds a commit that needs {}", redo.needs);
+        Ok(true)
+    }
+}
+
+impl Redo {
+    /// A grown log, empty, put back at its configured length.
+    pub(super) fn shrink_log(&mut self) -> Result<(), Error> {
+        let len = self.writer().log.medium().len();
+        if self.resize.is_some() && len > self.log_bytes {
+            self.resize_log(self.log_bytes)?;
+        }
+        Ok(())
+    }
+
+    /// Replaces the log, which holds nothing the image lacks, with an empty
+    /// one of `len` bytes on the same medium. `Ok(false)`: the medium could
+    /// not be reopened, and the old log stays.
+    fn resize_log(&mut self, len: u64) -> Result<bool, Error> {
+        self.writer().flush_all()?;
+        assert!(self.committed.is_empty() && !self.sums_in_log, "only an empty log is resized");
+        if self.marked {
+            // The image first says it needs nothing from its log.
+            let superblock = superblock_with(&self.image_superblock, false);
+            self.backing.write_at(1024, &superblock).map_err(super::io("image"))?;
+            self.backing.sync().map_err(super::io("fdatasync of the image"))?;
+            self.marked = false;
+        }
+        let resize = self.resize.as_mut().expect("called with a resize");
+        let Ok(medium) = resize(len) else { return Ok(false) };
+        let medium = AnyMedium(medium);
+        let generation = ByteLog::next_generation(&medium);
+        // From here the old log's file may hold the new header: a failure
+        // is the sync's error, never a fall back to the old log.
+        let log = ByteLog::format(medium, generation)?;
+        self.writer().log = log;
+        Ok(true)
+    }
+}
+
+/// The length to open the log file at `path` with: `configured`, the file
+/// cut back to it when longer and not needed (`pending` false: the image
+/// holds everything); a longer file that the image still needs — a log
+/// grown for a commit before a crash — at its own length, which its
+/// header's ring size may fill.
+///
+/// # Errors
+/// [`Error::Io`] cutting the file back.
+pub(super) fn log_length_at_open(path: &std::path::Path, configured: u64, pending: bool) -> Result<u64, Error> {
+    let have = std::fs::metadata(path).map_or(0, |m| m.len());
+    if pending {
+        return Ok(configured.max(have));
+    }
+    if have > configured {
+        let file = std::fs::OpenOptions::new().write(true).open(path);
+        file.and_then(|f| f.set_len(configured))
+            .map_err(|source| Error::Io { context: format!("{}: cutting the log back", path.display()), source })?;
+    }
+    Ok(configured)
+}
