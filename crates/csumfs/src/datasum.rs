@@ -380,10 +380,8 @@ impl Volume {
     /// nothing, whatever its size).
     pub(crate) fn data_freed(&mut self, start: u64, len: u64) {
         if let Some(sums) = &mut self.datasums {
-            for b in start..start + len {
-                if sums.tree.get(b).is_none() {
-                    continue;
-                }
+            let present: Vec<u64> = sums.tree.present_in(start..start + len).collect();
+            for b in present {
                 sums.tree.remove(b);
                 sums.freed.insert(b as usize, b as usize + 1);
                 sums.version += 1;

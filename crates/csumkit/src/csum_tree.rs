@@ -291,6 +291,31 @@ impl ChecksumTree {
             .then(|| self.csums[block as usize])
     }
 
+    /// The blocks in `range` that have a checksum, in order: a word of the
+    /// presence bits at a time, so that forgetting the blocks of a large
+    /// free costs what it forgets rather than what it spans.
+    pub fn present_in(&self, range: std::ops::Range<u64>) -> impl Iterator<Item = u64> + '_ {
+        let (start, end) = (range.start, range.end.min(self.blocks));
+        let words = if start < end { start / 64..end.div_ceil(64) } else { 0..0 };
+        words.flat_map(move |w| {
+            let mut bits = self.present[w as usize];
+            // Bits below `start` and from `end` on are not asked for.
+            if w == start / 64 {
+                bits &= u64::MAX << (start % 64);
+            }
+            if w == (end - 1) / 64 && end % 64 != 0 {
+                bits &= u64::MAX >> (64 - end % 64);
+            }
+            std::iter::from_fn(move || {
+                (bits != 0).then(|| {
+                    let bit = u64::from(bits.trailing_zeros());
+                    bits &= bits - 1;
+                    w * 64 + bit
+                })
+            })
+        })
+    }
+
     /// Leaves changed since the last commit.
     pub fn dirty_leaves(&self) -> u64 {
         self.dirty_leaves.len() as u64
@@ -576,6 +601,31 @@ mod tests {
                 model.insert(blocks - 1, 7);
                 prop_assert_eq!(tree.get(blocks - 1), Some(7));
             }
+        }
+    }
+
+    proptest! {
+        /// `present_in` lists exactly the blocks of its range that `get`
+        /// finds a checksum for: ranges empty, of one block, across and
+        /// inside words, past the end.
+        #[test]
+        fn present_in_is_get_over_the_range(
+            blocks in 1u64..3000,
+            set in prop::collection::vec(any::<u64>(), 0..300),
+            dense in any::<bool>(),
+            start in any::<u64>(),
+            len in 0u64..3100,
+        ) {
+            let mut tree = ChecksumTree::new(blocks, 10, ChecksumTree::area_blocks_for(blocks)).unwrap();
+            if dense {
+                (0..blocks).for_each(|b| tree.update(b, b as u32));
+            }
+            for b in set {
+                if dense { tree.remove(b % blocks) } else { tree.update(b % blocks, 1) }
+            }
+            let start = start % (blocks + 70);
+            let want: Vec<u64> = (start..start + len).filter(|&b| tree.get(b).is_some()).collect();
+            prop_assert_eq!(tree.present_in(start..start + len).collect::<Vec<_>>(), want);
         }
     }
 
