@@ -688,7 +688,13 @@ impl Filesystem for Fs {
     }
 
     fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
-        reply.ok();
+        // Nothing to do at close: writes reach csumfs before it (the
+        // writeback cache's too: the kernel writes a file's pages back
+        // before it would send this), and POSIX locks are the kernel's.
+        // `ENOSYS` once and the kernel sends no more: one round trip
+        // fewer per close (a tenth of create + write + fsync + close +
+        // unlink).
+        reply.error(Errno::ENOSYS);
     }
 
     fn release(
