@@ -59,6 +59,9 @@ pub(crate) struct DataSums {
     /// place: a ByteLog commit's end empties them only when nothing of
     /// that came after it was staged.
     version: u64,
+    /// Checksums a write's whole blocks while the write goes on (seed
+    /// 002's overlap): started for the first piece large enough.
+    helper: Option<std::sync::Arc<crate::crc_helper::CrcHelper>>,
 }
 
 /// The span an intent-list entry covers at least: random overwrites into
@@ -266,7 +269,8 @@ impl Volume {
         let logged = self.redo.is_some().then(std::collections::BTreeMap::new);
         let dirty = count > 0 || !replayed.is_empty();
         let freed = RangeSet::default();
-        self.datasums = Some(DataSums { tree, store, dirty, intent: Vec::new(), logged, freed, version: 0 });
+        self.datasums =
+            Some(DataSums { tree, store, dirty, intent: Vec::new(), logged, freed, version: 0, helper: None });
         if count > 0 && write {
             if forgotten > 0 {
                 eprintln!(
@@ -508,6 +512,16 @@ pub(crate) fn commit(sums: &mut Option<DataSums>, stats: &Stats) -> Result<(), E
 const LOGGED_SUMS_MAX: usize = 4 * 1016;
 
 impl DataSums {
+    /// The thread that checksums pieces while they are written, started
+    /// now if need be; `None` when it cannot be (pieces are then
+    /// checksummed in line).
+    pub(crate) fn crc_helper(&mut self) -> Option<std::sync::Arc<crate::crc_helper::CrcHelper>> {
+        if self.helper.is_none() {
+            self.helper = crate::crc_helper::CrcHelper::new().ok().map(std::sync::Arc::new);
+        }
+        self.helper.clone()
+    }
+
     /// Adds `run` to the intent list, in memory and in the sidecar's
     /// header (durable at the next [`FileStore::flush_intent`]).
     fn push_intent(&mut self, run: (u64, u64)) -> Result<(), Error> {

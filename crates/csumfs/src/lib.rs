@@ -24,6 +24,7 @@
 
 mod acl;
 mod attr;
+mod crc_helper;
 mod data;
 mod datasum;
 mod dir;

@@ -1087,21 +1087,24 @@ impl Volume {
                 // (seed 002) when there are enough to pay for the thread.
                 let whole = (from.div_ceil(bs) * bs).min(to)..(to / bs * bs).max(from.div_ceil(bs) * bs).min(to);
                 let whole_bytes = &bytes[(whole.start - from) as usize..(whole.end - from) as usize];
-                let overlapped = self.datasums.is_some() && overlap_pays(whole_bytes.len());
                 let at = run.physical * bs + (from - start);
-                let crcs: Option<Vec<u32>> = if overlapped {
-                    std::thread::scope(|s| -> Result<_, Error> {
-                        let crcs = s.spawn(|| whole_bytes.chunks_exact(bs as usize).map(crc32c::checksum).collect());
-                        self.store_data(at, bytes)?;
-                        Ok(Some(crcs.join().expect("checksumming does not panic")))
-                    })?
-                } else {
-                    self.store_data(at, bytes)?;
-                    None
+                let helper = match self.datasums.as_mut() {
+                    Some(sums) if overlap_pays(whole_bytes.len()) => sums.crc_helper(),
+                    _ => None,
                 };
-                if overlapped {
-                    Stats::add(&self.stats.data_overlapped, whole_bytes.len() as u64 / bs);
-                }
+                let crcs: Option<Vec<u32>> = match helper {
+                    Some(helper) => {
+                        let (crcs, stored) =
+                            helper.checksum_while(whole_bytes, bs as usize, || self.store_data(at, bytes));
+                        stored?;
+                        Stats::add(&self.stats.data_overlapped, whole_bytes.len() as u64 / bs);
+                        Some(crcs)
+                    }
+                    None => {
+                        self.store_data(at, bytes)?;
+                        None
+                    }
+                };
                 for k in first_block..end_block {
                     // A whole block's checksum from the bytes at hand; a
                     // block written in part from the image.
@@ -1246,16 +1249,21 @@ impl Volume {
     }
 }
 
-/// Whether the checksums of `bytes` whole blocks are worth computing on a
-/// second thread while the piece is written: a scoped thread costs 30–50
-/// µs to start and join. With CRC instructions (20–75 GB/s) a 1 MiB piece —
-/// the most FUSE hands over at once — checksums in 14–50 µs: measured
-/// here, the thread made 512 MiB of 1 MiB writes 12% slower than
-/// checksumming in line (0.56 s vs 0.50 s of writes), so it is kept for
-/// pieces of 8 MiB and more; the portable engine (2–3 GB/s, ~400 µs per
-/// MiB) gains from 256 KiB.
+/// Whether the checksums of `bytes` whole blocks are worth computing on the
+/// helper thread while the piece is written (`crc_helper.rs`): handing a
+/// piece over costs this thread a notify and a lock, and the helper needs
+/// a CPU the write leaves idle. On the portable engine (2–3 GB/s, ~400 µs
+/// per MiB) it pays from a few blocks: 512 MiB in 1 MiB `write`s + fsync
+/// through the mount, 4 KiB blocks, 2-vCPU AMD EPYC, four alternating runs
+/// (35th session): 0.425 s against 0.484 in line (medians). With CRC
+/// instructions (~22 GB/s here: 48 µs per MiB) it did not pay on that
+/// machine — helper 0.314 s, in line 0.303, `datasum=off` 0.279, six runs:
+/// the host's writeback of the image takes the other vCPU — so there
+/// only pieces of 8 MiB and more (library writes; FUSE hands over at most
+/// 1 MiB) go to the helper, as they went to a scoped thread (30–50 µs to
+/// start and join) before.
 fn overlap_pays(bytes: usize) -> bool {
-    let min = if csumkit::Backend::active() == csumkit::Backend::Portable { 256 << 10 } else { 8 << 20 };
+    let min = if csumkit::Backend::active() == csumkit::Backend::Portable { 32 << 10 } else { 8 << 20 };
     bytes >= min
 }
 

@@ -127,8 +127,8 @@ fn random_writes_leave_every_written_block_with_its_own_checksum() {
         engines.push(csumkit::Backend::Portable);
     }
     for engine in engines {
-        // The engine decides which pieces are checksummed on a second thread
-        // (the portable one from 256 KiB of whole blocks).
+        // The engine decides which pieces are checksummed on the helper
+        // thread (the portable one's from 32 KiB of whole blocks).
         engine.force().unwrap();
         let overlapped = Cell::new(0);
         for block_size in ["1024", "4096"] {
@@ -139,12 +139,12 @@ fn random_writes_leave_every_written_block_with_its_own_checksum() {
                 .unwrap_or_else(|e| panic!("{} engine, {block_size}-byte blocks: {e}", engine.name()));
         }
         a_large_overwrite_counts_its_whole_blocks_as_overlapped(&scratch);
-        // The thread pays only where the CRC is slow: with CRC instructions
-        // no piece here (all under 8 MiB) takes it.
+        // The helper pays only where the CRC is slow: with CRC instructions
+        // no piece here (all under 8 MiB) goes to it.
         if engine == csumkit::Backend::Portable {
-            assert!(overlapped.get() > 0, "no piece was checksummed on a second thread");
+            assert!(overlapped.get() > 0, "no piece was checksummed on the helper thread");
         } else {
-            assert_eq!(overlapped.get(), 0, "blocks checksummed on a second thread with CRC instructions");
+            assert_eq!(overlapped.get(), 0, "blocks checksummed on the helper thread with CRC instructions");
         }
     }
 }

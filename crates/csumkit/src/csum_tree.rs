@@ -87,6 +87,9 @@ pub struct ChecksumTree {
     /// The generation each node was last written in, per level.
     written_in: Vec<Vec<u64>>,
     dirty_leaves: BTreeSet<u64>,
+    /// A leaf known to be in `dirty_leaves` (`u64::MAX`: none): a write's
+    /// blocks mark one leaf after another, each many times.
+    last_marked: u64,
     free_locations: Vec<u64>,
     /// The area's first location: the superblock slots, then the nodes.
     area_start: u64,
@@ -124,6 +127,7 @@ impl ChecksumTree {
             written_in: level_nodes.iter().map(|&n| vec![0; n as usize]).collect(),
             level_nodes,
             dirty_leaves: BTreeSet::new(),
+            last_marked: u64::MAX,
             free_locations: (area_start + SUPERBLOCK_SLOTS..area_start + area_blocks).rev().collect(),
             area_start,
             generation: 0,
@@ -195,6 +199,7 @@ impl ChecksumTree {
             }
         }
         tree.dirty_leaves.clear();
+        tree.last_marked = u64::MAX;
         tree.free_locations = nodes.rev().filter(|l| !used.contains(l)).collect();
         Ok(tree)
     }
@@ -266,7 +271,7 @@ impl ChecksumTree {
         assert!(block < self.blocks, "block {block} outside a tree of {} blocks", self.blocks);
         self.csums[block as usize] = csum;
         self.present[(block / 64) as usize] |= 1 << (block % 64);
-        self.dirty_leaves.insert(block / LEAF_ENTRIES);
+        self.mark_dirty(block / LEAF_ENTRIES);
     }
 
     /// Forgets the checksum of data block `block` (its data is no longer
@@ -276,7 +281,14 @@ impl ChecksumTree {
         let (word, bit) = ((block / 64) as usize, 1u64 << (block % 64));
         if self.present[word] & bit != 0 {
             self.present[word] &= !bit;
-            self.dirty_leaves.insert(block / LEAF_ENTRIES);
+            self.mark_dirty(block / LEAF_ENTRIES);
+        }
+    }
+
+    fn mark_dirty(&mut self, leaf: u64) {
+        if leaf != self.last_marked {
+            self.dirty_leaves.insert(leaf);
+            self.last_marked = leaf;
         }
     }
 
@@ -335,6 +347,7 @@ impl ChecksumTree {
     /// The store's errors.
     pub fn commit(&mut self, store: &mut dyn NodeStore) -> Result<CommitStats, Error> {
         let dirty = std::mem::take(&mut self.dirty_leaves);
+        self.last_marked = u64::MAX;
         self.generation += 1;
         let mut moved = Vec::new();
         match self.write_nodes(store, &dirty, &mut moved) {
