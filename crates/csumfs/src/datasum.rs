@@ -51,7 +51,7 @@ pub(crate) struct DataSums {
     /// With a ByteLog: checksum changes (`None`: forgotten) since its last
     /// commit, which carries them; the tree itself is committed at
     /// checkpoints.
-    pub(crate) logged: Option<std::collections::BTreeMap<u64, Option<u32>>>,
+    pub(crate) logged: Option<crate::logged_sums::LoggedSums>,
     /// Blocks whose checksum was forgotten (freed) since the last commit:
     /// the durable tree or log may still hold it.
     freed: RangeSet,
@@ -266,7 +266,7 @@ impl Volume {
                 forgotten += 1;
             }
         }
-        let logged = self.redo.is_some().then(std::collections::BTreeMap::new);
+        let logged = self.redo.is_some().then(crate::logged_sums::LoggedSums::default);
         let dirty = count > 0 || !replayed.is_empty();
         let freed = RangeSet::default();
         self.datasums =
@@ -534,14 +534,17 @@ impl DataSums {
     /// checksum (a block freed by metadata the log has not committed yet
     /// must keep its checksum until that commit).
     pub(crate) fn commits_tree_instead(&self) -> bool {
-        self.logged.as_ref().is_some_and(|l| l.len() > LOGGED_SUMS_MAX && l.values().all(Option::is_some))
+        self.logged.as_ref().is_some_and(|l| {
+            let changes = l.changes();
+            changes.len() > LOGGED_SUMS_MAX && changes.iter().all(|(_, crc)| crc.is_some())
+        })
     }
 
     /// The checksum changes the next ByteLog commit carries; they stay
     /// until [`clear_logged`](Self::clear_logged) (a commit the log has no
     /// room for leaves them for the next).
     pub(crate) fn logged_changes(&self) -> Vec<(u64, Option<u32>)> {
-        self.logged.iter().flatten().map(|(&block, &crc)| (block, crc)).collect()
+        self.logged.as_ref().map(|l| l.changes().into_owned()).unwrap_or_default()
     }
 
     /// The changes [`logged_changes`](Self::logged_changes) gave are staged

@@ -42,6 +42,7 @@ mod inline;
 mod inode;
 mod le;
 mod log_writer;
+mod logged_sums;
 mod map;
 mod migrate;
 mod namespace;
