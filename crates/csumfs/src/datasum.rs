@@ -13,7 +13,9 @@
 //! the sidecar's header, made durable (`fdatasync`) before the data write
 //! is issued — the page cache may write the data back at any moment after
 //! it; a region already listed costs nothing, and blocks without a
-//! checksum (new files) need no entry. A commit empties the list. When the
+//! checksum (new files) need no entry. A commit empties the list (with a
+//! ByteLog, a checkpoint, or a log commit once the list spans more than
+//! 256 MiB: see `INTENT_KEEP_BYTES`). When the
 //! process dies or the power fails in between, the next open forgets the
 //! checksum of each listed block whose data no longer matches it (it reads
 //! unverified until rewritten) instead of failing good data, and keeps the
@@ -67,6 +69,15 @@ pub(crate) struct DataSums {
 /// The span an intent-list entry covers at least: random overwrites into
 /// a region already listed need no new entry (and no flush).
 const INTENT_REGION_BYTES: u64 = 1 << 20;
+
+/// How much of the volume a log commit leaves on the intent list (it
+/// empties a longer one). Random overwrites in place without a sync
+/// announced their regions anew after each commit: 775 flushes for 20 000
+/// 4 KiB writes into a 128 MiB file, 17% of their time. The price is
+/// after a crash only: the listed blocks that no longer match their
+/// checksum are forgotten, in regions written up to one checkpoint
+/// (`CHECKPOINT_AGE`) ago rather than one commit ago.
+const INTENT_KEEP_BYTES: u64 = 256 << 20;
 
 /// Tree nodes at 4 KiB slots of the sidecar; the tree's flushes are
 /// `fdatasync`s (its superblock never names nodes that are not durable).
@@ -249,6 +260,10 @@ impl Volume {
             .chunks_exact(16)
             .map(|run| (le64(run, 0).min(blocks), le64(run, 0).saturating_add(le64(run, 8)).min(blocks)))
             .collect();
+        // Kept in memory as on the sidecar, in its order: what empties the
+        // list empties the sidecar's too (a checkpoint, at the latest the one
+        // after a replay), and a run added goes after these.
+        let intent: Vec<(u64, u64)> = listed.iter().map(|&(start, end)| (start, end.saturating_sub(start))).collect();
         listed.sort_unstable();
         let mut next = 0;
         for (start, end) in listed {
@@ -269,8 +284,7 @@ impl Volume {
         let logged = self.redo.is_some().then(crate::logged_sums::LoggedSums::default);
         let dirty = count > 0 || !replayed.is_empty();
         let freed = RangeSet::default();
-        self.datasums =
-            Some(DataSums { tree, store, dirty, intent: Vec::new(), logged, freed, version: 0, helper: None });
+        self.datasums = Some(DataSums { tree, store, dirty, intent, logged, freed, version: 0, helper: None });
         if count > 0 && write {
             if forgotten > 0 {
                 eprintln!(
@@ -563,12 +577,18 @@ impl DataSums {
     }
 
     /// The ByteLog commit carrying the changes [`logged_changes`](Self::logged_changes) gave is
-    /// durable: the blocks written before it leave the intent list (their
-    /// checksums are in the log), and blocks freed before it no longer
-    /// have a durable checksum.
-    pub(crate) fn log_committed(&mut self) -> Result<(), Error> {
+    /// durable (`checkpointed`: and folded into the image and the tree):
+    /// blocks freed before it no longer have a durable checksum, and the
+    /// blocks written before it may leave the intent list (their checksums
+    /// are in the log). A log commit keeps a list of at most
+    /// [`INTENT_KEEP_BYTES`] (and a quarter of its room) all the same, so
+    /// that rewrites of the same regions after it need no new entry — each
+    /// is a flush — until the next checkpoint empties it.
+    pub(crate) fn log_committed(&mut self, checkpointed: bool, block_size: u64) -> Result<(), Error> {
         self.freed.clear();
-        if !self.intent.is_empty() {
+        let listed: u64 = self.intent.iter().map(|&(_, len)| len).sum();
+        let keep = listed.saturating_mul(block_size) <= INTENT_KEEP_BYTES && self.intent.len() <= INTENT_RUNS / 4;
+        if !self.intent.is_empty() && (checkpointed || !keep) {
             self.intent.clear();
             self.store.clear_intent()?;
         }

@@ -1115,7 +1115,7 @@ impl Volume {
             redo.freed.clear();
         }
         match self.datasums.as_mut() {
-            Some(sums) if sums.version() == versions.sums => sums.log_committed(),
+            Some(sums) if sums.version() == versions.sums => sums.log_committed(false, self.layout.block_size),
             _ => Ok(()),
         }
     }
@@ -1174,7 +1174,7 @@ impl Volume {
         // Everything committed is durable and in the image file now, and
         // the log is empty: the intent list goes.
         if let Some(sums) = self.datasums.as_mut() {
-            sums.log_committed()?;
+            sums.log_committed(true, self.layout.block_size)?;
         }
         let redo = self.redo.as_mut().expect("checked above");
         redo.shrink_log()?;

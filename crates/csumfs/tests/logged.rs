@@ -857,38 +857,68 @@ fn files_of_a_block(volume: &mut Volume, count: u32) -> Vec<u32> {
 
 /// The data checksums' intent list: blocks overwritten in place after a
 /// checkpoint are announced (the sidecar lists them); the log commit that
-/// carries their new checksums empties the list, so that the sidecar lists
-/// nothing and an overwrite after it is announced again — and after a
-/// death there, every block reads back.
+/// carries their new checksums keeps the list, so that rewrites of the same
+/// region after it announce nothing (each announcement is a flush) — and
+/// after a death there every block reads back. A checkpoint empties the
+/// list, and so does a log commit once the list spans more than 256 MiB.
 #[test]
-fn a_log_commit_empties_the_intent_list() {
+fn a_log_commit_keeps_a_short_intent_list_and_a_checkpoint_empties_it() {
     use csumfs::Stats;
     if !have_e2fsprogs() {
         return;
     }
     let scratch = Scratch::new("logged-intent");
-    let [image, log, sums] = fresh_image(&scratch, "64M");
+    let [image, log, sums] = fresh_image(&scratch, "1G");
     let (mut volume, _) = open_with_sums(&image, &log, &sums);
     let f = volume.create(ROOT, b"f", NewInode { mode: 0o100_644, uid: 0, gid: 0 }).unwrap().ino;
-    volume.write(f, 0, &vec![1u8; 2 << 20]).unwrap();
+    volume.write(f, 0, &vec![1u8; 260 << 20]).unwrap();
     volume.checkpoint().unwrap(); // the tree holds f's checksums
     let listed = || {
         let sidecar = std::fs::read(&sums).unwrap();
-        u64::from_le_bytes(sidecar[48..56].try_into().unwrap())
+        let count = u64::from_le_bytes(sidecar[48..56].try_into().unwrap()) as usize;
+        let run = |i: usize, at: usize| u64::from_le_bytes(sidecar[64 + 16 * i + at..][..8].try_into().unwrap());
+        (0..count).map(|i| (run(i, 0), run(i, 8))).collect::<Vec<_>>()
     };
     let flushes = |v: &Volume| Stats::get(&v.stats().datasum_intent_flushes);
     let before = flushes(&volume);
     volume.write(f, 0, &[2u8; 8192]).unwrap(); // whole pages: in place
-    assert_eq!((flushes(&volume), listed()), (before + 1, 1), "announced");
+    let region = listed();
+    assert_eq!((flushes(&volume), region.len()), (before + 1, 1), "announced");
     volume.sync().unwrap(); // the log carries the new checksums
-    assert_eq!(listed(), 0, "the log commit empties the list");
-    volume.write(f, 0, &[3u8; 8192]).unwrap();
-    assert_eq!((flushes(&volume), listed()), (before + 2, 1), "announced again after the commit");
+    assert_eq!(listed(), region, "a log commit keeps a short list");
+    volume.write(f, 16384, &[3u8; 8192]).unwrap();
+    assert_eq!((flushes(&volume), listed()), (before + 1, region.clone()), "the same region: nothing announced");
+    volume.checkpoint().unwrap();
+    assert_eq!(listed(), [], "a checkpoint empties the list");
+    volume.write(f, 0, &[4u8; 8192]).unwrap();
+    assert_eq!((flushes(&volume), listed()), (before + 2, region.clone()), "announced again after the checkpoint");
+    volume.sync().unwrap();
+    volume.write(f, 32768, &[5u8; 8192]).unwrap();
     drop(volume); // dies before the next commit
-    let (volume, _) = open_with_sums(&image, &log, &sums);
-    let mut want = vec![1u8; 2 << 20];
-    want[..8192].fill(3);
+    let (mut volume, _) = open_with_sums(&image, &log, &sums); // replays, checkpoints
+    let mut want = vec![1u8; 260 << 20];
+    want[..8192].fill(4);
+    want[16384..24576].fill(3);
+    want[32768..40960].fill(5);
     assert!(volume.read_all(&volume.inode(f).unwrap()).unwrap() == want, "good data, not EIO");
+    assert_eq!(listed(), [], "the checkpoint after the replay empties the list");
+    let before = flushes(&volume);
+    // 257 regions of 1 MiB, past the bound.
+    for mib in 1..257u64 {
+        volume.write(f, mib << 20, &[5u8; 8192]).unwrap();
+    }
+    volume.write(f, 0, &[6u8; 8192]).unwrap();
+    let spanned: u64 = listed().iter().map(|&(_, blocks)| blocks).sum();
+    assert!(spanned * 4096 > 256 << 20 && flushes(&volume) >= before + 257, "{spanned} blocks listed");
+    volume.sync().unwrap();
+    assert_eq!(listed(), [], "a log commit empties a list of more than 256 MiB");
+    drop(volume);
+    let (volume, _) = open_with_sums(&image, &log, &sums);
+    want[..8192].fill(6);
+    for mib in 1..257usize {
+        want[mib << 20..(mib << 20) + 8192].fill(5);
+    }
+    assert!(volume.read_all(&volume.inode(f).unwrap()).unwrap() == want, "every rewrite reads back verified");
 }
 
 /// A commit logs up to 4 064 new data checksums (four log records' worth)
