@@ -547,8 +547,8 @@ impl DataSums {
     /// than log the checksum changes: many of them, and none a forgotten
     /// checksum (a block freed by metadata the log has not committed yet
     /// must keep its checksum until that commit).
-    pub(crate) fn commits_tree_instead(&self) -> bool {
-        self.logged.as_ref().is_some_and(|l| {
+    pub(crate) fn commits_tree_instead(&mut self) -> bool {
+        self.logged.as_mut().is_some_and(|l| {
             let changes = l.changes();
             changes.len() > LOGGED_SUMS_MAX && changes.iter().all(|(_, crc)| crc.is_some())
         })
@@ -557,8 +557,8 @@ impl DataSums {
     /// The checksum changes the next ByteLog commit carries; they stay
     /// until [`clear_logged`](Self::clear_logged) (a commit the log has no
     /// room for leaves them for the next).
-    pub(crate) fn logged_changes(&self) -> Vec<(u64, Option<u32>)> {
-        self.logged.as_ref().map(|l| l.changes().into_owned()).unwrap_or_default()
+    pub(crate) fn logged_changes(&mut self) -> &[(u64, Option<u32>)] {
+        self.logged.as_mut().map_or(&[], |l| l.changes())
     }
 
     /// The changes [`logged_changes`](Self::logged_changes) gave are staged

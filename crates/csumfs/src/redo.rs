@@ -724,9 +724,10 @@ impl Redo {
             return Ok(true);
         }
         let ranges = merged(&self.pending);
-        let changes = sums.as_ref().map(DataSums::logged_changes).unwrap_or_default();
         let max = self.writer().log.payload_max();
-        let records = encode(&ranges, image, &changes, max);
+        let changes = sums.as_mut().map_or(&[][..], DataSums::logged_changes);
+        let records = encode(&ranges, image, changes, max);
+        let changes = changes.len() as u64;
         // Room for every record plus a wrap marker's worth of waste: less
         // than the largest record's span (it is the room left at the ring's
         // end that a record does not fit).
@@ -742,8 +743,8 @@ impl Redo {
         self.mark()?;
         self.staged += 1;
         let data_first = std::mem::take(&mut self.data_unsynced);
-        self.writer().stage(self.staged, records, data_first, changes.len() as u64);
-        self.sums_in_log |= !changes.is_empty();
+        self.writer().stage(self.staged, records, data_first, changes);
+        self.sums_in_log |= changes > 0;
         self.committed.extend(ranges);
         self.pending.clear();
         self.pending_bytes = 0;
@@ -1189,7 +1190,7 @@ impl Volume {
     /// the log's free room lacks it ([`fold_log`](Self::fold_log)).
     /// `Ok(false)`: not even the emptied log has room (write through).
     fn stage_commit(&mut self) -> Result<bool, Error> {
-        if self.datasums.as_ref().is_some_and(DataSums::commits_tree_instead) {
+        if self.datasums.as_mut().is_some_and(DataSums::commits_tree_instead) {
             // Many new checksums (a large sequential write): the tree goes
             // to the sidecar now, its own two flushes, instead of hundreds
             // of log records each made durable on its own. The image's data
