@@ -143,7 +143,12 @@ impl Volume {
                 remedy: "ext4 refuses them together",
             });
         }
-        let new = inode.flags & !FLAGS_SETTABLE | flags & FLAGS_SETTABLE;
+        // Data journaling is stored on an image with a journal, as ext4
+        // stores it (`ext4_change_inode_journal_flag` does nothing without
+        // one); the ByteLog journals such a file's data (`store_file_data`).
+        let journal = self.layout.features.compat & csumkit::ext4::Features::COMPAT_HAS_JOURNAL != 0;
+        let settable = if journal { FLAGS_SETTABLE | FLAG_JOURNAL_DATA } else { FLAGS_SETTABLE };
+        let new = inode.flags & !settable | flags & settable;
         let (sec, extra) = encode_time(now());
         self.edit_inode(&inode, |r| {
             put32(r, 0x20, new);
@@ -276,8 +281,8 @@ const FLAG_NOCOW: u32 = 0x80_0000;
 /// `EXT4_FL_USER_MODIFIABLE`: the flags a caller may ask to change.
 const FLAGS_MODIFIABLE: u32 = 0x624B_C0FF;
 /// What [`Volume::set_flags`] stores: the modifiable flags but data
-/// journaling (not stored without a journal; a change of extents or
-/// casefold is refused before). The former EOFBLOCKS bit is stored, as
+/// journaling (stored only on an image with a journal; a change of extents
+/// or casefold is refused before). The former EOFBLOCKS bit is stored, as
 /// ext4 stores it.
 const FLAGS_SETTABLE: u32 = FLAGS_MODIFIABLE & !FLAG_JOURNAL_DATA;
 const SETTABLE_REMEDY: &str = "csumfs does not convert a file between extents and block maps (ext4 does on \

@@ -787,7 +787,7 @@ impl Filesystem for Fs {
                     return reply.error(Errno::EPERM)
                 }
                 // Data journaling: CAP_SYS_RESOURCE, as ext4_ioctl_setflags
-                // asks (then not stored: attr.rs).
+                // asks (then stored on an image with a journal: attr.rs).
                 Ok(inode)
                     if (inode.flags ^ flags) & crate::attr::FLAG_JOURNAL_DATA != 0
                         && !Self::in_group_or_has(req, None, CAP_SYS_RESOURCE) =>

@@ -15,7 +15,7 @@
 //! extents in the inode) and writes through a shared map; `sync` flushes
 //! it. What it does not do yet is refused with an error that says so.
 
-use crate::attr::{inherited_flags, is_synchronous};
+use crate::attr::{inherited_flags, is_synchronous, FLAG_JOURNAL_DATA};
 use crate::dir_write::new_dir_block;
 use crate::error::Error;
 use crate::immutable;
@@ -409,6 +409,18 @@ impl Volume {
         let at = at as usize;
         image[at..at + new.len()].copy_from_slice(new);
         Ok(())
+    }
+
+    /// [`store_data`](Self::store_data) for a file's data written: with a
+    /// ByteLog, the data of a file with data journaling (`chattr +j`) goes
+    /// through the log whatever its size, as ext4's puts it in its journal
+    /// — in the image only with the commit that carries it, so that a crash
+    /// leaves each write request to such a file whole or not at all.
+    fn store_file_data(&mut self, at: u64, new: &[u8], journaled: bool) -> Result<(), Error> {
+        if journaled && self.redo.is_some() {
+            return self.store_data_in_log(at as usize, new);
+        }
+        self.store_data(at, new)
     }
 
     /// Writes file data that is the file's only if the operation is kept:
@@ -1088,20 +1100,21 @@ impl Volume {
                 let whole = (from.div_ceil(bs) * bs).min(to)..(to / bs * bs).max(from.div_ceil(bs) * bs).min(to);
                 let whole_bytes = &bytes[(whole.start - from) as usize..(whole.end - from) as usize];
                 let at = run.physical * bs + (from - start);
+                let journaled = inode.flags & FLAG_JOURNAL_DATA != 0;
                 let helper = match self.datasums.as_mut() {
                     Some(sums) if overlap_pays(whole_bytes.len()) => sums.crc_helper(),
                     _ => None,
                 };
                 let crcs: Option<Vec<u32>> = match helper {
                     Some(helper) => {
-                        let (crcs, stored) =
-                            helper.checksum_while(whole_bytes, bs as usize, || self.store_data(at, bytes));
+                        let (crcs, stored) = helper
+                            .checksum_while(whole_bytes, bs as usize, || self.store_file_data(at, bytes, journaled));
                         stored?;
                         Stats::add(&self.stats.data_overlapped, whole_bytes.len() as u64 / bs);
                         Some(crcs)
                     }
                     None => {
-                        self.store_data(at, bytes)?;
+                        self.store_file_data(at, bytes, journaled)?;
                         None
                     }
                 };

@@ -1194,3 +1194,73 @@ fn a_lost_appends_bytes_past_the_end_read_as_zeros_once_the_file_grows() {
     drop(volume);
     assert_clean(&image, "the append and the truncate");
 }
+
+/// `chattr +j` (data journaling) on an image with a journal: stored, as
+/// ext4 stores it (and not without one: attr.rs), and taken by new files
+/// of a directory that has it. Such a file's writes go through the ByteLog
+/// whatever their size, where a file without it takes a large write in
+/// place at once: the image holds the file's old bytes until the
+/// checkpoint, a death after a sync leaves the synced bytes (replayed) and
+/// drops an unsynced write whole. e2fsck passes the image, and the
+/// kernel's ext4 reads the bytes and shows the flag.
+#[test]
+fn a_file_with_data_journaling_is_written_through_the_log() {
+    const JOURNAL_DATA: u32 = 0x4000;
+    if !have_e2fsprogs() {
+        return;
+    }
+    let scratch = Scratch::new("logged-journal-data");
+    let [image, log, sums] = [scratch.0.join("img"), scratch.0.join("img.bytelog"), scratch.0.join("img.csums")];
+    mke2fs_with(&image, "4096", "64M", &["-O", "has_journal"]);
+    assert!(common::dumpe2fs(&image).contains("has_journal"), "an image with a journal");
+    let (mut volume, _) = open_with_sums(&image, &log, &sums);
+    let file = NewInode { mode: 0o100_644, uid: 0, gid: 0 };
+    let [plain, journaled] = [&b"plain"[..], b"journaled"].map(|name| volume.create(ROOT, name, file).unwrap().ino);
+    for ino in [plain, journaled] {
+        volume.write(ino, 0, &vec![1u8; 1 << 20]).unwrap();
+    }
+    volume.checkpoint().unwrap();
+    let flags = volume.inode(journaled).unwrap().flags;
+    assert_eq!(volume.set_flags(journaled, flags | JOURNAL_DATA).unwrap().flags, flags | JOURNAL_DATA);
+    let d = volume.mkdir(ROOT, b"d", NewInode { mode: 0o040_755, uid: 0, gid: 0 }).unwrap().ino;
+    let d_flags = volume.inode(d).unwrap().flags;
+    assert_eq!(volume.set_flags(d, d_flags | JOURNAL_DATA).unwrap().flags, d_flags | JOURNAL_DATA);
+    let inherits = volume.create(d, b"new", file).unwrap();
+    assert_ne!(inherits.flags & JOURNAL_DATA, 0, "a new file takes +j from its directory");
+    // The file's bytes as the image file holds them.
+    let on_image = |volume: &Volume, ino: u32| {
+        let bytes = std::fs::read(&image).unwrap();
+        let run = volume.runs(&volume.inode(ino).unwrap()).unwrap()[0];
+        assert!(run.len >= 256, "one run of 1 MiB");
+        bytes[(run.physical * 4096) as usize..][..1 << 20].to_vec()
+    };
+    for ino in [plain, journaled] {
+        volume.write(ino, 0, &vec![2u8; 1 << 20]).unwrap();
+    }
+    volume.sync().unwrap();
+    assert!(on_image(&volume, plain) == vec![2u8; 1 << 20], "a plain file's large write goes in place");
+    assert!(on_image(&volume, journaled) == vec![1u8; 1 << 20], "+j: the image keeps the old bytes");
+    volume.write(journaled, 4096, &vec![3u8; 256 << 10]).unwrap(); // not synced
+    assert!(on_image(&volume, journaled) == vec![1u8; 1 << 20], "+j: the image keeps the old bytes");
+    drop(volume); // dies
+    let (mut volume, _) = open_with_sums(&image, &log, &sums); // replays, checkpoints
+    let inode = volume.inode(journaled).unwrap();
+    assert_ne!(inode.flags & JOURNAL_DATA, 0);
+    assert!(volume.read_all(&inode).unwrap() == vec![2u8; 1 << 20], "the synced write whole, the unsynced one gone");
+    assert!(on_image(&volume, journaled) == vec![2u8; 1 << 20], "the checkpoint wrote it in place");
+    volume.checkpoint().unwrap();
+    drop(volume);
+    assert_clean(&image, "after data journaling");
+    let mnt = scratch.0.join("kernel");
+    common::with_kernel_mount(&image, &mnt, || {
+        assert!(std::fs::read(mnt.join("journaled")).unwrap() == vec![2u8; 1 << 20], "the kernel reads the bytes");
+        let lsattr = std::process::Command::new("lsattr")
+            .arg("-d")
+            .arg(mnt.join("journaled"))
+            .arg(mnt.join("d/new"))
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&lsattr.stdout);
+        assert_eq!(text.lines().filter(|l| l.split(' ').next().unwrap().contains('j')).count(), 2, "{text}");
+    });
+}
