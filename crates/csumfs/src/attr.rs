@@ -6,7 +6,7 @@
 
 use crate::error::Error;
 use crate::immutable::{self, FLAG_IMMUTABLE};
-use crate::inode::{Inode, Timespec};
+use crate::inode::{Inode, Timespec, FLAG_EXTENTS};
 use crate::le::{put16, put32};
 use crate::volume::Volume;
 use crate::write::{encode_time, now, put_time, NewInode};
@@ -105,8 +105,9 @@ impl Volume {
     /// undelete (`u`), compression (`c`), no tail merging (`t`), top of a
     /// hierarchy (`T`, a hint to ext4's allocator), DAX (`x`, for a DAX
     /// mount of the image) and project inheritance (`P`). Data journaling
-    /// (`j`) is not stored, as ext4 without a journal does not store it
-    /// (its `CAP_SYS_RESOURCE` is the caller's check). ctime becomes now.
+    /// (`j`) is stored on an image with a journal only, as ext4 stores it
+    /// (its `CAP_SYS_RESOURCE` is the caller's check). Extents (`e`)
+    /// converts the mapping as ext4 does (`migrate`). ctime becomes now.
     ///
     /// # Errors
     /// [`Error::Permission`] (`EPERM`) for a change to an immutable
@@ -114,9 +115,9 @@ impl Volume {
     /// (`ext4_ioctl_check_immutable`); [`Error::Unsupported`]
     /// (`EOPNOTSUPP`) for a flag ext4 does not show (`C`, no copy on write),
     /// one the inode's type cannot have (`ext4_mask_flags`: `D`, `T`, `P`
-    /// on a file), DAX beside a flag it excludes, and changes ext4 makes
-    /// by converting the file or needs a feature for that csumfs lacks
-    /// (extents `e`, casefold `F`).
+    /// on a file), DAX beside a flag it excludes, casefold (`F`: a feature
+    /// csumfs lacks) and a block map ext4 would not make (`-e`); as
+    /// `migrate`.
     pub fn set_flags(&mut self, ino: u32, flags: u32) -> Result<Inode, Error> {
         let inode = self.inode(ino)?;
         if flags & !FLAGS_USER_VISIBLE != 0 {
@@ -143,6 +144,14 @@ impl Volume {
                 remedy: "ext4 refuses them together",
             });
         }
+        // `chattr +e` / `-e`: the mapping changes first (if it is refused,
+        // nothing has changed), then the other flags of the inode it leaves.
+        let inode = if changed & FLAG_EXTENTS != 0 && (inode.is_file() || inode.is_dir() || inode.is_symlink()) {
+            self.migrate(ino, flags & FLAG_EXTENTS != 0)?
+        } else {
+            inode
+        };
+        let flags = flags & !FLAG_EXTENTS | inode.flags & FLAG_EXTENTS;
         // Data journaling is stored on an image with a journal, as ext4
         // stores it (`ext4_change_inode_journal_flag` does nothing without
         // one); the ByteLog journals such a file's data (`store_file_data`).
@@ -281,12 +290,11 @@ const FLAG_NOCOW: u32 = 0x80_0000;
 /// `EXT4_FL_USER_MODIFIABLE`: the flags a caller may ask to change.
 const FLAGS_MODIFIABLE: u32 = 0x624B_C0FF;
 /// What [`Volume::set_flags`] stores: the modifiable flags but data
-/// journaling (stored only on an image with a journal; a change of extents
-/// or casefold is refused before). The former EOFBLOCKS bit is stored, as
-/// ext4 stores it.
+/// journaling (stored only on an image with a journal; the extents flag is
+/// the mapping's, changed before; casefold is refused before). The former
+/// EOFBLOCKS bit is stored, as ext4 stores it.
 const FLAGS_SETTABLE: u32 = FLAGS_MODIFIABLE & !FLAG_JOURNAL_DATA;
-const SETTABLE_REMEDY: &str = "csumfs does not convert a file between extents and block maps (ext4 does on \
-     chattr -e and +e), and casefold needs a feature csumfs refuses";
+const SETTABLE_REMEDY: &str = "casefold needs a feature csumfs refuses";
 
 /// Whether DAX and the flags it excludes (`EXT4_DAX_MUT_EXCL`: verity,
 /// encryption, data journaling, inline data — a directory's inline data
@@ -341,8 +349,7 @@ pub(crate) fn is_synchronous(mode: u16, flags: u32) -> bool {
 
 /// Flags a caller may ask to change that csumfs refuses to, by `chattr`'s
 /// names.
-const FLAG_NAMES: [(u32, &str); 2] =
-    [(0x8_0000, "a change of the extents flag (e)"), (0x4000_0000, "the casefold flag (F)")];
+const FLAG_NAMES: [(u32, &str); 1] = [(0x4000_0000, "the casefold flag (F)")];
 
 #[cfg(test)]
 mod tests {

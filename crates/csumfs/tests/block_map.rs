@@ -143,3 +143,100 @@ fn block_map_pointers_outside_the_filesystem_are_refused_and_its_last_block_is_n
     let err = v.runs(&v.resolve("/f").unwrap()).unwrap_err();
     assert!(err.to_string().contains("exceeds the filesystem"), "{err}");
 }
+
+/// `chattr +e` and `-e` as the kernel's ext4 answers them, judged on two
+/// copies of one upgraded ext3-style image: the kernel sets `+e` on a file
+/// of 98 blocks past its single-indirect block, a one-block file and a
+/// directory of several blocks, then `-e` on the one-block file (back to a
+/// block map) and on the large file (`EOPNOTSUPP`: ext4 makes a block map
+/// only of one extent within the first 12 blocks); csumfs's `set_flags`
+/// does the same on the other copy. Every inode's flags and block map or
+/// extents (debugfs's `stat`), the free block count and the contents must
+/// be the same, and e2fsck passes both.
+#[test]
+fn chattr_e_converts_the_mapping_as_the_kernel_does() {
+    if !have_e2fsprogs() || tool("tune2fs").is_none() || tool("chattr").is_none() {
+        return;
+    }
+    let scratch = Scratch::new("chattr-e");
+    let src = scratch.0.join("src");
+    std::fs::create_dir_all(src.join("dir")).unwrap();
+    let big: Vec<u8> = (0..100_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
+    std::fs::write(src.join("big"), &big).unwrap();
+    std::fs::write(src.join("small"), b"small\n").unwrap();
+    for i in 0..60 {
+        std::fs::write(src.join(format!("dir/an-entry-with-a-long-name-{i}")), b"").unwrap();
+    }
+    let [kernel, ours] = [scratch.0.join("kernel.img"), scratch.0.join("csumfs.img")];
+    run(Command::new(tool("mke2fs").unwrap())
+        .args(["-q", "-F", "-t", "ext4", "-O", "metadata_csum,^has_journal,^extent,^64bit", "-b", "1024", "-d"])
+        .arg(&src)
+        .arg(&kernel)
+        .arg("32M"));
+    run(Command::new(tool("tune2fs").unwrap()).args(["-O", "extent"]).arg(&kernel));
+    std::fs::copy(&kernel, &ours).unwrap();
+
+    let mnt = scratch.0.join("mnt");
+    let mut said = Vec::new();
+    if !common::kernel_mount_with(&kernel, &mnt, "loop") {
+        return;
+    }
+    let chattr = |how: &str, path: &str| {
+        let out = Command::new(tool("chattr").unwrap()).arg(how).arg(mnt.join(path)).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        (out.status.success(), err.contains("Operation not supported"))
+    };
+    for (how, path) in [("+e", "big"), ("+e", "small"), ("+e", "dir"), ("-e", "small"), ("-e", "big")] {
+        said.push((how, path, chattr(how, path)));
+    }
+    common::kernel_umount(&mnt);
+    assert_eq!(
+        said.iter().map(|&(_, _, r)| r).collect::<Vec<_>>(),
+        [(true, false), (true, false), (true, false), (true, false), (false, true)],
+        "the kernel: {said:?}"
+    );
+
+    let mut v = Volume::open(&ours, Options { write: true, check_updates: true, ..Options::default() }).unwrap();
+    for (how, path, (ok, _)) in said {
+        let inode = v.resolve(&format!("/{path}")).unwrap();
+        let flags = if how == "+e" { inode.flags | FLAG_EXTENTS } else { inode.flags & !FLAG_EXTENTS };
+        match v.set_flags(inode.ino, flags) {
+            Ok(set) => assert!(ok && set.flags == flags, "chattr {how} {path}: {:#x}", set.flags),
+            Err(csumfs::Error::Unsupported { .. }) => {
+                assert!(!ok, "chattr {how} {path}: refused");
+                assert_eq!(v.inode(inode.ino).unwrap().raw, inode.raw, "a refusal changes nothing");
+            }
+            Err(e) => panic!("chattr {how} {path}: {e}"),
+        }
+    }
+    v.sync().unwrap();
+    drop(v);
+    for image in [&kernel, &ours] {
+        assert_clean(image, "chattr +e/-e");
+    }
+    // debugfs's view of each inode's flags and mapping, and of the free space.
+    let view = |image: &std::path::Path| {
+        let mut lines = Vec::new();
+        for path in ["big", "small", "dir", "dir/an-entry-with-a-long-name-7"] {
+            let out = Command::new(tool("debugfs").unwrap())
+                .args(["-R", &format!("stat /{path}")])
+                .arg(image)
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&out.stdout).to_string();
+            let flags =
+                text.lines().find(|l| l.contains("Flags:")).unwrap().split("Flags:").nth(1).unwrap().trim().to_string();
+            let mapping =
+                text.split_once("EXTENTS:").or_else(|| text.split_once("BLOCKS:")).map(|(_, m)| m.trim().to_string());
+            lines.push(format!("{path}: flags {flags}, mapping {mapping:?}"));
+        }
+        let free = common::dumpe2fs(image).lines().find(|l| l.starts_with("Free blocks:")).unwrap().to_string();
+        lines.push(free);
+        lines
+    };
+    assert_eq!(view(&ours), view(&kernel));
+    let v = Volume::open(&ours, Options::default()).unwrap();
+    assert!(v.read_all(&v.resolve("/big").unwrap()).unwrap() == big);
+    assert_eq!(v.read_all(&v.resolve("/small").unwrap()).unwrap(), b"small\n");
+    assert_eq!(v.read_dir(&v.resolve("/dir").unwrap()).unwrap().len(), 62);
+}

@@ -671,9 +671,7 @@ fn script(root: &Path) -> Vec<String> {
     // chattr's every letter, one at a time, on a file and a directory:
     // what ext4 stores (s u c t x, T and P on a directory), ignores (m:
     // visible, not modifiable), refuses (C, not an ext4 flag; T and P on a
-    // file; F without casefold) and asks a capability for (j). (Not here:
-    // `chattr -e`, which ext4 answers by converting a file of one extent
-    // in its first 12 blocks to block maps, and csumfs refuses.)
+    // file; F without casefold) and asks a capability for (j). (`e` below.)
     std::fs::write(root.join("lettered"), b"").unwrap();
     mkdir(&mut r, "lettered-dir", 0o755);
     let letters = [
@@ -701,6 +699,23 @@ fn script(root: &Path) -> Vec<String> {
         r.ioctl_int(rel, "FS_IOC_SETFLAGS +sucxtTP", libc::FS_IOC_SETFLAGS, Some(before | 0x2202_8007), false);
         r.ioctl_int(rel, "FS_IOC_GETFLAGS", libc::FS_IOC_GETFLAGS, None, true);
         r.fsgetxattr(rel);
+    }
+
+    // chattr -e and +e: a file of one block and an empty one become block
+    // maps (ext4_ind_migrate) and extent-mapped again (ext4_ext_migrate);
+    // one of 20 blocks is not made a block map (EOPNOTSUPP).
+    std::fs::write(root.join("e-one"), b"one block").unwrap();
+    std::fs::write(root.join("e-twenty"), vec![7u8; 20 * 4096]).unwrap();
+    std::fs::write(root.join("e-empty"), b"").unwrap();
+    for rel in ["e-one", "e-twenty", "e-empty"] {
+        let flags = inode_flags(&root.join(rel)).unwrap() as i32;
+        r.ioctl_int(rel, "FS_IOC_SETFLAGS -e", libc::FS_IOC_SETFLAGS, Some(flags & !0x8_0000), false);
+        r.ioctl_int(rel, "FS_IOC_GETFLAGS", libc::FS_IOC_GETFLAGS, None, true);
+        r.stat(rel);
+        r.read_all(rel);
+        r.ioctl_int(rel, "FS_IOC_SETFLAGS +e", libc::FS_IOC_SETFLAGS, Some(flags), false);
+        r.ioctl_int(rel, "FS_IOC_GETFLAGS", libc::FS_IOC_GETFLAGS, None, true);
+        r.stat(rel);
     }
 
     // chattr +i and +a: what ext4 refuses on them (EPERM) and what it still
