@@ -88,6 +88,9 @@ impl Volume {
         if self.cluster_blocks() > 1 || self.layout.blocks_count > u64::from(u32::MAX) {
             return Err(refused("a block map on a volume with bigalloc or 64-bit block numbers"));
         }
+        // The tree read as any read reads it first: a damaged one is an
+        // error here, not a block map.
+        self.runs(&inode)?;
         let root = &inode.raw[0x28..0x28 + 60];
         let (entries, depth) = (u16::from_le_bytes([root[2], root[3]]), u16::from_le_bytes([root[6], root[7]]));
         if depth != 0 || entries > 1 {
