@@ -42,6 +42,10 @@ pub enum Error {
         /// What a user can do.
         remedy: &'static str,
     },
+    /// `EBUSY`: the image is open in another process that excludes this
+    /// open (`image_lock.rs`).
+    #[error("{0}")]
+    InUse(String),
     /// `EUCLEAN` (the kernel's `EFSCORRUPTED`): metadata that cannot be right.
     #[error("corrupt {what}: {detail}")]
     Corrupt {
@@ -115,6 +119,7 @@ impl Error {
             Error::NameTooLong(_) => libc::ENAMETOOLONG,
             Error::NoData(_) => libc::ENODATA,
             Error::Unsupported { .. } => libc::EOPNOTSUPP,
+            Error::InUse(_) => libc::EBUSY,
             Error::Corrupt { .. } | Error::Format(_) => libc::EUCLEAN,
             Error::Checksum { .. } => libc::EBADMSG,
             Error::DataChecksum { .. } | Error::DataPi { .. } => libc::EIO,

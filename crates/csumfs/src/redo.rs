@@ -854,6 +854,8 @@ impl Volume {
     ) -> Result<(Volume, Replayed, Option<crate::PiOpened>), Error> {
         let io_at = |source| Error::Io { context: path.display().to_string(), source };
         let file = std::fs::OpenOptions::new().read(true).write(true).open(path).map_err(io_at)?;
+        // Before the log is read: another process may be writing both.
+        let image_lock = crate::image_lock::ImageLock::take(&file, path, true)?;
         // Stores stay in this process until a checkpoint writes them to the file.
         let mut map = crate::private_map::PrivateMap::new(&file).map_err(io_at)?;
         let was_pending = log_pending(map.bytes());
@@ -861,6 +863,7 @@ impl Volume {
         let log_len = resize::log_length_at_open(log, log_bytes, was_pending)?;
         let (medium, log_on) = log_medium(log, log_len)?;
         let mut volume = Volume::new(Bytes::Private(map), crate::Options { write: true, ..options })?;
+        volume.image_lock = image_lock;
         let (backing, opened): (Box<dyn Backing>, _) = match pi {
             None => (Box::new(file), None),
             Some((metadata, protection)) => {

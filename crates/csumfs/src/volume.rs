@@ -161,6 +161,8 @@ pub struct Volume {
     pub(crate) redo: Option<crate::redo::Redo>,
     /// Data checksum changes a ByteLog replay found, for the sidecar.
     pub(crate) replayed_sums: Vec<(u64, Option<u32>)>,
+    /// The image file's lock while the volume is open (none in memory).
+    pub(crate) image_lock: Option<crate::image_lock::ImageLock>,
     /// Free-space trees (seed 000, `csumkit::alloc`) of the groups blocks
     /// were allocated from, built from their bitmaps on first use and kept
     /// in step by every bit the allocator flips; dropped when a bitmap
@@ -211,6 +213,7 @@ impl Volume {
     pub fn open(path: &Path, options: Options) -> Result<Volume, Error> {
         let io = |source| Error::Io { context: path.display().to_string(), source };
         let file = std::fs::OpenOptions::new().read(true).write(options.write).open(path).map_err(io)?;
+        let image_lock = crate::image_lock::ImageLock::take(&file, path, options.write)?;
         // SAFETY: an image changed underneath by another process gives wrong
         // bytes, which every read bounds-checks (never undefined behaviour in
         // safe code here); csumfs is the image's only writer while open.
@@ -219,7 +222,9 @@ impl Volume {
         } else {
             Bytes::Map(unsafe { memmap2::Mmap::map(&file) }.map_err(io)?)
         };
-        Volume::new(map, options)
+        let mut volume = Volume::new(map, options)?;
+        volume.image_lock = image_lock;
+        Ok(volume)
     }
 
     /// A volume over an image in memory (tests, fuzzing).
@@ -264,6 +269,7 @@ impl Volume {
             caller: Caller::Unrestricted,
             redo: None,
             replayed_sums: Vec::new(),
+            image_lock: None,
             pi: None,
             synchronous: false,
             mount_sync_flags: 0,

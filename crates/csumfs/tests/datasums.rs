@@ -178,6 +178,7 @@ fn a_sidecar_serves_only_its_own_image() {
     drop(v);
     let mut v = Volume::open(&b, Options::default()).unwrap();
     assert!(!v.enable_data_checksums(&sums).unwrap(), "read-only: another image's sidecar is not used");
+    drop(v); // (a reader shares the image with readers only)
     let v = open(&b, &sums);
     let f = v.resolve("/f").unwrap();
     assert_eq!(v.read_all(&f).unwrap(), vec![2u8; 64 << 10], "b's blocks, not a's checksums");
@@ -185,6 +186,7 @@ fn a_sidecar_serves_only_its_own_image() {
 
     let mut v = Volume::open(&a, Options::default()).unwrap();
     assert!(!v.enable_data_checksums(&scratch.0.join("none.csums")).unwrap(), "read-only, no sidecar");
+    drop(v);
     let mut v = Volume::open(&a, Options { write: true, ..Options::default() }).unwrap();
     match v.enable_data_checksums(&scratch.0.join("no-such-dir/a.csums")) {
         Err(csumfs::Error::Io { .. }) => {}
@@ -237,6 +239,7 @@ fn a_forgotten_sidecar_is_stale_until_a_writable_open_starts_it_afresh() {
     let mut want = vec![1u8; 64 << 10];
     want[9] ^= 1;
     assert!(v.read_all(&v.inode(f).unwrap()).unwrap() == want);
+    drop(v);
     // …writable it starts afresh: no block has a checksum until written.
     let v = open(&image, &sums);
     assert!(v.read_all(&v.inode(f).unwrap()).unwrap() == want);

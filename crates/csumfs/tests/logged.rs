@@ -1264,3 +1264,32 @@ fn a_file_with_data_journaling_is_written_through_the_log() {
         assert_eq!(text.lines().filter(|l| l.split(' ').next().unwrap().contains('j')).count(), 2, "{text}");
     });
 }
+
+/// One writer per image (`image_lock.rs`): while a volume has the image
+/// open for writing, a second writer and a reader are refused with `EBUSY`
+/// (after waiting a little for it to let go); readers share the image, and
+/// a writer is refused while they have it; once they are gone it opens.
+#[test]
+fn an_image_open_for_writing_is_refused_to_anyone_else() {
+    if !have_e2fsprogs() {
+        return;
+    }
+    let scratch = Scratch::new("logged-lock");
+    let [image, log, sums] = fresh_image(&scratch, "16M");
+    let in_use = |opened: Result<Volume, csumfs::Error>| match opened {
+        Err(e @ csumfs::Error::InUse(_)) => e.errno() == 16, // EBUSY
+        Err(e) => panic!("{e}"),
+        Ok(_) => false,
+    };
+    let write = Options { write: true, ..Options::default() };
+    let (mut writer, _) = open_with_sums(&image, &log, &sums);
+    assert!(in_use(Volume::open_logged(&image, &log, 4 << 20, Options::default(), None).map(|(v, _)| v)));
+    assert!(in_use(Volume::open(&image, Options::default())), "a reader, while it is written");
+    writer.checkpoint().unwrap();
+    drop(writer);
+    let readers =
+        [Volume::open(&image, Options::default()).unwrap(), Volume::open(&image, Options::default()).unwrap()];
+    assert!(in_use(Volume::open(&image, write)), "a writer, while it is read");
+    drop(readers);
+    Volume::open(&image, write).unwrap();
+}

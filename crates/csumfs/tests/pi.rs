@@ -104,6 +104,7 @@ fn pi_is_refused_where_it_cannot_work_and_a_stale_file_is_not_used_read_only() {
     let mut volume = Volume::open(&image, Options::default()).unwrap();
     let err = volume.enable_pi(&image, &pi, protection("512+8", GuardSize::Crc16)).unwrap_err();
     assert!(err.to_string().contains("stale"), "{err}");
+    drop(volume);
     let mut volume = Volume::open(&image, Options { write: true, ..Options::default() }).unwrap();
     let opened = volume.enable_pi(&image, &pi, protection("512+8", GuardSize::Crc16)).unwrap();
     assert!(opened.started_afresh);

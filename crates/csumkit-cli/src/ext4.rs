@@ -268,6 +268,12 @@ fn print_json(path: &Path, report: &Report) {
 }
 
 fn check(args: &CheckArgs) -> Result<ExitCode, Error> {
+    // Not while a csumkit mount or command writes the image (its view
+    // there is the log's and its memory's); a repair, not while anything
+    // of csumkit's has it open.
+    let held = crate::files::open_input(&args.image, args.repair)?;
+    let _lock = csumfs::ImageLock::take(&held, &args.image, args.repair)
+        .map_err(|e| Error::Invalid { what: "image", detail: format!("{}: {e}", args.image.display()) })?;
     if args.repair && csumfs::log_pending(&crate::files::map_input(&args.image)?) {
         return Err(Error::Invalid {
             what: "--repair",

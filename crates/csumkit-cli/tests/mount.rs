@@ -574,7 +574,11 @@ fn refusals_are_one_line_and_exit_2() {
     let busy = mount_foreground(&image, &scratch.mnt(), &["-o", "ro"]);
     let (file, mnt) = (scratch.0.join("zeros"), scratch.mnt());
     let both = "sync,writeback_cache";
-    let cases: [(Vec<&std::ffi::OsStr>, &str); 6] = [
+    let elsewhere = scratch.0.join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    let cases: [(Vec<&std::ffi::OsStr>, &str); 7] = [
+        // The image is in use (a read-only mount): no second writer.
+        (vec![image.as_os_str(), elsewhere.as_os_str()], "open in another process"),
         (vec![not_ext4.as_os_str(), scratch.0.as_os_str()], "superblock"),
         (vec![image.as_os_str(), scratch.0.as_os_str(), "-o".as_ref(), both.as_ref()], "give one of them"),
         (vec![image.as_os_str(), mnt.as_os_str()], "busy"),
