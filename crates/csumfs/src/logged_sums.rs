@@ -55,6 +55,7 @@ impl LoggedSums {
     }
 }
 
+/// `entries` by block, the last of each block's kept.
 fn sorted(entries: &[(u64, Option<u32>)]) -> Vec<(u64, Option<u32>)> {
     let mut all = entries.to_vec();
     // Stable: a block's changes keep their order.
