@@ -315,7 +315,8 @@ fn check(args: &CheckArgs) -> Result<ExitCode, Error> {
         }
     }
     let io = |source| Error::Io { context: args.image.display().to_string(), source };
-    let file = crate::files::open_input(&args.image, true)?;
+    // (Opened for writing above, with the lock: a repair gets here only.)
+    let file = &held;
     let mut written = 0;
     for _ in 0..REPAIR_PASSES_MAX {
         let safe: Vec<_> = report.findings.iter().filter(|f| f.repairable()).collect();
