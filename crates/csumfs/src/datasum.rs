@@ -41,7 +41,7 @@ const MAGIC: &[u8; 8] = b"CSFSDSUM";
 
 /// The tree and its file.
 pub(crate) struct DataSums {
-    tree: ChecksumTree,
+    pub(crate) tree: ChecksumTree,
     store: FileStore,
     /// Updates not yet committed.
     dirty: bool,
@@ -64,6 +64,8 @@ pub(crate) struct DataSums {
     /// Checksums a write's whole blocks while the write goes on (seed
     /// 002's overlap): started for the first piece large enough.
     helper: Option<std::sync::Arc<crate::crc_helper::CrcHelper>>,
+    /// Blocks whose checksum this process has seen match (`part_write.rs`).
+    pub(crate) known_good: crate::part_write::KnownGood,
 }
 
 /// The span an intent-list entry covers at least: random overwrites into
@@ -284,7 +286,9 @@ impl Volume {
         let logged = self.redo.is_some().then(crate::logged_sums::LoggedSums::default);
         let dirty = count > 0 || !replayed.is_empty();
         let freed = RangeSet::default();
-        self.datasums = Some(DataSums { tree, store, dirty, intent, logged, freed, version: 0, helper: None });
+        let known_good = crate::part_write::KnownGood::new(blocks);
+        self.datasums =
+            Some(DataSums { tree, store, dirty, intent, logged, freed, version: 0, helper: None, known_good });
         if count > 0 && write {
             if forgotten > 0 {
                 eprintln!(
@@ -381,9 +385,12 @@ impl Volume {
         self.record_data_sum(physical, crc);
     }
 
+    /// `crc` matches the block's bytes now (each caller computed it from
+    /// them, or from the bytes it stored there): the block is known good.
     fn record_data_sum(&mut self, physical: u64, crc: u32) {
         if let Some(sums) = &mut self.datasums {
             sums.tree.update(physical, crc);
+            sums.known_good.insert(physical, crc);
             sums.dirty = true;
             if let Some(logged) = &mut sums.logged {
                 logged.insert(physical, Some(crc));

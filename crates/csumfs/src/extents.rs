@@ -209,12 +209,21 @@ impl Volume {
         if let Some(r) = written {
             let physical = r.physical + block - r.logical;
             let (at, zeros) = (physical * bs + from % bs, vec![0u8; (to - from) as usize]);
+            let in_block = (from % bs) as usize..(from % bs + to - from) as usize;
+            let part = if in_block.len() as u64 == bs {
+                None
+            } else {
+                self.before_part_write(inode, block, physical, in_block)?
+            };
             if past_end {
                 self.store_data_with_metadata(at, &zeros)?;
             } else {
                 self.store_data(at, &zeros)?;
             }
-            self.data_written(physical);
+            match part {
+                Some(part) => self.after_part_write(Some(part)),
+                None => self.data_written_from(physical, &zeros),
+            }
         }
         Ok(())
     }
@@ -253,7 +262,11 @@ impl Volume {
         for block in [a, b - 1] {
             let partial = block * bs < offset || (block + 1) * bs > end;
             if partial {
-                self.store_data((run.physical + block - run.logical) * bs, &zeros)?;
+                // Zeros from here on, with their checksum: the write's
+                // part of the block is spliced in (`part_write.rs`).
+                let physical = run.physical + block - run.logical;
+                self.store_data(physical * bs, &zeros)?;
+                self.data_written_from(physical, &zeros);
             }
         }
         let written = Run { logical: a, len: b - a, physical: run.physical + (a - run.logical), uninit: false };

@@ -167,8 +167,25 @@ fn errno(e: &Error) -> Errno {
     if matches!(e, Error::Checksum { .. } | Error::Corrupt { .. } | Error::Format(_) | Error::Unsupported { .. }) {
         eprintln!("csumfs: {e}");
     }
+    // A damaged data block is named, as btrfs names it ("csum failed"),
+    // up to a bound: a damaged file read over and over must not flood
+    // the log (`--stats` counts them all, `scrub` lists them).
+    if matches!(e, Error::DataChecksum { .. } | Error::DataPi { .. }) {
+        static NAMED: AtomicU64 = AtomicU64::new(0);
+        match NAMED.fetch_add(1, Ordering::Relaxed) {
+            n if n < DAMAGE_LINES => eprintln!("csumfs: {e}"),
+            DAMAGE_LINES => eprintln!(
+                "csumfs: further damaged data blocks are not named here (csumkit mount --stats counts them, \
+                 csumkit scrub lists them)"
+            ),
+            _ => {}
+        }
+    }
     Errno::from_i32(e.errno())
 }
+
+/// Damaged data blocks named on stderr at most, per daemon.
+const DAMAGE_LINES: u64 = 100;
 
 fn system_time(t: Timespec) -> SystemTime {
     if t.sec >= 0 {

@@ -48,6 +48,7 @@ mod map;
 mod migrate;
 mod namespace;
 mod orphan;
+mod part_write;
 mod pi;
 mod private_map;
 mod ranges;

@@ -16,6 +16,9 @@ pub struct Stats {
     /// Of those, blocks checksummed on a second thread while their write
     /// was under way (seed 002's overlap).
     pub data_overlapped: AtomicU64,
+    /// Of those, blocks written in part whose checksum was spliced from
+    /// their old one and the bytes changed (seed 000 on seed 002).
+    pub data_spliced: AtomicU64,
     /// Checksum-tree commits.
     pub datasum_commits: AtomicU64,
     /// Of those, commits made instead of logging a commit's many new
@@ -96,7 +99,7 @@ impl Stats {
             "seed 000 incremental checksums: {} metadata checksum updates moved by flip_range/splice, {} recomputed in full\n\
              seed 001 ByteLog on {}: {} metadata commits in {} records, {} bytes persisted ({} per commit), \
              {} fsyncs ({} of them synchronous changes: chattr +S/+D, -o sync/dirsync) answered by {} syncs (group commit), {} checkpoints ({} of them to give a commit room), {} commits too large for the log logged in a log grown for them and {} written through, {} KiB of the image held in memory until the next checkpoint\n\
-             seed 002 data checksums: {} blocks checksummed on write ({} while their write was under way), \
+             seed 002 data checksums: {} blocks checksummed on write ({} while their write was under way, {} written in part and spliced), \
              {} verified on read, {} mismatches (EIO), {} carried by ByteLog commits, {} tree commits ({} of them in place of logging a large write's checksums) writing {} bytes, \
              {} intent-list flushes\n\
              seed 003 xattr name filter: {} absent-name lookups answered from the filter, {} searched the xattrs \
@@ -119,6 +122,7 @@ impl Stats {
             private_copy.map_or("no".to_string(), |bytes| (bytes / 1024).to_string()),
             g(&self.data_checksummed),
             g(&self.data_overlapped),
+            g(&self.data_spliced),
             g(&self.data_verified),
             g(&self.data_mismatches),
             g(&self.log_datasums),

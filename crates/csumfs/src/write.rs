@@ -1088,7 +1088,20 @@ impl Volume {
         };
         let size = inode.size.max(end);
         let (offset, end) = (from, to);
-        for run in &self.runs(&inode)? {
+        let runs = self.runs(&inode)?;
+        // Its first and last block where the write covers them in part:
+        // verified (unless known good) before any byte is stored.
+        let mut parts = Vec::new();
+        let ends = if offset < end { vec![offset / bs, (end - 1) / bs] } else { Vec::new() };
+        for (i, &b) in ends.iter().enumerate() {
+            let range = (offset.max(b * bs) - b * bs) as usize..(end.min((b + 1) * bs) - b * bs) as usize;
+            if range.len() as u64 == bs || (i == 1 && b == ends[0]) {
+                continue;
+            }
+            let run = runs.iter().find(|r| r.logical <= b && b < r.logical + r.len).expect("holes are filled");
+            parts.push(self.before_part_write(&inode, b, run.physical + b - run.logical, range)?);
+        }
+        for run in &runs {
             let (start, stop) = (run.logical * bs, (run.logical + run.len) * bs);
             let (from, to) = (start.max(offset), stop.min(end));
             if from < to {
@@ -1118,9 +1131,9 @@ impl Volume {
                         None
                     }
                 };
+                // A whole block's checksum from the bytes at hand; the
+                // blocks written in part are `parts`.
                 for k in first_block..end_block {
-                    // A whole block's checksum from the bytes at hand; a
-                    // block written in part from the image.
                     let (block_start, block_end) = (start + k * bs, start + (k + 1) * bs);
                     if whole.start <= block_start && block_end <= whole.end {
                         let i = ((block_start - whole.start) / bs) as usize;
@@ -1130,11 +1143,12 @@ impl Volume {
                                 self.data_written_from(run.physical + k, &whole_bytes[i * bs as usize..][..bs as usize])
                             }
                         }
-                    } else {
-                        self.data_written(run.physical + k);
                     }
                 }
             }
+        }
+        for part in parts {
+            self.after_part_write(part);
         }
         self.set_size_now(&inode, size)
     }

@@ -131,7 +131,7 @@ fn random_writes_leave_every_written_block_with_its_own_checksum() {
         // thread (the portable one's from 32 KiB of whole blocks).
         engine.force().unwrap();
         let overlapped = Cell::new(0);
-        for block_size in ["1024", "4096"] {
+        for block_size in ["1024", "4096", "65536"] {
             let mut runner = TestRunner::new(Config { cases: 12, ..Config::default() });
             let ops = proptest::collection::vec(op(), 1..12);
             runner
@@ -331,4 +331,73 @@ fn a_read_in_a_later_extent_verifies_its_own_blocks_and_names_them() {
     let err = v.read(&inode, 5 * 4096 + 1, &mut buf[..1]).unwrap_err();
     assert_eq!(err.errno(), libc::EIO);
     assert!(err.to_string().contains(&format!("block 5 (disk block {physical})")), "{err}");
+}
+
+/// A write to part of a block keeps the rest of it, so it checksums that
+/// rest too: over a damaged block it fails with `EIO`, as a read does,
+/// rather than bless the damage, and leaves the block as it was — even
+/// over exactly the damaged bytes, which cannot be told from others. A
+/// truncate into such a block (its tail zeroed) fails the same way; a
+/// write of the whole block replaces it. A good block is verified once,
+/// by the first such write; that one and the later ones splice the
+/// checksum from the bytes they change (`check_updates` compares each
+/// with the block's own).
+#[test]
+fn a_write_to_part_of_a_damaged_block_fails_and_blesses_nothing() {
+    if !have_e2fsprogs() {
+        return;
+    }
+    let scratch = Scratch::new("part-write");
+    let (image, sums) = (scratch.0.join("a.img"), scratch.0.join("a.csums"));
+    mke2fs_with(&image, "65536", "64M", &[]);
+    let bs = 65536u64;
+    let want = bytes(4 * bs as usize, 5);
+    let mut v = open(&image, &sums);
+    let f = v.create(ROOT, b"f", FILE).unwrap().ino;
+    v.write(f, 0, &want).unwrap();
+    v.sync().unwrap();
+    let physical = v.runs(&v.inode(f).unwrap()).unwrap()[0].physical;
+    drop(v);
+    let mut damaged = std::fs::read(&image).unwrap();
+    for block in [1, 2] {
+        damaged[((physical + block) * bs + 100) as usize] ^= 0x10;
+    }
+    std::fs::write(&image, &damaged).unwrap();
+    let open_checked = || {
+        let mut v = Volume::open(&image, Options { write: true, check_updates: true, ..Options::default() }).unwrap();
+        assert!(v.enable_data_checksums(&sums).unwrap());
+        v
+    };
+    let mut v = open_checked();
+    let eio = |r: Result<csumfs::Inode, csumfs::Error>, what: &str| {
+        let e = r.err().unwrap_or_else(|| panic!("{what}: the damage was blessed"));
+        assert_eq!(e.errno(), libc::EIO, "{what}: {e}");
+    };
+    for (at, len, what) in [(bs + 5000, 10, "away from the damage"), (bs + 100, 1, "over exactly the damaged byte")] {
+        eio(v.write(f, at, &vec![0xEE; len]), what);
+        let mut buf = [0u8; 1];
+        assert_eq!(v.read(&v.inode(f).unwrap(), bs + 7, &mut buf).unwrap_err().errno(), libc::EIO, "{what}");
+    }
+    eio(v.truncate(f, 2 * bs + 300), "a truncate into the damaged block");
+    assert_eq!(v.inode(f).unwrap().size, 4 * bs, "the truncate changed nothing");
+    v.write(f, bs, &want[bs as usize..2 * bs as usize]).unwrap();
+    // Block 3 is good: verified by the first write to part of it alone.
+    let (verified, spliced) = (Stats::get(&v.stats().data_verified), Stats::get(&v.stats().data_spliced));
+    let mut now = want.clone();
+    for (k, at) in [3 * bs + 10, 3 * bs + 4096, 4 * bs - 1].into_iter().enumerate() {
+        v.write(f, at, &[k as u8; 1]).unwrap();
+        now[at as usize] = k as u8;
+    }
+    assert_eq!(Stats::get(&v.stats().data_verified) - verified, 1, "block 3 verified once");
+    assert_eq!(Stats::get(&v.stats().data_spliced) - spliced, 3, "three checksums spliced");
+    v.sync().unwrap();
+    drop(v);
+    let v = open_checked();
+    let mut buf = vec![0u8; 2 * bs as usize];
+    v.read(&v.inode(f).unwrap(), 0, &mut buf).unwrap();
+    assert_eq!(buf, want[..2 * bs as usize], "block 1 rewritten whole");
+    v.read(&v.inode(f).unwrap(), 3 * bs, &mut buf[..bs as usize]).unwrap();
+    assert_eq!(buf[..bs as usize], now[3 * bs as usize..], "block 3's three writes");
+    let report = v.scrub().unwrap();
+    assert_eq!(report.bad, [("/f".to_string(), 2, physical + 2)], "block 2 stays damaged, and only it");
 }

@@ -601,6 +601,7 @@ fn refusals_are_one_line_and_exit_2() {
 
 #[test]
 fn a_flipped_data_byte_reads_as_eio_and_scrub_names_the_file_and_block() {
+    use std::os::unix::fs::FileExt;
     if cannot_mount() {
         return;
     }
@@ -627,9 +628,11 @@ fn a_flipped_data_byte_reads_as_eio_and_scrub_names_the_file_and_block() {
     assert_eq!(bad.status.code(), Some(1), "{text}");
     assert!(text.contains(&format!("/file: file block 5 (disk block {block}): data checksum mismatch")), "{text}");
     assert!(text.contains("1 bad"), "{text}");
-    // Through the mount: EIO for that block, the rest of the file and the
-    // other file read; with datasum=off the changed byte reads as it is.
-    let child = mount_foreground(&image, &scratch.mnt(), &["-o", "ro"]);
+    // Through the mount: EIO for that block, named on the daemon's stderr;
+    // the rest of the file and the other file read; with datasum=off the
+    // changed byte reads as it is.
+    let log = scratch.0.join("daemon.log");
+    let child = mount_foreground_logged(&image, &scratch.mnt(), &["-o", "ro"], &log);
     let read = std::fs::read(scratch.mnt().join("file"));
     let head = {
         use std::io::Read;
@@ -642,6 +645,21 @@ fn a_flipped_data_byte_reads_as_eio_and_scrub_names_the_file_and_block() {
     assert_eq!(read.unwrap_err().raw_os_error(), Some(libc::EIO));
     assert_eq!(head.unwrap(), data[..4 * 4096]);
     assert_eq!(other.unwrap(), b"untouched");
+    let named = format!("block 5 (disk block {block}): data checksum");
+    let said = std::fs::read_to_string(&log).unwrap();
+    assert!(said.contains(&named), "the daemon's stderr: {said}");
+    // A write to part of the damaged block fails too, rather than checksum
+    // the damage with the bytes it keeps; scrub still finds it.
+    let child = mount_foreground_logged(&image, &scratch.mnt(), &[], &log);
+    let mut f = std::fs::OpenOptions::new().write(true).open(scratch.mnt().join("file")).unwrap();
+    let write = f.write_all_at(b"over the rest", 5 * 4096 + 1000);
+    drop(f);
+    unmount_and_wait(child, &scratch.mnt());
+    assert_eq!(write.unwrap_err().raw_os_error(), Some(libc::EIO));
+    let said = std::fs::read_to_string(&log).unwrap();
+    assert!(said.contains(&named), "the daemon's stderr: {said}");
+    let still = scrub();
+    assert_eq!(still.status.code(), Some(1), "{}", String::from_utf8_lossy(&still.stdout));
     let child = mount_foreground(&image, &scratch.mnt(), &["-o", "ro,datasum=off"]);
     let read = std::fs::read(scratch.mnt().join("file"));
     unmount_and_wait(child, &scratch.mnt());

@@ -92,6 +92,16 @@ pub fn mount_foreground(image: &Path, mnt: &Path, options: &[&str]) -> Child {
 
 /// [`mount_foreground`] with environment variables for the daemon.
 pub fn mount_foreground_env(image: &Path, mnt: &Path, options: &[&str], env: &[(&str, &str)]) -> Child {
+    spawn_mount(image, mnt, options, env, Stdio::inherit())
+}
+
+/// [`mount_foreground`] with the daemon's stderr in the file `log`.
+#[allow(dead_code)] // not every test binary reads a daemon's stderr
+pub fn mount_foreground_logged(image: &Path, mnt: &Path, options: &[&str], log: &Path) -> Child {
+    spawn_mount(image, mnt, options, &[], std::fs::File::create(log).unwrap().into())
+}
+
+fn spawn_mount(image: &Path, mnt: &Path, options: &[&str], env: &[(&str, &str)], stderr: Stdio) -> Child {
     let child = Command::new(env!("CARGO_BIN_EXE_csumkit"))
         .envs(env.iter().copied())
         .arg("mount")
@@ -100,6 +110,7 @@ pub fn mount_foreground_env(image: &Path, mnt: &Path, options: &[&str], env: &[(
         .arg(mnt)
         .args(options)
         .stdout(Stdio::null())
+        .stderr(stderr)
         .spawn()
         .unwrap();
     wait_for("the mount", || is_mounted(mnt));

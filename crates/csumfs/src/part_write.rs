@@ -1,0 +1,120 @@
+//! Writes to part of a data block, and its checksum after them.
+//!
+//! A block written in part keeps bytes the write does not reach. Its new
+//! checksum recomputed from the image would bless whatever damage those
+//! bytes took since they were checksummed; so a block whose checksum this
+//! process has not seen match its bytes is verified first, and the write
+//! fails with `EIO` as a read of the block does (btrfs's read-modify-write
+//! of a damaged page fails the same way).
+//!
+//! The new checksum then comes from the old one and the changed bytes
+//! alone (seed 000's `splice`): 4 KiB of CRC for a 4 KiB write into a 64
+//! KiB block, where the whole block cost 64 KiB. A splice is exact only
+//! when the old checksum matched the block, so it is taken only for
+//! blocks in the known-good record: blocks whose checksum this process
+//! computed from the bytes it wrote, or verified. Others pay one
+//! verification, and are known-good after it.
+
+use crate::error::Error;
+use crate::inode::Inode;
+use crate::stats::Stats;
+use crate::volume::Volume;
+use csumkit::crc32c;
+
+/// Blocks whose recorded checksum this process has seen match their bytes,
+/// with that checksum: an entry counts only while the tree still holds the
+/// same checksum (any other change of the block's checksum, or its
+/// forgetting, ends it without a lookup here). Direct-mapped and bounded:
+/// a block whose slot another took is verified again.
+pub(crate) struct KnownGood {
+    /// `(block + 1, crc)`; `(0, _)` is an empty slot.
+    slots: Vec<(u64, u32)>,
+}
+
+/// Slots at most: 1 MiB of record, every block of a volume of up to 64 Ki
+/// blocks (4 GiB at 64 KiB blocks).
+const KNOWN_GOOD_SLOTS: u64 = 1 << 16;
+
+impl KnownGood {
+    pub(crate) fn new(blocks: u64) -> Self {
+        Self { slots: vec![(0, 0); blocks.clamp(1, KNOWN_GOOD_SLOTS) as usize] }
+    }
+
+    fn slot(&self, block: u64) -> usize {
+        (block % self.slots.len() as u64) as usize
+    }
+
+    pub(crate) fn insert(&mut self, block: u64, crc: u32) {
+        let i = self.slot(block);
+        self.slots[i] = (block + 1, crc);
+    }
+
+    fn holds(&self, block: u64, crc: u32) -> bool {
+        self.slots[self.slot(block)] == (block + 1, crc)
+    }
+}
+
+/// A data block about to be written in part: what its new checksum is
+/// made from.
+pub(crate) struct PartWrite {
+    physical: u64,
+    /// Where the write starts in the block.
+    offset: usize,
+    /// The bytes it replaces.
+    old: Vec<u8>,
+    /// The block's checksum, which matches it; `None`: it has none.
+    crc: Option<u32>,
+}
+
+impl Volume {
+    /// Before bytes `range` of data block `physical` (file block `logical`
+    /// of `inode`) are overwritten, the rest of the block kept: verifies the
+    /// block unless it is known good.
+    ///
+    /// # Errors
+    /// [`Error::DataChecksum`] (`EIO`) when the block does not match its
+    /// checksum (nothing is written).
+    pub(crate) fn before_part_write(
+        &self,
+        inode: &Inode,
+        logical: u64,
+        physical: u64,
+        range: std::ops::Range<usize>,
+    ) -> Result<Option<PartWrite>, Error> {
+        let bs = self.layout.block_size as usize;
+        debug_assert!(range.start < range.end && range.end <= bs && range.len() < bs, "a part of one block");
+        let Some(sums) = &self.datasums else { return Ok(None) };
+        let block = &self.map[physical as usize * bs..(physical as usize + 1) * bs];
+        let crc = sums.tree.get(physical);
+        if let Some(want) = crc {
+            if !sums.known_good.holds(physical, want) {
+                let got = crc32c::checksum(block);
+                Stats::bump(&self.stats.data_verified);
+                if got != want {
+                    Stats::bump(&self.stats.data_mismatches);
+                    return Err(Error::DataChecksum { ino: inode.ino, logical, physical, stored: want, computed: got });
+                }
+            }
+        }
+        Ok(Some(PartWrite { physical, offset: range.start, old: block[range].to_vec(), crc }))
+    }
+
+    /// After the write [`before_part_write`](Self::before_part_write)
+    /// prepared: the block's new checksum, spliced from its old one (a
+    /// block that had none is checksummed whole, as it is).
+    pub(crate) fn after_part_write(&mut self, part: Option<PartWrite>) {
+        let Some(PartWrite { physical, offset, old, crc }) = part else { return };
+        let bs = self.layout.block_size as usize;
+        let start = physical as usize * bs + offset;
+        let crc = match crc {
+            Some(crc) => {
+                let new = &self.map[start..start + old.len()];
+                let spliced = crc32c::splice(crc, bs as u64, offset as u64, &old, new);
+                Stats::bump(&self.stats.data_spliced);
+                spliced.expect("a region inside the block, old and new of one length")
+            }
+            None => crc32c::checksum(&self.map[physical as usize * bs..(physical as usize + 1) * bs]),
+        };
+        self.data_written_crc(physical, crc);
+    }
+}
