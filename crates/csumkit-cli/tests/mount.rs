@@ -651,7 +651,7 @@ fn a_flipped_data_byte_reads_as_eio_and_scrub_names_the_file_and_block() {
     // A write to part of the damaged block fails too, rather than checksum
     // the damage with the bytes it keeps; scrub still finds it.
     let child = mount_foreground_logged(&image, &scratch.mnt(), &[], &log);
-    let mut f = std::fs::OpenOptions::new().write(true).open(scratch.mnt().join("file")).unwrap();
+    let f = std::fs::OpenOptions::new().write(true).open(scratch.mnt().join("file")).unwrap();
     let write = f.write_all_at(b"over the rest", 5 * 4096 + 1000);
     drop(f);
     unmount_and_wait(child, &scratch.mnt());
