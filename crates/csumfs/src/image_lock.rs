@@ -5,7 +5,9 @@
 //! refused, rather than two processes each writing (or judging) their own
 //! view of it. (Until the 36th session a second mount of a mounted image
 //! started and served it.) The kernel's ext4 does not take the lock; the
-//! log-pending mark a logged mount sets keeps it off the image.
+//! log-pending mark a logged mount sets keeps it off the image while the
+//! log holds changes, and `mmp.rs` while csumfs writes an image with ext4's
+//! multiple-mount protection.
 
 use crate::error::Error;
 use std::os::fd::AsRawFd;

@@ -46,6 +46,7 @@ mod log_writer;
 mod logged_sums;
 mod map;
 mod migrate;
+mod mmp;
 mod namespace;
 mod orphan;
 mod part_write;
@@ -71,6 +72,7 @@ pub use image_lock::ImageLock;
 pub use inode::{Inode, Timespec, ROOT};
 pub use log_writer::SyncHandle;
 pub use map::Run;
+pub use mmp::MultiMountProtection;
 pub use namespace::RenameMode;
 pub use pi::PiOpened;
 pub use redo::{

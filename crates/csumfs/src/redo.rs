@@ -864,6 +864,9 @@ impl Volume {
         let (medium, log_on) = log_medium(log, log_len)?;
         let mut volume = Volume::new(Bytes::Private(map), crate::Options { write: true, ..options })?;
         volume.image_lock = image_lock;
+        // Before the replay writes anything.
+        let mmp_file = file.try_clone().map_err(io_at)?;
+        volume.mmp = crate::mmp::protect(mmp_file, path, &volume.layout, &volume.map[1024..2048])?;
         let (backing, opened): (Box<dyn Backing>, _) = match pi {
             None => (Box::new(file), None),
             Some((metadata, protection)) => {

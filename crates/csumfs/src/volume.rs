@@ -161,6 +161,10 @@ pub struct Volume {
     pub(crate) redo: Option<crate::redo::Redo>,
     /// Data checksum changes a ByteLog replay found, for the sidecar.
     pub(crate) replayed_sums: Vec<(u64, Option<u32>)>,
+    /// ext4's multiple-mount protection while the volume writes an image
+    /// with the `mmp` feature (`mmp.rs`). Dropped before the lock: a
+    /// process waiting for the lock then finds the sequence `CLEAN`.
+    pub(crate) mmp: Option<crate::mmp::MultiMountProtection>,
     /// The image file's lock while the volume is open (none in memory).
     pub(crate) image_lock: Option<crate::image_lock::ImageLock>,
     /// Free-space trees (seed 000, `csumkit::alloc`) of the groups blocks
@@ -214,6 +218,7 @@ impl Volume {
         let io = |source| Error::Io { context: path.display().to_string(), source };
         let file = std::fs::OpenOptions::new().read(true).write(options.write).open(path).map_err(io)?;
         let image_lock = crate::image_lock::ImageLock::take(&file, path, options.write)?;
+        let mmp_file = file.try_clone().map_err(io)?;
         // SAFETY: an image changed underneath by another process gives wrong
         // bytes, which every read bounds-checks (never undefined behaviour in
         // safe code here); csumfs is the image's only writer while open.
@@ -224,6 +229,9 @@ impl Volume {
         };
         let mut volume = Volume::new(map, options)?;
         volume.image_lock = image_lock;
+        if options.write {
+            volume.mmp = crate::mmp::protect(mmp_file, path, &volume.layout, &volume.map[1024..2048])?;
+        }
         Ok(volume)
     }
 
@@ -270,6 +278,7 @@ impl Volume {
             redo: None,
             replayed_sums: Vec::new(),
             image_lock: None,
+            mmp: None,
             pi: None,
             synchronous: false,
             mount_sync_flags: 0,

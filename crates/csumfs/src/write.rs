@@ -39,9 +39,12 @@ pub(crate) fn refuse_for_writing(layout: &Layout, image: &[u8]) -> Result<(), Er
     let refusals: [(bool, &'static str, &'static str); 7] = [
         (f.incompat & 0x40 == 0, "^extent", "csumfs writes extent-mapped files only: open it read-only"),
         (
-            f.incompat & Features::INCOMPAT_MMP != 0,
-            "mmp",
-            "csumfs does not take the multiple-mount lock: open it read-only",
+            // Under a ByteLog a checkpoint writes whole pages of the map
+            // back: one holding a smaller MMP block would put back an old
+            // sequence (`mmp.rs`).
+            f.incompat & Features::INCOMPAT_MMP != 0 && layout.block_size < PAGE as u64,
+            "mmp with blocks under 4 KiB",
+            "csumfs keeps the multiple-mount protection of images with 4 KiB blocks or larger: open it read-only",
         ),
         (f.ro_compat & RO_COMPAT_QUOTA != 0, "quota", "quota files are not updated by csumfs: open it read-only"),
         (

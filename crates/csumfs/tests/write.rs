@@ -257,6 +257,48 @@ fn written_images_are_clean_for_e2fsck_and_read_back_by_the_kernel() {
     }
 }
 
+/// An image with the `mmp` feature (4 KiB blocks) is held while a volume
+/// writes it — debugfs shows a live sequence and csumfs's process as its
+/// device, and it moves on every update interval — and `CLEAN` once the
+/// volume is dropped; a read-only open leaves it alone. e2fsck judges the
+/// image clean after a write through it.
+#[test]
+fn an_mmp_image_is_held_while_written_and_left_clean() {
+    let (Some(mkfs), Some(debugfs)) = (tool("mke2fs"), tool("debugfs")) else { return };
+    let scratch = Scratch(std::env::temp_dir().join(format!("csumfs-mmp-{}", std::process::id())));
+    std::fs::create_dir_all(&scratch.0).unwrap();
+    let image = scratch.0.join("m.img");
+    let out = Command::new(&mkfs)
+        .args(["-q", "-F", "-t", "ext4", "-O", "metadata_csum,64bit,mmp", "-b", "4096"])
+        .arg(&image)
+        .arg("32M")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "mke2fs: {}", String::from_utf8_lossy(&out.stderr));
+    let mmp = |field: &str| {
+        let out = Command::new(&debugfs).args(["-R", "dump_mmp"]).arg(&image).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let line = text.lines().find(|l| l.starts_with(field)).unwrap_or_else(|| panic!("dump_mmp: {text}"));
+        line[field.len()..].trim().to_string()
+    };
+    let clean = "ff4d4d50";
+    assert_eq!(mmp("sequence:"), clean);
+    drop(Volume::open(&image, Options::default()).unwrap());
+    assert_eq!(mmp("sequence:"), clean, "a read-only open");
+    let mut v = Volume::open(&image, Options { write: true, ..Options::default() }).unwrap();
+    let held = mmp("sequence:");
+    assert_ne!(held, clean, "held while open for writing");
+    assert_eq!(mmp("device_name:"), format!("csumfs pid {}", std::process::id()));
+    let f = v.create(ROOT, b"f", NewInode { mode: 0o100_644, uid: 0, gid: 0 }).unwrap().ino;
+    v.write(f, 0, b"under mmp").unwrap();
+    v.sync().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(5500));
+    assert_ne!(mmp("sequence:"), held, "bumped every 5 s");
+    drop(v);
+    assert_eq!(mmp("sequence:"), clean, "closed");
+    e2fsck_clean(&image).unwrap();
+}
+
 /// Images the writer would damage are refused for writing, by name: each
 /// feature made by mke2fs or set by tune2fs (read-only, and the error state
 /// `tune2fs -E force_fsck` records as the kernel does).
@@ -268,7 +310,7 @@ fn unsupported_images_are_refused_for_writing() {
     for (features, extra, tuned, feature) in [
         ("metadata_csum,64bit,quota", &[][..], &[][..], "quota"),
         ("metadata_csum,64bit,project", &[][..], &[][..], "project"),
-        ("metadata_csum,64bit,mmp", &[][..], &[][..], "mmp"),
+        ("metadata_csum,64bit,mmp", &["-b", "1024"][..], &[][..], "mmp with blocks under 4 KiB"),
         ("metadata_csum,64bit,bigalloc", &["-C", "16384"][..], &[][..], "bigalloc"),
         ("metadata_csum,64bit", &["-I", "128"][..], &[][..], "128-byte inodes"),
         ("metadata_csum,^64bit,^extent", &[][..], &[][..], "^extent"),

@@ -317,6 +317,10 @@ fn check(args: &CheckArgs) -> Result<ExitCode, Error> {
     let io = |source| Error::Io { context: args.image.display().to_string(), source };
     // (Opened for writing above, with the lock: a repair gets here only.)
     let file = &held;
+    // On an image with the mmp feature, not while the kernel (or another
+    // node) has it mounted, as e2fsck.
+    let _mmp = csumfs::MultiMountProtection::take(file, &args.image, &crate::files::map_input(&args.image)?)
+        .map_err(|e| Error::Invalid { what: "image", detail: format!("{}: {e}", args.image.display()) })?;
     let mut written = 0;
     for _ in 0..REPAIR_PASSES_MAX {
         let safe: Vec<_> = report.findings.iter().filter(|f| f.repairable()).collect();

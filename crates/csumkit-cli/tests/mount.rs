@@ -1015,3 +1015,79 @@ fn the_reserved_blocks_are_held_back_from_users_as_on_ext4() {
     );
     assert!(ours.2 > 0 && ours.3 > 0, "root takes the reserved blocks but leaves ext4's reserve: {ours:?}");
 }
+
+/// `debugfs -R dump_mmp`'s sequence line of `image` ("sequence: ff4d4d50"
+/// when closed cleanly).
+fn mmp_sequence(image: &Path) -> String {
+    let out = Command::new("/usr/sbin/debugfs").args(["-R", "dump_mmp"]).arg(image).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.lines().find(|l| l.starts_with("sequence:")).unwrap_or_else(|| panic!("dump_mmp: {text}")).to_string()
+}
+
+/// An image made with `mke2fs -O mmp` (ext4's multiple-mount protection):
+/// while csumfs writes it — with `log=off` too, which sets no log-pending
+/// mark — the kernel refuses a read-write mount, naming csumfs's process
+/// as the holder (dmesg); csumfs after a kill -9 waits out the stale
+/// sequence, mounts and replays; a clean unmount leaves the sequence
+/// `CLEAN` (debugfs), so the kernel mounts at once; while the kernel holds
+/// it, csumfs refuses in one line. e2fsck judges the image clean after.
+/// The same image at 1 KiB blocks is refused for writing by name.
+#[test]
+fn an_mmp_image_is_written_by_one_node_at_a_time_csumfs_or_the_kernel() {
+    if cannot_mount() {
+        return;
+    }
+    let scratch = Scratch::new("mmp");
+    let image = scratch.0.join("mmp.img");
+    let mke2fs = |block_size: &str| {
+        let out = Command::new("/usr/sbin/mke2fs")
+            .args(["-q", "-F", "-t", "ext4", "-O", "metadata_csum,^has_journal,mmp", "-b", block_size])
+            .arg(&image)
+            .arg("32M")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "mke2fs: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    mke2fs("4096");
+    let (mnt, kernel) = (scratch.mnt(), scratch.0.join("kernel"));
+    std::fs::create_dir_all(&kernel).unwrap();
+    let clean = "sequence: ff4d4d50";
+    assert_eq!(mmp_sequence(&image), clean);
+    let first = mount_foreground(&image, &mnt, &["-o", "log=off"]);
+    let pid = first.id();
+    std::fs::write(mnt.join("f"), b"written under mmp").unwrap();
+    std::fs::File::open(mnt.join("f")).unwrap().sync_all().unwrap();
+    assert_ne!(mmp_sequence(&image), clean, "csumfs holds the image");
+    let out = Command::new("mount").args(["-t", "ext4", "-o", "loop"]).arg(&image).arg(&kernel).output().unwrap();
+    let dmesg = Command::new("dmesg").output().unwrap();
+    let dmesg = String::from_utf8_lossy(&dmesg.stdout);
+    assert!(!out.status.success(), "the kernel mounted an image csumfs writes");
+    assert!(
+        dmesg.lines().rev().take(200).any(|l| l.contains(&format!("last update device: csumfs pid {pid}"))),
+        "the kernel's refusal names csumfs: {}",
+        dmesg.lines().rev().take(10).collect::<Vec<_>>().join("\n")
+    );
+    kill_daemon(first, &mnt);
+    assert_ne!(mmp_sequence(&image), clean, "a killed daemon leaves its sequence");
+    let start = std::time::Instant::now();
+    let second = mount_foreground(&image, &mnt, &[]);
+    assert!(start.elapsed().as_secs() >= 22, "a stale sequence is waited out twice");
+    assert_eq!(std::fs::read(mnt.join("f")).unwrap(), b"written under mmp");
+    unmount_and_wait(second, &mnt);
+    assert_eq!(mmp_sequence(&image), clean, "a clean unmount");
+    assert!(kernel_mount(&image, &kernel, "loop"), "the kernel mounts a cleanly closed image");
+    let out = Command::new(env!("CARGO_BIN_EXE_csumkit")).arg("mount").arg(&image).arg(&mnt).output().unwrap();
+    let read = std::fs::read(kernel.join("f"));
+    unmount_kernel(&kernel);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let refusal: Vec<_> = stderr.lines().filter(|l| !l.contains("waiting")).collect();
+    assert!(refusal.len() == 1 && refusal[0].contains("in use by another node"), "{stderr}");
+    assert_eq!(read.unwrap(), b"written under mmp");
+    e2fsck_clean(&image);
+    assert_eq!(mmp_sequence(&image), clean, "the kernel's unmount");
+    mke2fs("1024");
+    let out = Command::new(env!("CARGO_BIN_EXE_csumkit")).arg("mount").arg(&image).arg(&mnt).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.code() == Some(2) && stderr.contains("mmp with blocks under 4 KiB"), "{stderr}");
+}
