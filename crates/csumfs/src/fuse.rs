@@ -18,7 +18,7 @@ use crate::{Caller, DirEntry, NewInode, RenameMode, SetAttr, Volume, XattrMode};
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, IoctlFlags, KernelConfig,
     LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
-    ReplyIoctl, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -968,6 +968,22 @@ impl Filesystem for Fs {
                 reply.created(&self.ttl, &attr, generation, self.handle(), FopenFlags::FOPEN_KEEP_CACHE);
             }
             Err(e) => reply.error(e),
+        }
+    }
+
+    fn lseek(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
+        // The kernel answers SEEK_SET, SEEK_CUR and SEEK_END itself.
+        let hole = match whence {
+            libc::SEEK_DATA => false,
+            libc::SEEK_HOLE => true,
+            _ => return reply.error(Errno::EINVAL),
+        };
+        let Ok(offset) = u64::try_from(offset) else { return reply.error(Errno::ENXIO) };
+        let volume = self.read();
+        match volume.inode(from_fuse(ino)).and_then(|inode| volume.seek_data_or_hole(&inode, offset, hole)) {
+            Ok(Some(at)) => reply.offset(at as i64),
+            Ok(None) => reply.error(Errno::ENXIO),
+            Err(e) => reply.error(errno(&e)),
         }
     }
 

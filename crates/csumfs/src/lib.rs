@@ -56,6 +56,7 @@ mod ranges;
 mod redo;
 mod remove;
 mod reserve;
+mod seek;
 mod stats;
 mod undo;
 mod volume;

@@ -1091,3 +1091,124 @@ fn an_mmp_image_is_written_by_one_node_at_a_time_csumfs_or_the_kernel() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.code() == Some(2) && stderr.contains("mmp with blocks under 4 KiB"), "{stderr}");
 }
+
+/// Files with holes where ext4 keeps them: sparse writes, fallocated
+/// (unwritten) ranges — inside the size and past it — a punched range, a
+/// file of nothing but a hole, an inline one.
+fn make_sparse_files(dir: &Path, bs: u64) {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::FileExt;
+    let file = |name: &str| {
+        std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(dir.join(name)).unwrap()
+    };
+    let fallocate = |f: &std::fs::File, mode: i32, at: u64, len: u64| {
+        // SAFETY: a valid descriptor; fallocate reads no memory of ours.
+        let done = unsafe { libc::fallocate(f.as_raw_fd(), mode, at as i64, len as i64) };
+        assert_eq!(done, 0, "fallocate {mode} {at} {len}: {}", std::io::Error::last_os_error());
+    };
+    let block = pattern(bs as usize, 3);
+    file("dense").write_all_at(&pattern(3 * bs as usize + 100, 4), 0).unwrap();
+    let f = file("sparse");
+    f.write_all_at(&block, 2 * bs).unwrap();
+    f.write_all_at(&block[..100], 7 * bs).unwrap();
+    f.set_len(12 * bs + 5).unwrap();
+    let f = file("fallocated");
+    fallocate(&f, 0, 0, 5 * bs);
+    f.write_all_at(&block, 2 * bs).unwrap();
+    fallocate(&f, libc::FALLOC_FL_KEEP_SIZE, 8 * bs, 4 * bs);
+    let f = file("unwritten-tail");
+    f.write_all_at(&block, 0).unwrap();
+    fallocate(&f, 0, bs, 3 * bs);
+    let f = file("punched");
+    f.write_all_at(&pattern(6 * bs as usize, 5), 0).unwrap();
+    f.sync_all().unwrap();
+    fallocate(&f, libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, 2 * bs, 2 * bs);
+    file("hole-only").set_len(1 << 20).unwrap();
+    file("unaligned").write_all_at(b"0123456789", 5000).unwrap();
+    file("tiny").write_all_at(b"thirty bytes, kept in the inode", 0).unwrap();
+    drop(file("empty"));
+    std::fs::File::open(dir).unwrap().sync_all().unwrap();
+}
+
+/// `lseek(SEEK_DATA)` and `lseek(SEEK_HOLE)` of every file in `dir` at
+/// offsets around every block boundary and the size: the offset, or the
+/// errno.
+fn seek_answers(dir: &Path, bs: u64) -> BTreeMap<String, Vec<(u64, Result<i64, i32>, Result<i64, i32>)>> {
+    use std::os::fd::AsRawFd;
+    let mut answers = BTreeMap::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let entry = entry.unwrap();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !entry.file_type().unwrap().is_file() {
+            continue;
+        }
+        // Not read: ext4 counts unwritten blocks whose pages are cached as data.
+        let f = std::fs::File::open(entry.path()).unwrap();
+        let size = f.metadata().unwrap().len();
+        let mut offsets: Vec<u64> = (0..=14).flat_map(|k| [k * bs, k * bs + 1, (k * bs).saturating_sub(1)]).collect();
+        offsets.extend([size.saturating_sub(1), size, size + 1, (1 << 20) - 1, 1 << 20, 5000, 5010]);
+        offsets.sort_unstable();
+        offsets.dedup();
+        let seek = |at: u64, whence: i32| {
+            // SAFETY: a valid descriptor.
+            let got = unsafe { libc::lseek(f.as_raw_fd(), at as i64, whence) };
+            if got < 0 {
+                Err(std::io::Error::last_os_error().raw_os_error().unwrap())
+            } else {
+                Ok(got)
+            }
+        };
+        let rows = offsets.into_iter().map(|at| (at, seek(at, libc::SEEK_DATA), seek(at, libc::SEEK_HOLE))).collect();
+        answers.insert(name, rows);
+    }
+    answers
+}
+
+/// SEEK_DATA and SEEK_HOLE through the mount give what the kernel's ext4
+/// gives on the same image — files written by the kernel, then by csumfs;
+/// 1 and 4 KiB blocks, inline data on — offset for offset, errno for errno
+/// (before csumfs answered them, FUSE called every file all data).
+#[test]
+fn seek_data_and_seek_hole_answer_as_the_kernel_does() {
+    if cannot_mount() {
+        return;
+    }
+    let scratch = Scratch::new("seek");
+    let (mnt, kernel) = (scratch.mnt(), scratch.0.join("kernel"));
+    let image = scratch.0.join("seek.img");
+    for bs in [4096u64, 1024] {
+        for writer in ["kernel", "csumfs"] {
+            let out = Command::new("/usr/sbin/mke2fs")
+                .args(["-q", "-F", "-t", "ext4", "-O", "metadata_csum,^has_journal,inline_data", "-b"])
+                .arg(bs.to_string())
+                .arg(&image)
+                .arg("32M")
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "mke2fs: {}", String::from_utf8_lossy(&out.stderr));
+            if writer == "kernel" {
+                if !kernel_mount(&image, &kernel, "loop") {
+                    return;
+                }
+                make_sparse_files(&kernel, bs);
+                unmount_kernel(&kernel);
+            } else {
+                let child = mount_foreground(&image, &mnt, &[]);
+                make_sparse_files(&mnt, bs);
+                unmount_and_wait(child, &mnt);
+            }
+            assert!(kernel_mount(&image, &kernel, "loop,ro"));
+            let want = seek_answers(&kernel, bs);
+            unmount_kernel(&kernel);
+            let child = mount_foreground(&image, &mnt, &["-o", "ro"]);
+            let got = seek_answers(&mnt, bs);
+            unmount_and_wait(child, &mnt);
+            assert_eq!(want.len(), 9, "{want:?}");
+            for (name, rows) in &want {
+                for (w, g) in rows.iter().zip(&got[name]) {
+                    assert_eq!(w, g, "{bs}-byte blocks, written by {writer}: {name} (offset, SEEK_DATA, SEEK_HOLE)");
+                }
+            }
+        }
+    }
+}
