@@ -1130,10 +1130,13 @@ fn make_sparse_files(dir: &Path, bs: u64) {
     std::fs::File::open(dir).unwrap().sync_all().unwrap();
 }
 
+/// An offset, and what `SEEK_DATA` and `SEEK_HOLE` from it gave.
+type SeekRow = (u64, Result<i64, i32>, Result<i64, i32>);
+
 /// `lseek(SEEK_DATA)` and `lseek(SEEK_HOLE)` of every file in `dir` at
 /// offsets around every block boundary and the size: the offset, or the
 /// errno.
-fn seek_answers(dir: &Path, bs: u64) -> BTreeMap<String, Vec<(u64, Result<i64, i32>, Result<i64, i32>)>> {
+fn seek_answers(dir: &Path, bs: u64) -> BTreeMap<String, Vec<SeekRow>> {
     use std::os::fd::AsRawFd;
     let mut answers = BTreeMap::new();
     for entry in std::fs::read_dir(dir).unwrap() {
