@@ -17,8 +17,9 @@ use crate::stats::Stats;
 use crate::{Caller, DirEntry, NewInode, RenameMode, SetAttr, Volume, XattrMode};
 use fuser::{
     CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, IoctlFlags,
-    KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
-    ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
+    Request, TimeOrNow, WriteFlags,
 };
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -462,6 +463,8 @@ impl Filesystem for Fs {
             eprintln!("csumfs: this kernel offers no FUSE writeback cache: writes go through");
         }
         self.kill_privileges = config.add_capabilities(fuser::InitFlags::FUSE_HANDLE_KILLPRIV_V2).is_ok();
+        let _ =
+            config.add_capabilities(fuser::InitFlags::FUSE_DO_READDIRPLUS | fuser::InitFlags::FUSE_READDIRPLUS_AUTO);
         Ok(())
     }
 
@@ -825,6 +828,51 @@ impl Filesystem for Fs {
         for (i, entry) in entries.iter().enumerate().skip(offset as usize) {
             let name = OsStr::from_bytes(&entry.name);
             if reply.add(to_fuse(entry.ino), i as u64 + 1, kind_of_entry(entry.file_type), name) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    /// `readdir` with each entry's attributes (`FUSE_DO_READDIRPLUS` in the
+    /// kernel's auto mode: asked for when stats follow a listing, as in
+    /// `ls -l`): the kernel caches them and sends no `LOOKUP` per entry.
+    fn readdirplus(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+        // The volume's lock before the listings', as opendir takes them.
+        let volume = self.read();
+        let listings = self.listings.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Some(entries) = listings.get(&fh.0) else { return reply.error(Errno::EBADF) };
+        for (i, entry) in entries.iter().enumerate().skip(offset as usize) {
+            let name = OsStr::from_bytes(&entry.name);
+            let full = match volume.inode(entry.ino) {
+                Ok(inode) => {
+                    let generation = Generation(u64::from(inode.generation));
+                    reply.add(to_fuse(entry.ino), i as u64 + 1, name, &self.ttl, &self.attr(&inode), generation)
+                }
+                // Still listed, as readdir lists it, with attributes valid
+                // for no time: a stat of it asks csumfs, which names the damage.
+                Err(_) => {
+                    let attr = FileAttr {
+                        ino: to_fuse(entry.ino),
+                        size: 0,
+                        blocks: 0,
+                        atime: UNIX_EPOCH,
+                        mtime: UNIX_EPOCH,
+                        ctime: UNIX_EPOCH,
+                        crtime: UNIX_EPOCH,
+                        kind: kind_of_entry(entry.file_type),
+                        perm: 0,
+                        nlink: 1,
+                        uid: 0,
+                        gid: 0,
+                        rdev: 0,
+                        blksize: self.block_size,
+                        flags: 0,
+                    };
+                    reply.add(to_fuse(entry.ino), i as u64 + 1, name, &Duration::ZERO, &attr, Generation(0))
+                }
+            };
+            if full {
                 break;
             }
         }

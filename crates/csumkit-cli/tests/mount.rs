@@ -1301,3 +1301,45 @@ fn copy_file_range_copies_as_a_model_says_and_refuses_damage() {
     assert_eq!(result, Err(libc::EIO));
     assert_eq!(size, 0, "nothing copied");
 }
+
+/// A listing with a damaged inode in it: the kernel lists directories with
+/// READDIRPLUS (each entry's attributes in the listing); the damaged one is
+/// still listed, and its stat fails with the damage named (`EBADMSG`: its
+/// checksum), while its neighbours stat as they are — as a plain listing
+/// and a lookup each gave before.
+#[test]
+fn a_listing_names_a_damaged_inode_and_its_stat_fails() {
+    if cannot_mount() {
+        return;
+    }
+    let scratch = Scratch::new("damaged-inode");
+    let image = scratch.image("16M", "4096");
+    let mnt = scratch.mnt();
+    let child = mount_foreground(&image, &mnt, &[]);
+    for name in ["a", "b", "c"] {
+        std::fs::write(mnt.join(name), name.repeat(100)).unwrap();
+    }
+    unmount_and_wait(child, &mnt);
+    let out = Command::new("/usr/sbin/debugfs").args(["-R", "stat /b"]).arg(&image).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let ino: u32 = text.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let out = Command::new("/usr/sbin/debugfs").args(["-R", &format!("imap <{ino}>")]).arg(&image).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let block: u64 =
+        words[words.iter().rposition(|w| *w == "block").unwrap() + 1].trim_end_matches(',').parse().unwrap();
+    let offset = u64::from_str_radix(words.last().unwrap().trim_start_matches("0x"), 16).unwrap();
+    let mut bytes = std::fs::read(&image).unwrap();
+    bytes[(block * 4096 + offset + 0x20) as usize] ^= 0x40; // i_mtime: only the checksum tells
+    std::fs::write(&image, &bytes).unwrap();
+    let child = mount_foreground(&image, &mnt, &["-o", "ro"]);
+    let mut names: Vec<String> =
+        std::fs::read_dir(&mnt).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    let stats: Vec<_> = ["a", "b", "c"].iter().map(|n| std::fs::symlink_metadata(mnt.join(n))).collect();
+    unmount_and_wait(child, &mnt);
+    names.sort();
+    assert_eq!(names, ["a", "b", "c", "lost+found"]);
+    assert_eq!(stats[0].as_ref().unwrap().len(), 100);
+    assert_eq!(stats[1].as_ref().unwrap_err().raw_os_error(), Some(libc::EBADMSG), "{:?}", stats[1]);
+    assert_eq!(stats[2].as_ref().unwrap().len(), 100);
+}
