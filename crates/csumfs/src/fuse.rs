@@ -465,6 +465,10 @@ impl Filesystem for Fs {
         self.kill_privileges = config.add_capabilities(fuser::InitFlags::FUSE_HANDLE_KILLPRIV_V2).is_ok();
         let _ =
             config.add_capabilities(fuser::InitFlags::FUSE_DO_READDIRPLUS | fuser::InitFlags::FUSE_READDIRPLUS_AUTO);
+        // A symlink's target never changes (a new one is a new inode, of a
+        // new generation): the kernel keeps it in its page cache instead of
+        // asking for it at every path walk through the link.
+        let _ = config.add_capabilities(fuser::InitFlags::FUSE_CACHE_SYMLINKS);
         Ok(())
     }
 

@@ -419,7 +419,8 @@ fn removing_from_kernel_made_images_keeps_them_clean() {
         assert!(report.clean(), "{name}: {:?}", report.findings);
         done += 1;
     }
-    assert_eq!(done, 12, "layouts accepted for writing");
+    // orphan-mmp-4k since the 37th session (csumfs keeps its multiple-mount protection).
+    assert_eq!(done, 13, "layouts accepted for writing");
 }
 
 /// rename (within and across directories, replacing, NOREPLACE, EXCHANGE,
