@@ -30,6 +30,10 @@ const SEQ_MAX: u32 = 0xE24D_4D4F;
 /// Seconds: the shortest check interval (`EXT4_MMP_MIN_CHECK_INTERVAL`),
 /// and the one csumfs announces (the kernel's, once its writes are quick).
 const MIN_CHECK_INTERVAL: u16 = 5;
+/// Seconds: the longest check interval a writer announces
+/// (`EXT4_MMP_MAX_CHECK_INTERVAL`); a larger one read is damage, and is
+/// not waited for (at most 6 minutes then).
+const MAX_CHECK_INTERVAL: u16 = 300;
 /// The block's fields used here, and its checksum's place.
 const SEQ_AT: usize = 4;
 const TIME_AT: usize = 8;
@@ -172,7 +176,7 @@ pub(crate) fn protect(
     let block = Block { file, path: path.to_path_buf(), at: number * layout.block_size, seed: layout.csum_seed };
     let mut b = block.read()?;
     let announced = u16::from_le_bytes([b[CHECK_INTERVAL_AT], b[CHECK_INTERVAL_AT + 1]]);
-    let interval = u64::from(update_interval.max(MIN_CHECK_INTERVAL).max(announced));
+    let interval = u64::from(update_interval.max(MIN_CHECK_INTERVAL).max(announced).min(MAX_CHECK_INTERVAL));
     let wait = Duration::from_secs((2 * interval + 1).min(interval + 60));
     let seq = le32(&b, SEQ_AT);
     if seq == SEQ_FSCK {

@@ -1101,7 +1101,10 @@ impl Volume {
             if range.len() as u64 == bs || (i == 1 && b == ends[0]) {
                 continue;
             }
-            let run = runs.iter().find(|r| r.logical <= b && b < r.logical + r.len).expect("holes are filled");
+            // Mapped: a block written in part was mapped, or the holes were filled above.
+            let Some(run) = runs.iter().find(|r| r.logical <= b && b < r.logical + r.len) else {
+                return Err(crate::error::corrupt(format!("inode {ino}"), format!("block {b} unmapped after a fill")));
+            };
             parts.push(self.before_part_write(&inode, b, run.physical + b - run.logical, range)?);
         }
         for run in &runs {
