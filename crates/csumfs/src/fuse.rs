@@ -185,6 +185,16 @@ fn errno(e: &Error) -> Errno {
     Errno::from_i32(e.errno())
 }
 
+/// Writes `data` at `offset` of file `ino` as the kernel's
+/// `generic_write_checks` allows: a write that starts below the largest
+/// file size is cut short there; one that starts at or past it is `EFBIG`
+/// (the FUSE mount's own limit is far larger). The bytes written.
+fn write_within_limit(v: &mut Volume, ino: u32, offset: u64, data: &[u8]) -> Result<usize, Error> {
+    let room = usize::try_from(v.max_file_size().saturating_sub(offset)).unwrap_or(usize::MAX);
+    let len = if room == 0 { data.len() } else { data.len().min(room) };
+    v.write(ino, offset, &data[..len]).map(|_| len)
+}
+
 /// Damaged data blocks named on stderr at most, per daemon.
 const DAMAGE_LINES: u64 = 100;
 
@@ -698,16 +708,11 @@ impl Filesystem for Fs {
                 Err(e) => return reply.error(e),
             }
         }
-        // As the kernel's `generic_write_checks`: a write that starts below
-        // the largest file size is cut short there; one that starts at or
-        // past it is `EFBIG` (the FUSE mount's own limit is far larger).
         let written = self.change(req, |v| {
             if self.kill_privileges {
                 v.remove_privileges(from_fuse(ino), setid)?;
             }
-            let room = usize::try_from(v.max_file_size().saturating_sub(offset)).unwrap_or(usize::MAX);
-            let len = if room == 0 { data.len() } else { data.len().min(room) };
-            v.write(from_fuse(ino), offset, &data[..len]).map(|_| len)
+            write_within_limit(v, from_fuse(ino), offset, data)
         });
         match written {
             Ok(len) => reply.written(len as u32),
@@ -757,12 +762,8 @@ impl Filesystem for Fs {
             if n == 0 {
                 break;
             }
-            let at = offset_out + copied;
-            let written = self.change(req, |v| {
-                let room = usize::try_from(v.max_file_size().saturating_sub(at)).unwrap_or(usize::MAX);
-                let n = if room == 0 { n } else { n.min(room) };
-                v.write(from_fuse(ino_out), at, &buf[..n]).map(|_| n)
-            });
+            let written =
+                self.change(req, |v| write_within_limit(v, from_fuse(ino_out), offset_out + copied, &buf[..n]));
             let w = match written {
                 Ok(w) => w,
                 Err(_) if copied > 0 => break,

@@ -104,17 +104,12 @@ impl Volume {
     /// block that had none is checksummed whole, as it is).
     pub(crate) fn after_part_write(&mut self, part: Option<PartWrite>) {
         let Some(PartWrite { physical, offset, old, crc }) = part else { return };
+        let Some(crc) = crc else { return self.data_written(physical) };
         let bs = self.layout.block_size as usize;
         let start = physical as usize * bs + offset;
-        let crc = match crc {
-            Some(crc) => {
-                let new = &self.map[start..start + old.len()];
-                let spliced = crc32c::splice(crc, bs as u64, offset as u64, &old, new);
-                Stats::bump(&self.stats.data_spliced);
-                spliced.expect("a region inside the block, old and new of one length")
-            }
-            None => crc32c::checksum(&self.map[physical as usize * bs..(physical as usize + 1) * bs]),
-        };
-        self.data_written_crc(physical, crc);
+        let new = &self.map[start..start + old.len()];
+        let spliced = crc32c::splice(crc, bs as u64, offset as u64, &old, new);
+        Stats::bump(&self.stats.data_spliced);
+        self.data_written_crc(physical, spliced.expect("a region inside the block, old and new of one length"));
     }
 }
