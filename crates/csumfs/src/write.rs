@@ -1054,6 +1054,11 @@ impl Volume {
             return Err(Error::IsDir(format!("inode {ino}")));
         }
         immutable::may_write(&inode)?;
+        if data.is_empty() {
+            // A write of nothing changes nothing (POSIX): no size past the
+            // end, no block, no times.
+            return Ok(inode);
+        }
         let end = self.range_end(ino, offset, data.len() as u64)?;
         if inode.flags & FLAG_EXTENTS == 0 {
             inode = self.extent_mapped(ino)?;
