@@ -26,7 +26,7 @@ use crate::private_map::PAGE;
 use crate::stats::Stats;
 use crate::volume::{Bytes, Checksums, Volume};
 use csumkit::crc32c;
-use csumkit::ext4::{Features, Group, Layout};
+use csumkit::ext4::{Group, Layout};
 
 const RO_COMPAT_QUOTA: u32 = 0x100;
 const RO_COMPAT_BIGALLOC: u32 = 0x200;
@@ -36,16 +36,8 @@ const RO_COMPAT_PROJECT: u32 = 0x2000;
 /// Refuses, by name, images this writer would damage.
 pub(crate) fn refuse_for_writing(layout: &Layout, image: &[u8]) -> Result<(), Error> {
     let f = layout.features;
-    let refusals: [(bool, &'static str, &'static str); 7] = [
+    let refusals: [(bool, &'static str, &'static str); 6] = [
         (f.incompat & 0x40 == 0, "^extent", "csumfs writes extent-mapped files only: open it read-only"),
-        (
-            // Under a ByteLog a checkpoint writes whole pages of the map
-            // back: one holding a smaller MMP block would put back an old
-            // sequence (`mmp.rs`).
-            f.incompat & Features::INCOMPAT_MMP != 0 && layout.block_size < PAGE as u64,
-            "mmp with blocks under 4 KiB",
-            "csumfs keeps the multiple-mount protection of images with 4 KiB blocks or larger: open it read-only",
-        ),
         (f.ro_compat & RO_COMPAT_QUOTA != 0, "quota", "quota files are not updated by csumfs: open it read-only"),
         (
             f.ro_compat & RO_COMPAT_PROJECT != 0,
