@@ -4,7 +4,7 @@
 //! the corpus image is built once and damaged at the offsets the input
 //! names (so the fuzzer gets past its identity check to the intent list
 //! and the tree); an undo log is taken whole from the input after its
-//! magic. Opening gives a volume or a typed error, never a panic, and a
+//! magic, and read both by a writable open and by `undone_image`. Opening gives a volume or a typed error, never a panic, and a
 //! file read over a damaged sidecar gives its own bytes or `EIO`. Twin in
 //! CI: `crates/csumfs/tests/sidecars.rs`.
 #![no_main]
@@ -64,6 +64,9 @@ fuzz_target!(|input: (bool, Vec<(u16, u8)>, Vec<u8>)| {
         let mut log = b"CSFSUND2".to_vec();
         log.extend_from_slice(&bytes);
         std::fs::write(&path, &log).unwrap();
+        // The same log read for a check (`csumkit ext4 check` of an image
+        // a log=off mount left): bytes or a typed error.
+        let _ = csumfs::undone_image(base.image.clone(), &log);
         let _ = v.enable_undo(&path);
         return;
     }

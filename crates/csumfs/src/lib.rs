@@ -82,6 +82,7 @@ pub use redo::{
 };
 pub use reserve::Caller;
 pub use stats::Stats;
+pub use undo::{undo_pending, undone_image, UNDO_PENDING};
 pub use volume::{Checksums, Options, StatFs, Volume};
 pub use write::NewInode;
 pub use xattr_write::XattrMode;

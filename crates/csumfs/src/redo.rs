@@ -1160,7 +1160,7 @@ impl Volume {
     /// [`Error::Io`] from the image or the log.
     pub fn checkpoint(&mut self) -> Result<(), Error> {
         if self.redo.is_none() {
-            return self.sync();
+            return self.checkpoint_in_place();
         }
         self.checkpoint_now(true, false)
     }

@@ -14,6 +14,17 @@
 //! default, `redo.rs`) records are kept in memory only, to roll back an
 //! operation that fails, and the ByteLog covers deaths and power cuts.
 //!
+//! While a file log is in use the image's superblock carries an incompat
+//! feature bit of csumfs's own ([`UNDO_PENDING`]), as ext4's
+//! `needs_recovery` marks a journal in use: an image a dead process left
+//! with an operation half done is refused by the kernel, e2fsck and every
+//! reader here until a writable open has undone it. Without it e2fsck
+//! could repair the half operation its own way, and the next open would
+//! then put the undo log's old bytes over that repair. The bit is set in
+//! the shared map, which a process's death leaves in the page cache (no
+//! flush: a power cut is not covered anyway), and cleared by the
+//! volume's [`checkpoint`](crate::Volume::checkpoint) at unmount.
+//!
 //! Layout: 64-byte header (magic `CSFSUND2`, record count u64 at 8, bytes
 //! used u64 at 16), then records: image offset u64, length u32, the
 //! CRC32C of those 12 bytes and the old bytes, then the old bytes padded to
@@ -28,6 +39,10 @@ use crate::le::le32;
 use std::fs::File;
 use std::path::Path;
 use std::sync::atomic::{compiler_fence, Ordering};
+
+/// The superblock's incompat bit while an undo file is in use (see the
+/// module's notes); [`crate::LOG_PENDING`] is the ByteLog's.
+pub const UNDO_PENDING: u32 = 0x2000_0000;
 
 const MAGIC: &[u8; 8] = b"CSFSUND2";
 /// The first layout's magic: records without a CRC.
@@ -180,6 +195,36 @@ impl UndoLog {
     }
 }
 
+/// Whether the superblock of `image` carries [`UNDO_PENDING`].
+pub fn undo_pending(image: &[u8]) -> bool {
+    image.len() >= 2048 && le32(image, 1024 + 0x60) & UNDO_PENDING != 0
+}
+
+/// `image` as a writable open makes it: the records the undo log `log`
+/// (a file's bytes) holds put back, newest first — for a check that writes
+/// neither file. The mark stays (its checksum is the image's as marked).
+///
+/// # Errors
+/// [`Error::Corrupt`] for a damaged log or a record past the image.
+pub fn undone_image(mut image: Vec<u8>, log: &[u8]) -> Result<(Vec<u8>, usize), Error> {
+    let damaged = |detail: String| crate::error::corrupt("undo log", detail);
+    let checked = log.get(..8) == Some(MAGIC.as_slice());
+    let records = if log.len() < HEADER {
+        Vec::new()
+    } else if checked || log.get(..8) == Some(MAGIC_UNCHECKED.as_slice()) {
+        pending(log, checked).map_err(damaged)?
+    } else {
+        Vec::new()
+    };
+    for (at, old) in &records {
+        let Some(target) = at.checked_add(old.len()).and_then(|end| image.get_mut(*at..end)) else {
+            return Err(damaged(format!("a record at {at} past the image")));
+        };
+        target.copy_from_slice(old);
+    }
+    Ok((image, records.len()))
+}
+
 /// A record's CRC32C: of its offset and length (`head`), then its old bytes.
 fn record_crc(head: &[u8], old: &[u8]) -> u32 {
     csumkit::crc32c::update(csumkit::crc32c::checksum(head), old)
@@ -217,7 +262,17 @@ impl crate::volume::Volume {
     ///
     /// # Errors
     /// [`Error::Io`] for the log file; [`Error::Corrupt`] for a damaged log.
+    ///
+    /// # Errors
+    /// [`Error::Corrupt`] too for an image marked [`UNDO_PENDING`] whose
+    /// log is missing: what was left half done cannot be undone.
     pub fn enable_undo(&mut self, path: &Path) -> Result<bool, Error> {
+        if self.undo_marked() && !path.exists() {
+            return Err(crate::error::corrupt(
+                path.display().to_string(),
+                "the image says a csumkit mount -o log=off stopped with its undo log here, but it is missing",
+            ));
+        }
         let (mut log, pending) = UndoLog::open(path)?;
         let undone = !pending.is_empty();
         self.put_back(&pending)?;
@@ -227,7 +282,36 @@ impl crate::volume::Volume {
             self.sync()?;
         }
         self.undo = Some(log);
+        self.mark_undo(true)?;
         Ok(undone)
+    }
+
+    /// Whether the image in the map carries [`UNDO_PENDING`].
+    pub(crate) fn undo_marked(&self) -> bool {
+        undo_pending(&self.map)
+    }
+
+    /// Sets or clears [`UNDO_PENDING`] (between operations: the change is
+    /// not an operation's to undo), when a file log is in use.
+    fn mark_undo(&mut self, on: bool) -> Result<(), Error> {
+        let file_log = self.undo.as_ref().is_some_and(|u| u.file.is_some() && u.depth == 0);
+        if !file_log || self.undo_marked() == on {
+            return Ok(());
+        }
+        let incompat = le32(&self.map, 1024 + 0x60) ^ UNDO_PENDING;
+        self.patch("superblock", 1024, (0x3FC, 0x3FC, !0), &[(0x60, &incompat.to_le_bytes())])
+    }
+
+    /// `checkpoint` without a ByteLog: everything made durable, then the
+    /// undo mark cleared (and made durable) — the image is the kernel's
+    /// and e2fsck's again until the next operation.
+    pub(crate) fn checkpoint_in_place(&mut self) -> Result<(), Error> {
+        self.sync()?;
+        if self.undo.as_ref().is_some_and(|u| u.depth == 0) && self.undo_marked() {
+            self.mark_undo(false)?;
+            self.sync_in_place()?;
+        }
+        Ok(())
     }
 
     fn put_back(&mut self, records: &[Record]) -> Result<(), Error> {
@@ -242,8 +326,12 @@ impl crate::volume::Volume {
         Ok(())
     }
 
-    /// Starts an operation (nested calls join the outermost one).
+    /// Starts an operation (nested calls join the outermost one); the
+    /// image is marked again if a [`checkpoint`](Self::checkpoint) cleared
+    /// the mark.
     pub fn begin(&mut self) {
+        // A 4-byte patch of the superblock in a writable map, no undo record.
+        self.mark_undo(true).expect("the superblock of a volume keeping an undo log takes a patch");
         if let Some(undo) = &mut self.undo {
             undo.depth += 1;
         }

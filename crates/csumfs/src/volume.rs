@@ -187,12 +187,18 @@ pub struct Volume {
 }
 
 /// (feature bit, name, remedy) of the incompat features this code refuses.
-const REFUSED_INCOMPAT: [(u32, &str, &str); 5] = [
+const REFUSED_INCOMPAT: [(u32, &str, &str); 6] = [
     (
         crate::redo::LOG_PENDING,
         "csumfs_log",
         "csumkit mount's ByteLog (IMAGE.bytelog) holds changes the image lacks: run `csumkit ext4 checkpoint IMAGE` \
          (or mount it with csumkit mount again)",
+    ),
+    (
+        crate::undo::UNDO_PENDING,
+        "csumfs_undo",
+        "a csumkit mount -o log=off stopped with IMAGE.undo in use (an operation may be half done): run `csumkit \
+         ext4 checkpoint IMAGE` (or mount it with csumkit mount again)",
     ),
     (
         Features::INCOMPAT_RECOVER,
@@ -246,7 +252,13 @@ impl Volume {
     pub(crate) fn new(map: Bytes, options: Options) -> Result<Volume, Error> {
         let layout = Layout::parse(&map)?;
         let sb = &map[1024..2048];
-        let incompat = layout.features.incompat;
+        let mut incompat = layout.features.incompat;
+        if options.write && !matches!(map, Bytes::Private(_)) {
+            // Opened to write in place (a ByteLog's private map is not):
+            // `enable_undo` undoes what the mark says a stopped process
+            // left, and keeps the mark.
+            incompat &= !crate::undo::UNDO_PENDING;
+        }
         if let Some((_, feature, remedy)) = REFUSED_INCOMPAT.iter().find(|(bit, _, _)| incompat & bit != 0) {
             return Err(Error::Unsupported { feature, remedy });
         }

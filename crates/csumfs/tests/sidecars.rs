@@ -118,13 +118,22 @@ fn a_damaged_undo_log_gives_a_volume_or_an_error() {
     let (undone, refused) = (Cell::new(0), Cell::new(0));
     runner
         .run(&edits(used), |edits| {
-            std::fs::write(&path, damaged(&log, &edits)).unwrap();
+            let bytes = damaged(&log, &edits);
+            std::fs::write(&path, &bytes).unwrap();
             let mut v = Volume::from_bytes(image.clone(), writable()).unwrap();
+            // Read for a check (`csumkit ext4 check`), the same log is
+            // refused exactly when the writable open refuses it.
+            let in_memory = csumfs::undone_image(image.clone(), &bytes);
             match v.enable_undo(&path) {
-                Ok(true) => undone.set(undone.get() + 1),
-                Ok(false) => {}
+                Ok(put_back) => {
+                    prop_assert!(in_memory.as_ref().is_ok_and(|(_, n)| (*n > 0) == put_back), "{:?}", in_memory.err());
+                    if put_back {
+                        undone.set(undone.get() + 1);
+                    }
+                }
                 Err(err) => {
                     prop_assert!(matches!(err, csumfs::Error::Corrupt { .. }), "{}", err);
+                    prop_assert!(matches!(in_memory, Err(csumfs::Error::Corrupt { .. })), "read for a check: accepted");
                     refused.set(refused.get() + 1);
                 }
             }

@@ -337,6 +337,7 @@ fn value_inode_edges_match_the_kernel_and_e2fsck() {
         Err(Error::Corrupt { detail, .. }) => assert!(detail.contains("EA_INODE"), "{detail}"),
         other => panic!("unlinking a file whose entry names an inode without EA_INODE: {other:?}"),
     }
+    v.checkpoint().unwrap();
     drop(v);
     assert!(std::fs::read(&damaged).unwrap() == before, "the refusal changed nothing");
 

@@ -100,6 +100,23 @@ fn checkpoint(args: &CheckpointArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // What a `log=off` mount left (IMAGE.undo, the image's undo mark) first.
+    let undo_finished = match crate::mount::finish_undo_left(image, csumfs::Options::default()) {
+        Ok(finished) => finished,
+        Err(e) => {
+            eprintln!("csumkit ext4 checkpoint: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if undo_finished {
+        println!(
+            "{}: the undo log a csumkit mount -o log=off left is put back and removed; the image is complete",
+            image.display()
+        );
+        if !pending && !log.exists() {
+            return ExitCode::SUCCESS;
+        }
+    }
     if !pending && !log.exists() {
         println!("{}: no ByteLog holds changes for it; nothing to do", image.display());
         return ExitCode::SUCCESS;
@@ -144,6 +161,9 @@ fn checkpoint(args: &CheckpointArgs) -> ExitCode {
 /// file is written).
 fn scan(path: &Path) -> Result<Report, Error> {
     let image = crate::files::map_input(path)?;
+    if csumfs::undo_pending(&image) {
+        return scan_undone(path, &image);
+    }
     if !csumfs::log_pending(&image) {
         return ext4::check(&image);
     }
@@ -159,6 +179,24 @@ fn scan(path: &Path) -> Result<Report, Error> {
         commits.commits
     );
     ext4::check(&replayed)
+}
+
+/// [`scan`] of an image a `log=off` mount left in use: checked as its
+/// undo log makes it (the operation it may have left half done undone in
+/// memory), as the next writable open would.
+fn scan_undone(path: &Path, image: &[u8]) -> Result<Report, Error> {
+    let undo_path = crate::integrity::with_suffix(path, ".undo");
+    let undo =
+        std::fs::read(&undo_path).map_err(|source| Error::Io { context: undo_path.display().to_string(), source })?;
+    let (undone, records) = csumfs::undone_image(image.to_vec(), &undo)
+        .map_err(|e| Error::Invalid { what: "undo log", detail: e.to_string() })?;
+    eprintln!(
+        "{}: checked as its undo log {} makes it ({records} records put back in memory; `csumkit ext4 checkpoint` \
+         puts them back)",
+        path.display(),
+        undo_path.display()
+    );
+    ext4::check(&undone)
 }
 
 fn print(path: &Path, report: &Report) {
@@ -274,15 +312,18 @@ fn check(args: &CheckArgs) -> Result<ExitCode, Error> {
     let held = crate::files::open_input(&args.image, args.repair)?;
     let _lock = csumfs::ImageLock::take(&held, &args.image, args.repair)
         .map_err(|e| Error::Invalid { what: "image", detail: format!("{}: {e}", args.image.display()) })?;
-    if args.repair && csumfs::log_pending(&crate::files::map_input(&args.image)?) {
+    let marked = crate::files::map_input(&args.image)?;
+    if args.repair && (csumfs::log_pending(&marked) || csumfs::undo_pending(&marked)) {
         return Err(Error::Invalid {
             what: "--repair",
             detail: format!(
-                "{} has a csumkit mount ByteLog not folded in: run `csumkit ext4 checkpoint` first",
+                "{} has a csumkit mount ByteLog not folded in, or an undo log in use: run `csumkit ext4 checkpoint` \
+                 first",
                 args.image.display()
             ),
         });
     }
+    drop(marked);
     let mut report = scan(&args.image)?;
     if args.json {
         print_json(&args.image, &report);

@@ -273,6 +273,22 @@ fn open_in_place(image: &Path, options: Options) -> Result<Volume, String> {
     Ok(volume)
 }
 
+/// What a `log=off` mount left: an operation it left half done undone
+/// from `IMAGE.undo`, the image's undo mark cleared (so that the kernel
+/// and e2fsck take it again) and the file removed. Whether there was any.
+pub(crate) fn finish_undo_left(image: &Path, options: Options) -> Result<bool, String> {
+    let undo = with_suffix(image, ".undo");
+    let marked = crate::files::map_input(image).map(|bytes| csumfs::undo_pending(&bytes)).unwrap_or(false);
+    if !undo.exists() && !marked {
+        return Ok(false);
+    }
+    let mut volume = open_in_place(image, Options { write: true, ..options })?;
+    volume.checkpoint().map_err(|e| format!("{}: {e}", image.display()))?;
+    drop(volume);
+    let _ = std::fs::remove_file(&undo);
+    Ok(true)
+}
+
 /// The volume with its metadata logged (the default): the log replayed
 /// first, and an undo log a `log=off` mount left applied before that (it
 /// restores metadata only, through the map: no data checksum or PI it
@@ -285,10 +301,7 @@ fn open_logged(
     pi: Option<csumkit::pi::Protection>,
 ) -> Result<Volume, String> {
     let log = if log.as_os_str().is_empty() { log_path(image) } else { log.to_path_buf() };
-    if with_suffix(image, ".undo").exists() {
-        drop(open_in_place(image, options)?);
-        let _ = std::fs::remove_file(with_suffix(image, ".undo"));
-    }
+    finish_undo_left(image, options)?;
     let shown = |e: csumfs::Error| format!("{} (log {}): {e}", image.display(), log.display());
     let (volume, replayed) = match pi {
         None => Volume::open_logged(image, &log, LOG_BYTES, options, sidecar).map_err(shown)?,

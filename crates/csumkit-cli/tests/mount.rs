@@ -464,6 +464,83 @@ fn a_killed_mount_is_replayed_by_the_next_and_checkpointed_for_the_kernel() {
     assert!(ok && text == "written after the replay", "ext4 cat: {text}");
 }
 
+/// A `log=off` mount writes metadata in place, each operation all or
+/// nothing through `IMAGE.undo`: while it runs, and after a kill -9 until
+/// csumkit has put that log back, the image carries csumfs's undo mark —
+/// e2fsck and the kernel refuse it (else e2fsck could repair a half
+/// operation its own way, and the undo log's old bytes would then go over
+/// that repair), `ext4 check` reads it as the undo log makes it, and `ext4
+/// checkpoint` or the next mount (logged or not) finishes it; a clean
+/// unmount leaves no mark.
+#[test]
+fn a_killed_log_off_mount_keeps_the_kernel_off_until_its_undo_log_is_put_back() {
+    if cannot_mount() {
+        return;
+    }
+    let scratch = Scratch::new("undo-mark");
+    let (image, mnt, kernel) = (scratch.image("16M", "4096"), scratch.mnt(), scratch.0.join("kernel"));
+    std::fs::create_dir_all(&kernel).unwrap();
+    let refused_by_e2fsck = || {
+        let out = Command::new("/usr/sbin/e2fsck").arg("-fn").arg(&image).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+        !out.status.success() && text.contains("unsupported feature")
+    };
+    let child = mount_foreground(&image, &mnt, &["-o", "log=off"]);
+    let written = std::panic::catch_unwind(|| {
+        std::fs::create_dir(mnt.join("d")).unwrap();
+        std::fs::write(mnt.join("d/f"), b"written in place").unwrap();
+        std::fs::File::open(mnt.join("d/f")).unwrap().sync_all().unwrap();
+        assert!(refused_by_e2fsck(), "e2fsck refuses the image while a log=off mount writes it");
+    });
+    kill_daemon(child, &mnt);
+    written.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+    assert!(scratch.0.join("img.undo").exists(), "the undo log is kept");
+    assert!(refused_by_e2fsck(), "e2fsck refuses the image a killed log=off mount left");
+    let out = Command::new("mount").args(["-t", "ext4", "-o", "loop"]).arg(&image).arg(&kernel).output().unwrap();
+    let dmesg = Command::new("dmesg").output().unwrap();
+    let dmesg = String::from_utf8_lossy(&dmesg.stdout);
+    assert!(!out.status.success(), "the kernel mounted an image a killed log=off mount left");
+    assert!(
+        dmesg.lines().rev().take(20).any(|l| l.contains("unsupported optional features (20000000)")),
+        "the kernel names csumfs's undo mark: {}",
+        dmesg.lines().rev().take(5).collect::<Vec<_>>().join("\n")
+    );
+    let (ok, text) = csumkit(&["ext4".as_ref(), "ls".as_ref(), image.as_os_str(), "/".as_ref()]);
+    assert!(!ok && text.contains("csumfs_undo") && text.contains("csumkit ext4 checkpoint"), "ext4 ls: {text}");
+    let (ok, text) = csumkit(&["ext4".as_ref(), "check".as_ref(), image.as_os_str()]);
+    assert!(ok && text.contains("checked as its undo log"), "ext4 check: {text}");
+    let (ok, text) =
+        csumkit(&["ext4".as_ref(), "check".as_ref(), "--repair".as_ref(), "--yes".as_ref(), image.as_os_str()]);
+    assert!(!ok && text.contains("checkpoint"), "ext4 check --repair: {text}");
+
+    let (ok, text) = csumkit(&["ext4".as_ref(), "checkpoint".as_ref(), image.as_os_str()]);
+    assert!(ok && text.contains("undo log"), "ext4 checkpoint: {text}");
+    e2fsck_clean(&image);
+    assert!(kernel_mount(&image, &kernel, "loop"), "the kernel mounts it once the undo log is put back");
+    let read = std::fs::read(kernel.join("d/f"));
+    unmount_kernel(&kernel);
+    assert_eq!(read.unwrap(), b"written in place");
+
+    // Killed again; the next mount is a logged one: it finishes the undo
+    // log first, and its unmount leaves the image the kernel's.
+    let child = mount_foreground(&image, &mnt, &["-o", "log=off"]);
+    let written = std::panic::catch_unwind(|| std::fs::write(mnt.join("g"), b"second").unwrap());
+    kill_daemon(child, &mnt);
+    written.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+    assert!(refused_by_e2fsck());
+    let child = mount_foreground(&image, &mnt, &[]);
+    let read = std::fs::read(mnt.join("d/f"));
+    unmount_and_wait(child, &mnt);
+    assert_eq!(read.unwrap(), b"written in place");
+    e2fsck_clean(&image);
+
+    // A clean log=off unmount leaves no mark.
+    let child = mount_foreground(&image, &mnt, &["-o", "log=off"]);
+    std::fs::write(mnt.join("h"), b"third").unwrap();
+    unmount_and_wait(child, &mnt);
+    e2fsck_clean(&image);
+}
+
 /// chattr +S and +D, `-o sync` and `-o dirsync`: a change they cover is
 /// durable when its call returns, with no fsync — a kill -9 right after
 /// keeps it; a change they do not cover, made after the last fsync, is
@@ -1017,16 +1094,30 @@ fn the_reserved_blocks_are_held_back_from_users_as_on_ext4() {
 }
 
 /// `debugfs -R dump_mmp`'s sequence line of `image` ("sequence: ff4d4d50"
-/// when closed cleanly).
+/// when closed cleanly); read from the file where debugfs refuses the
+/// image (marked by csumfs while a `log=off` mount writes it), at the
+/// block debugfs names once it takes the image again.
 fn mmp_sequence(image: &Path) -> String {
+    use std::os::unix::fs::FileExt;
     let out = Command::new("/usr/sbin/debugfs").args(["-R", "dump_mmp"]).arg(image).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    text.lines().find(|l| l.starts_with("sequence:")).unwrap_or_else(|| panic!("dump_mmp: {text}")).to_string()
+    if let Some(line) = text.lines().find(|l| l.starts_with("sequence:")) {
+        return line.to_string();
+    }
+    let file = std::fs::File::open(image).unwrap();
+    let mut sb = [0u8; 1024];
+    file.read_exact_at(&mut sb, 1024).unwrap();
+    let block_size = 1024u64 << u32::from_le_bytes(sb[0x18..0x1C].try_into().unwrap());
+    let block = u64::from_le_bytes(sb[0x168..0x170].try_into().unwrap());
+    let mut seq = [0u8; 4];
+    file.read_exact_at(&mut seq, block * block_size + 4).unwrap();
+    format!("sequence: {:08x}", u32::from_le_bytes(seq))
 }
 
 /// An image made with `mke2fs -O mmp` (ext4's multiple-mount protection):
-/// while csumfs writes it — with `log=off` too, which sets no log-pending
-/// mark — the kernel refuses a read-write mount, naming csumfs's process
+/// while csumfs has it mounted — before its first commit, when no incompat
+/// bit of csumfs's own keeps the kernel off — the kernel refuses a
+/// read-write mount, naming csumfs's process
 /// as the holder (dmesg); csumfs after a kill -9 waits out the stale
 /// sequence, mounts and replays; a clean unmount leaves the sequence
 /// `CLEAN` (debugfs), so the kernel mounts at once; while the kernel holds
@@ -1054,10 +1145,8 @@ fn an_mmp_image_is_written_by_one_node_at_a_time_csumfs_or_the_kernel() {
     std::fs::create_dir_all(&kernel).unwrap();
     let clean = "sequence: ff4d4d50";
     assert_eq!(mmp_sequence(&image), clean);
-    let first = mount_foreground(&image, &mnt, &["-o", "log=off"]);
+    let first = mount_foreground(&image, &mnt, &[]);
     let pid = first.id();
-    std::fs::write(mnt.join("f"), b"written under mmp").unwrap();
-    std::fs::File::open(mnt.join("f")).unwrap().sync_all().unwrap();
     assert_ne!(mmp_sequence(&image), clean, "csumfs holds the image");
     let out = Command::new("mount").args(["-t", "ext4", "-o", "loop"]).arg(&image).arg(&kernel).output().unwrap();
     let dmesg = Command::new("dmesg").output().unwrap();
@@ -1068,6 +1157,8 @@ fn an_mmp_image_is_written_by_one_node_at_a_time_csumfs_or_the_kernel() {
         "the kernel's refusal names csumfs: {}",
         dmesg.lines().rev().take(10).collect::<Vec<_>>().join("\n")
     );
+    std::fs::write(mnt.join("f"), b"written under mmp").unwrap();
+    std::fs::File::open(mnt.join("f")).unwrap().sync_all().unwrap();
     kill_daemon(first, &mnt);
     assert_ne!(mmp_sequence(&image), clean, "a killed daemon leaves its sequence");
     let start = std::time::Instant::now();
