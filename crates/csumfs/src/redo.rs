@@ -1154,7 +1154,8 @@ impl Volume {
 
     /// Folds everything into the image file and empties the log, leaving
     /// an image the kernel and e2fsck accept (also what unmount does).
-    /// Without a log: [`sync`](Self::sync).
+    /// Without a log: [`sync`](Self::sync), then the undo log's mark
+    /// cleared (`undo.rs`) when no operation is in progress.
     ///
     /// # Errors
     /// [`Error::Io`] from the image or the log.

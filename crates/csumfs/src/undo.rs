@@ -260,12 +260,13 @@ impl crate::volume::Volume {
     /// Returns whether an operation a dead process left half done was
     /// undone (the image is as it was before that operation).
     ///
-    /// # Errors
-    /// [`Error::Io`] for the log file; [`Error::Corrupt`] for a damaged log.
+    /// The image is marked [`UNDO_PENDING`] from now on, until a
+    /// [`checkpoint`](Self::checkpoint).
     ///
     /// # Errors
-    /// [`Error::Corrupt`] too for an image marked [`UNDO_PENDING`] whose
-    /// log is missing: what was left half done cannot be undone.
+    /// [`Error::Io`] for the log file; [`Error::Corrupt`] for a damaged log,
+    /// or for an image marked [`UNDO_PENDING`] whose log is missing (what
+    /// was left half done cannot be undone).
     pub fn enable_undo(&mut self, path: &Path) -> Result<bool, Error> {
         if self.undo_marked() && !path.exists() {
             return Err(crate::error::corrupt(

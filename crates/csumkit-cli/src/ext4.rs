@@ -37,7 +37,8 @@ pub enum Ext4Command {
     /// Remove a file (or, with -r, a directory tree) from the image.
     Rm(crate::ext4_write::RmArgs),
     /// Fold the ByteLog a stopped `csumkit mount` left (IMAGE.bytelog) into
-    /// the image, so the kernel and e2fsck accept it.
+    /// the image — or put back the undo log a stopped `-o log=off` mount
+    /// left (IMAGE.undo) — so the kernel and e2fsck accept it.
     Checkpoint(CheckpointArgs),
 }
 
@@ -89,7 +90,8 @@ pub fn run(command: Ext4Command) -> ExitCode {
     }
 }
 
-/// `csumkit ext4 checkpoint IMAGE`: the log replayed and folded in.
+/// `csumkit ext4 checkpoint IMAGE`: the undo log a `log=off` mount left
+/// put back, the ByteLog replayed and folded in.
 fn checkpoint(args: &CheckpointArgs) -> ExitCode {
     let image = &args.image;
     let log = args.log.clone().unwrap_or_else(|| crate::mount::log_path(image));
