@@ -293,14 +293,16 @@ impl crate::volume::Volume {
     }
 
     /// Sets or clears [`UNDO_PENDING`] (between operations: the change is
-    /// not an operation's to undo), when a file log is in use.
-    fn mark_undo(&mut self, on: bool) -> Result<(), Error> {
+    /// not an operation's to undo), when a file log is in use. Whether it
+    /// changed the superblock.
+    fn mark_undo(&mut self, on: bool) -> Result<bool, Error> {
         let file_log = self.undo.as_ref().is_some_and(|u| u.file.is_some() && u.depth == 0);
         if !file_log || self.undo_marked() == on {
-            return Ok(());
+            return Ok(false);
         }
         let incompat = le32(&self.map, 1024 + 0x60) ^ UNDO_PENDING;
-        self.patch("superblock", 1024, (0x3FC, 0x3FC, !0), &[(0x60, &incompat.to_le_bytes())])
+        self.patch("superblock", 1024, (0x3FC, 0x3FC, !0), &[(0x60, &incompat.to_le_bytes())])?;
+        Ok(true)
     }
 
     /// `checkpoint` without a ByteLog: everything made durable, then the
@@ -308,8 +310,7 @@ impl crate::volume::Volume {
     /// and e2fsck's again until the next operation.
     pub(crate) fn checkpoint_in_place(&mut self) -> Result<(), Error> {
         self.sync()?;
-        if self.undo.as_ref().is_some_and(|u| u.depth == 0) && self.undo_marked() {
-            self.mark_undo(false)?;
+        if self.mark_undo(false)? {
             self.sync_in_place()?;
         }
         Ok(())
