@@ -4,10 +4,11 @@
 //! `scrub` of an image that another process has open for writing is
 //! refused, rather than two processes each writing (or judging) their own
 //! view of it. (Until the 36th session a second mount of a mounted image
-//! started and served it.) The kernel's ext4 does not take the lock; the
-//! log-pending mark a logged mount sets keeps it off the image while the
-//! log holds changes, and `mmp.rs` while csumfs writes an image with ext4's
-//! multiple-mount protection.
+//! started and served it.) The kernel's ext4 does not take the lock: the
+//! incompat marks a csumfs mount sets keep the kernel off the image
+//! (`redo.rs`, `undo.rs`), `mmp.rs` too where the image has ext4's
+//! multiple-mount protection; a lock for writing is refused while the
+//! kernel has the image mounted through a loop device (`kernel_mounts.rs`).
 
 use crate::error::Error;
 use std::os::fd::AsRawFd;
@@ -43,6 +44,9 @@ impl ImageLock {
         loop {
             // SAFETY: a descriptor this function owns; flock reads no memory.
             if unsafe { libc::flock(held.as_raw_fd(), operation) } == 0 {
+                if let Some(place) = crate::kernel_mounts::kernel_mount_of(file).filter(|_| write) {
+                    return Err(Error::InUse(format!("the kernel has it mounted {place}: unmount it first")));
+                }
                 return Ok(Some(ImageLock(held)));
             }
             let e = std::io::Error::last_os_error();

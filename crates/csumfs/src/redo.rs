@@ -28,7 +28,9 @@
 //! follows every replay drops an incomplete one from the log. While the
 //! log holds anything not in the image, the image's superblock on disk
 //! carries an incompat feature bit of csumfs's own ([`LOG_PENDING`]), so
-//! the kernel and e2fsck refuse it until `csumkit ext4 checkpoint`.
+//! the kernel and e2fsck refuse it until `csumkit ext4 checkpoint`; a
+//! mount sets it before it serves and keeps it to its unmount
+//! ([`Volume::mark_log_in_use`]).
 //!
 //! Record payload: entries of image offset u64, length u32, then the bytes.
 
@@ -49,7 +51,7 @@ mod resize;
 pub use resize::LogResize;
 
 /// Incompat feature bit csumfs sets on disk while its log holds changes
-/// the image lacks (no ext4 feature uses it).
+/// the image lacks, or a mount may write it (no ext4 feature uses it).
 pub const LOG_PENDING: u32 = 0x4000_0000;
 /// A commit's record that more records follow.
 pub const TAG_PART: u16 = 1;
@@ -205,6 +207,9 @@ pub(crate) struct Redo {
     data_unsynced: bool,
     /// The superblock on disk carries [`LOG_PENDING`].
     marked: bool,
+    /// The mark stays from now until the final checkpoint, commits or
+    /// not ([`Volume::mark_log_in_use`]: a mount's).
+    held: bool,
     /// The superblock as the image file holds it (the last checkpoint's):
     /// what the mark writes back, with the pending bit — the map's may
     /// hold the commit under way, which the image must not get ahead of
@@ -592,7 +597,8 @@ fn superblock_with(sb: &[u8], pending: bool) -> Vec<u8> {
     sb
 }
 
-/// Whether the superblock in `image` says a log holds changes it lacks —
+/// Whether the superblock in `image` says a log may hold changes it lacks
+/// (a mount has it, or one stopped before its final checkpoint) —
 /// or was being marked or unmarked when a power cut tore it: the bit is
 /// in its first 512-byte sector and its checksum in the second, which
 /// land apart, so a superblock without the bit whose checksum is the one
@@ -796,6 +802,7 @@ impl Redo {
             self.backing.sync().map_err(io("fdatasync of the image"))?;
             self.marked = false;
         }
+        self.held &= !final_;
         self.writer().log.checkpoint()?;
         self.sums_in_log = false;
         self.last_checkpoint = Instant::now();
@@ -860,13 +867,14 @@ impl Volume {
         let mut map = crate::private_map::PrivateMap::new(&file).map_err(io_at)?;
         let was_pending = log_pending(map.bytes());
         clear_pending_bit(map.bytes_mut());
+        // Before the replay writes anything; another node's hold is named
+        // before what its mount left on disk.
+        let mmp = crate::MultiMountProtection::take(&file, path, map.bytes())?;
         let log_len = resize::log_length_at_open(log, log_bytes, was_pending)?;
         let (medium, log_on) = log_medium(log, log_len)?;
         let mut volume = Volume::new(Bytes::Private(map), crate::Options { write: true, ..options })?;
         volume.image_lock = image_lock;
-        // Before the replay writes anything.
-        let mmp_file = file.try_clone().map_err(io_at)?;
-        volume.mmp = crate::mmp::protect(mmp_file, path, &volume.layout, &volume.map[1024..2048])?;
+        volume.mmp = mmp;
         let (backing, opened): (Box<dyn Backing>, _) = match pi {
             None => (Box::new(file), None),
             Some((metadata, protection)) => {
@@ -925,7 +933,7 @@ impl Volume {
             let mut batch_sums: Vec<(u64, Option<u32>)> = Vec::new();
             let sums = &mut self.replayed_sums;
             let blocks = self.layout.blocks_count;
-            ByteLog::replay_with(medium, |record: RecordRef<'_>| {
+            let log = ByteLog::replay_with(medium, |record: RecordRef<'_>| {
                 let location = || format!("ByteLog record {}", record.seq);
                 if record.tag != TAG_PART && record.tag != TAG_LAST {
                     return Err(csumkit::Error::Corrupt { location: location(), detail: "not a csumfs record".into() });
@@ -950,7 +958,14 @@ impl Volume {
                     replayed.commits += 1;
                 }
                 Ok(())
-            })?
+            })?;
+            // A commit's superblock bytes are the map's, whose superblock
+            // page shows the file's once a checkpoint hands it back — with
+            // the pending bit, so its checksum may cover the bit this map
+            // lacks: sealed again without it (only when that checksum
+            // proves every other byte; damage stays as it is).
+            clear_pending_bit(image);
+            log
         };
         let image_sync = backing.sync_handle().map_err(io("duplicating the image's descriptor"))?;
         let log_bytes = log.medium().len();
@@ -969,6 +984,7 @@ impl Volume {
             freed_version: 0,
             data_unsynced: false,
             marked: expect_log,
+            held: false,
             image_superblock,
             last_commit: Instant::now(),
             last_checkpoint: Instant::now(),
@@ -1150,6 +1166,24 @@ impl Volume {
             self.checkpoint_now(false, false)?;
         }
         Ok(())
+    }
+
+    /// Marks the image on disk as needing its log ([`LOG_PENDING`]) now,
+    /// not at the first commit, and keeps it marked until the final
+    /// [`checkpoint`](Self::checkpoint): the kernel and e2fsck then refuse
+    /// the image for as long as csumfs may write it — a kernel mount let in
+    /// before the first commit would be written over by it. ext4 sets
+    /// `needs_recovery` at mount for the same reason. A mount calls it
+    /// before it serves; a stopped mount's image needs `csumkit ext4
+    /// checkpoint` (or the next mount) even when it changed nothing. No-op
+    /// without a log (a `log=off` volume's undo log marks it: `undo.rs`).
+    ///
+    /// # Errors
+    /// [`Error::Io`] writing or syncing the superblock.
+    pub fn mark_log_in_use(&mut self) -> Result<(), Error> {
+        let Some(redo) = self.redo.as_mut() else { return Ok(()) };
+        redo.held = true;
+        redo.mark()
     }
 
     /// Folds everything into the image file and empties the log, leaving
@@ -1567,6 +1601,7 @@ mod tests {
             freed_version: 0,
             data_unsynced: false,
             marked: false,
+            held: false,
             image_superblock: vec![0; 1024],
             last_commit: Instant::now(),
             last_checkpoint: Instant::now(),

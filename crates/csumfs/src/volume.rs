@@ -191,19 +191,21 @@ const REFUSED_INCOMPAT: [(u32, &str, &str); 6] = [
     (
         crate::redo::LOG_PENDING,
         "csumfs_log",
-        "csumkit mount's ByteLog (IMAGE.bytelog) holds changes the image lacks: run `csumkit ext4 checkpoint IMAGE` \
-         (or mount it with csumkit mount again)",
+        "a csumkit mount has it, or stopped before its ByteLog (IMAGE.bytelog) was folded in (the log may hold \
+         changes the image lacks): unmount it, or run `csumkit ext4 checkpoint IMAGE` (or mount it with csumkit \
+         mount again)",
     ),
     (
         crate::undo::UNDO_PENDING,
         "csumfs_undo",
-        "a csumkit mount -o log=off stopped with IMAGE.undo in use (an operation may be half done): run `csumkit \
-         ext4 checkpoint IMAGE` (or mount it with csumkit mount again)",
+        "a csumkit mount -o log=off has it, or stopped with IMAGE.undo in use (an operation may be half done): \
+         unmount it, or run `csumkit ext4 checkpoint IMAGE` (or mount it with csumkit mount again)",
     ),
     (
         Features::INCOMPAT_RECOVER,
         "needs_recovery",
-        "the journal holds transactions not yet replayed: run e2fsck (or mount it once with the kernel)",
+        "the kernel has it mounted read-write, or its journal holds transactions not yet replayed: unmount it, or \
+         run e2fsck (or mount it once with the kernel)",
     ),
     (0x1000, "dirdata", "directory entries with extra data are not read here"),
     (0x1_0000, "encrypt", "encrypted names and data are not read here"),
@@ -233,11 +235,11 @@ impl Volume {
         } else {
             Bytes::Map(unsafe { memmap2::Mmap::map(&file) }.map_err(io)?)
         };
+        // Another node's hold is named before what its mount left on disk.
+        let mmp = if options.write { crate::MultiMountProtection::take(&mmp_file, path, &map)? } else { None };
         let mut volume = Volume::new(map, options)?;
         volume.image_lock = image_lock;
-        if options.write {
-            volume.mmp = crate::mmp::protect(mmp_file, path, &volume.layout, &volume.map[1024..2048])?;
-        }
+        volume.mmp = mmp;
         Ok(volume)
     }
 

@@ -59,7 +59,26 @@ pub(crate) fn refuse_for_writing(layout: &Layout, image: &[u8]) -> Result<(), Er
     if image[1024 + 0x3A] & 0x2 != 0 {
         return Err(Error::Unsupported { feature: "errors", remedy: "the kernel recorded errors: run e2fsck first" });
     }
+    if !cleanly_unmounted(image) {
+        return Err(Error::Unsupported {
+            feature: "not clean",
+            remedy: "the kernel has it mounted read-write, or stopped without unmounting it: unmount it, or run \
+                     e2fsck first",
+        });
+    }
     Ok(())
+}
+
+/// Whether `image`'s superblock has `s_state`'s `EXT2_VALID_FS` (0x1).
+/// The kernel clears it on disk when it mounts an image read-write (and
+/// sets `needs_recovery` too where there is a journal) and sets it again
+/// at unmount; e2fsck checks an image without it in full, and sets it.
+/// csumfs never clears it: its own mounts are marked by its incompat bits
+/// (`redo.rs`, `undo.rs`). Without it, a writer here would write under
+/// the kernel's mount — each overwriting the other's metadata — or over
+/// what a crashed kernel left unchecked.
+pub fn cleanly_unmounted(image: &[u8]) -> bool {
+    image.len() >= 2048 && image[1024 + 0x3A] & 0x1 != 0
 }
 
 /// The smallest structure whose checksum is moved by splice: at 1 KiB a

@@ -1293,3 +1293,81 @@ fn an_image_open_for_writing_is_refused_to_anyone_else() {
     drop(readers);
     Volume::open(&image, write).unwrap();
 }
+
+/// A volume a mount serves ([`Volume::mark_log_in_use`]) keeps its image
+/// marked from before its first commit to its final checkpoint — also
+/// across the log's growth and shrink back, which clear the mark for a
+/// moment — so e2fsck refuses it throughout; a death before any commit
+/// leaves it marked (the next open replays an empty log and the
+/// checkpoint clears it). A volume opened without it (a one-shot `csumkit
+/// ext4` command) marks nothing before its first commit; a commit made
+/// after a checkpoint replays in memory to a superblock sealed without the
+/// mark. e2fsck judges.
+#[test]
+fn a_mounted_volume_keeps_its_image_marked_until_its_final_checkpoint() {
+    if !have_e2fsprogs() {
+        return;
+    }
+    const LOG: u64 = 64 << 10;
+    let scratch = Scratch::new("logged-held");
+    let (image, log) = (scratch.0.join("img"), scratch.0.join("img.bytelog"));
+    mke2fs_with(&image, "1024", "32M", &[]);
+    let pending = || csumfs::log_pending(&std::fs::read(&image).unwrap()[..2048]);
+    let refused = |step: &str| {
+        let report = common::e2fsck_clean(&image).expect_err(step);
+        assert!(report.contains("unsupported feature"), "{step}: {report}");
+    };
+    let (volume, _) = Volume::open_logged(&image, &log, LOG, Options::default(), None).unwrap();
+    assert!(!pending(), "opened, not mounted: nothing committed, nothing marked");
+    drop(volume);
+    assert_clean(&image, "an open without commits");
+
+    let (mut volume, _) = Volume::open_logged(&image, &log, LOG, Options::default(), None).unwrap();
+    volume.mark_log_in_use().unwrap();
+    assert!(pending(), "marked before the first commit");
+    refused("a mount before its first commit");
+    drop(volume); // dies before any commit
+    refused("a mount that died before its first commit");
+    let (mut volume, replayed) = Volume::open_logged(&image, &log, LOG, Options::default(), None).unwrap();
+    assert_eq!(replayed.commits, 0);
+    volume.checkpoint().unwrap();
+    drop(volume);
+    assert_clean(&image, "the empty log's checkpoint");
+
+    use std::sync::atomic::Ordering::Relaxed;
+    let (mut volume, _) = Volume::open_logged(&image, &log, LOG, Options::default(), None).unwrap();
+    volume.mark_log_in_use().unwrap();
+    let dir = volume.mkdir(ROOT, b"d", NewInode { mode: 0o040_755, uid: 0, gid: 0 }).unwrap().ino;
+    for i in 0..600u32 {
+        let ino = volume.create(dir, format!("file-{i:04}").as_bytes(), NewInode { mode: 0o100_644, uid: 0, gid: 0 });
+        volume.write(ino.unwrap().ino, 0, &i.to_le_bytes()).unwrap();
+    }
+    volume.sync().unwrap();
+    assert_eq!(volume.stats().log_grows.load(Relaxed), 1, "600 creates in a 64 KiB log grow it");
+    let checkpoints = volume.stats().log_checkpoints.load(Relaxed);
+    // The next operation's end (a mount's, `Volume::end`) checkpoints the
+    // grown log and shrinks it.
+    volume.begin();
+    volume.create(ROOT, b"after", NewInode { mode: 0o100_644, uid: 0, gid: 0 }).unwrap();
+    volume.end(true).unwrap();
+    assert!(volume.stats().log_checkpoints.load(Relaxed) > checkpoints, "the grown log was checkpointed");
+    assert!(pending(), "marked again as soon as the shrunk log is formatted, before any commit");
+    refused("a mount whose log shrank back");
+    // A commit after that checkpoint: the superblock it carries is the
+    // map's, which shows the file's again (marked). Replayed in memory (as
+    // `csumkit ext4 check` judges a stopped mount's image), the superblock
+    // is sealed without the mark.
+    volume.begin();
+    volume.create(ROOT, b"after-2", NewInode { mode: 0o100_644, uid: 0, gid: 0 }).unwrap();
+    volume.end(true).unwrap();
+    volume.sync().unwrap();
+    let (replayed, _) = Volume::replayed_image(std::fs::read(&image).unwrap(), std::fs::read(&log).unwrap()).unwrap();
+    let sb = &replayed[1024..2048];
+    let stored = u32::from_le_bytes(sb[0x3FC..].try_into().unwrap());
+    assert_eq!(stored, csumkit::crc32c::raw_update(!0, &sb[..0x3FC]), "the replayed superblock's checksum");
+    assert!(!csumfs::log_pending(&replayed), "the replayed image is not marked");
+    volume.checkpoint().unwrap();
+    assert!(!pending(), "the final checkpoint clears the mark");
+    drop(volume);
+    assert_clean(&image, "the final checkpoint");
+}

@@ -395,6 +395,23 @@ fn unsupported_images_are_refused_for_writing() {
         }
         assert!(Volume::open(&image, Options::default()).is_ok(), "{features} {tuned:?}: read-only open works");
     }
+    // `s_state` without EXT2_VALID_FS, as the kernel leaves a journal-less
+    // image it has mounted read-write (set by debugfs here; mount.rs has
+    // the kernel do it); e2fsck -fy sets it again after its check.
+    let image = scratch.0.join("r.img");
+    let mut made = Command::new(&mkfs);
+    made.args(["-q", "-F", "-t", "ext4", "-O", "metadata_csum,^has_journal"]).arg(&image).arg("32M");
+    assert!(made.output().unwrap().status.success());
+    common::debugfs_write(&image, "ssv state 0");
+    match Volume::open(&image, Options { write: true, ..Options::default() }) {
+        Err(Error::Unsupported { feature, .. }) => assert_eq!(feature, "not clean"),
+        Err(e) => panic!("state 0: {e}"),
+        Ok(_) => panic!("state 0: opened for writing"),
+    }
+    assert!(Volume::open(&image, Options::default()).is_ok(), "state 0: read-only open works");
+    let out = Command::new(tool("e2fsck").unwrap()).arg("-fy").arg(&image).output().unwrap();
+    assert!(out.status.code().is_some_and(|c| c <= 1), "e2fsck -fy: {}", String::from_utf8_lossy(&out.stdout));
+    assert!(Volume::open(&image, Options { write: true, ..Options::default() }).is_ok(), "after e2fsck");
 }
 
 /// Deleting from images the kernel wrote, in every corpus layout the

@@ -315,6 +315,19 @@ fn check(args: &CheckArgs) -> Result<ExitCode, Error> {
     let _lock = csumfs::ImageLock::take(&held, &args.image, args.repair)
         .map_err(|e| Error::Invalid { what: "image", detail: format!("{}: {e}", args.image.display()) })?;
     let marked = crate::files::map_input(&args.image)?;
+    // The kernel marks an image it mounts read-write on disk: `needs_recovery`
+    // with a journal, `s_state` without `EXT2_VALID_FS` without one.
+    let journal_pending = marked.len() >= 2048 && marked[1024 + 0x60] & 0x4 != 0;
+    if args.repair && (journal_pending || !csumfs::cleanly_unmounted(&marked)) {
+        return Err(Error::Invalid {
+            what: "--repair",
+            detail: format!(
+                "{} is mounted read-write by the kernel, or was left so by a kernel that stopped (its journal \
+                 awaiting replay, or not cleanly unmounted): unmount it, or run e2fsck -f",
+                args.image.display()
+            ),
+        });
+    }
     if args.repair && (csumfs::log_pending(&marked) || csumfs::undo_pending(&marked)) {
         return Err(Error::Invalid {
             what: "--repair",

@@ -401,13 +401,23 @@ fn detach() -> ExitCode {
     }
 }
 
-fn serve(volume: Volume, image: &Path, mountpoint: &Path, options: &MountOptions, uring_given: bool) -> ExitCode {
+fn serve(mut volume: Volume, image: &Path, mountpoint: &Path, options: &MountOptions, uring_given: bool) -> ExitCode {
+    // From here to the unmount's checkpoint the kernel and e2fsck refuse
+    // the image, commits or not (a `log=off` volume's undo log marked it at open).
+    if let Err(e) = volume.mark_log_in_use() {
+        eprintln!("csumkit mount: {}: {e}", image.display());
+        return ExitCode::from(2);
+    }
     let volume = Arc::new(RwLock::new(volume));
     let options = MountOptions { fsname: image.display().to_string(), ..options.clone() };
     let mut session = match csumfs::fuse::mount(Arc::clone(&volume), mountpoint, &options) {
         Ok(session) => session,
         Err(e) => {
             eprintln!("csumkit mount: {}: {e}", mountpoint.display());
+            let mut volume = volume.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Err(e) = volume.checkpoint() {
+                eprintln!("csumkit mount: {}: {e}", image.display());
+            }
             return ExitCode::from(2);
         }
     };

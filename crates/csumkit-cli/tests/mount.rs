@@ -464,6 +464,113 @@ fn a_killed_mount_is_replayed_by_the_next_and_checkpointed_for_the_kernel() {
     assert!(ok && text == "written after the replay", "ext4 cat: {text}");
 }
 
+/// A logged mount marks its image before it serves, not at its first
+/// commit, and keeps the mark to its unmount: the kernel and e2fsck refuse
+/// the image from the start (a kernel mount let in before the first commit
+/// would have been written over by it), also after a kill -9 that came
+/// before any change — until `ext4 checkpoint` replays the empty log and
+/// clears the mark. A clean unmount leaves the image the kernel's.
+#[test]
+fn a_logged_mount_keeps_the_kernel_off_from_its_start_to_its_unmount() {
+    if cannot_mount() {
+        return;
+    }
+    let scratch = Scratch::new("log-mark");
+    let (image, mnt, kernel) = (scratch.image("16M", "4096"), scratch.mnt(), scratch.0.join("kernel"));
+    std::fs::create_dir_all(&kernel).unwrap();
+    let refused = |step: &str| {
+        let out = Command::new("/usr/sbin/e2fsck").arg("-fn").arg(&image).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && text.contains("unsupported feature"), "e2fsck {step}: {text}");
+        let out = Command::new("mount").args(["-t", "ext4", "-o", "loop"]).arg(&image).arg(&kernel).output().unwrap();
+        let dmesg = Command::new("dmesg").output().unwrap();
+        let dmesg = String::from_utf8_lossy(&dmesg.stdout);
+        if out.status.success() {
+            unmount_kernel(&kernel);
+            panic!("the kernel mounted the image {step}");
+        }
+        assert!(
+            dmesg.lines().rev().take(20).any(|l| l.contains("unsupported optional features (40000000)")),
+            "the kernel names csumfs's log mark {step}: {}",
+            dmesg.lines().rev().take(5).collect::<Vec<_>>().join("\n")
+        );
+    };
+    let child = mount_foreground(&image, &mnt, &[]);
+    let checked = std::panic::catch_unwind(|| refused("while a logged mount that changed nothing serves it"));
+    kill_daemon(child, &mnt);
+    checked.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+    refused("after a kill -9 of a logged mount that changed nothing");
+    let (ok, text) = csumkit(&["ext4".as_ref(), "checkpoint".as_ref(), image.as_os_str()]);
+    assert!(ok, "ext4 checkpoint: {text}");
+    e2fsck_clean(&image);
+    assert!(kernel_mount(&image, &kernel, "loop"), "the kernel mounts it once checkpointed");
+    unmount_kernel(&kernel);
+
+    let child = mount_foreground(&image, &mnt, &[]);
+    let checked = std::panic::catch_unwind(|| refused("while a logged mount serves it"));
+    unmount_and_wait(child, &mnt);
+    checked.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+    e2fsck_clean(&image);
+    assert!(kernel_mount(&image, &kernel, "loop"), "the kernel mounts it after a clean unmount");
+    unmount_kernel(&kernel);
+}
+
+/// The other way round: while the kernel has an image mounted — through a
+/// loop device, read-write or read-only, with a journal or without —
+/// `csumkit mount` (logged or `log=off`) and `ext4 check --repair` refuse
+/// it in one line naming the kernel's mount point; once the kernel unmounts
+/// it csumfs mounts and writes it, and e2fsck judges it clean after. The
+/// marks a read-write kernel mount leaves on disk are refused too (what a
+/// kernel elsewhere, or one that stopped, leaves): `s_state` without
+/// `EXT2_VALID_FS` (set here with debugfs) until e2fsck has checked it.
+#[test]
+fn an_image_the_kernel_has_mounted_is_not_written_until_it_is_unmounted() {
+    if cannot_mount() {
+        return;
+    }
+    let scratch = Scratch::new("kernel-has-it");
+    let (image, mnt, kernel) = (scratch.image("16M", "4096"), scratch.mnt(), scratch.0.join("kernel has it"));
+    std::fs::create_dir_all(&kernel).unwrap();
+    for (journal, options) in [("^has_journal", "loop"), ("has_journal", "loop"), ("has_journal", "loop,ro")] {
+        let case = format!("{journal}, mount -o {options}");
+        let out = Command::new("/usr/sbin/tune2fs").args(["-O", journal]).arg(&image).output().unwrap();
+        assert!(out.status.success(), "tune2fs -O {journal}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(kernel_mount(&image, &kernel, options), "the kernel mounts it ({case})");
+        let mounts: Vec<_> = [&[][..], &["-o", "log=off"][..]]
+            .iter()
+            .map(|options| {
+                Command::new(env!("CARGO_BIN_EXE_csumkit")).arg("mount").arg(&image).arg(&mnt).args(*options).output()
+            })
+            .collect();
+        let repair =
+            csumkit(&["ext4".as_ref(), "check".as_ref(), "--repair".as_ref(), "--yes".as_ref(), image.as_os_str()]);
+        unmount_kernel(&kernel);
+        let named = format!("the kernel has it mounted at {}", kernel.display());
+        for out in mounts {
+            let out = out.unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{case}: {stderr}");
+            assert!(stderr.lines().count() == 1 && stderr.contains(&named), "{case}: {stderr}");
+        }
+        assert!(!repair.0 && repair.1.contains(&named), "{case}: {}", repair.1);
+        let child = mount_foreground(&image, &mnt, &[]);
+        let written = std::fs::write(mnt.join(format!("after-{journal}-{options}")), b"the kernel let go");
+        unmount_and_wait(child, &mnt);
+        written.unwrap();
+        e2fsck_clean(&image);
+    }
+    let out = Command::new("/usr/sbin/tune2fs").args(["-O", "^has_journal"]).arg(&image).output().unwrap();
+    assert!(out.status.success());
+    let out = Command::new("/usr/sbin/debugfs").args(["-w", "-R", "ssv state 0"]).arg(&image).output().unwrap();
+    assert!(out.status.success(), "debugfs: {}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(env!("CARGO_BIN_EXE_csumkit")).arg("mount").arg(&image).arg(&mnt).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.code() == Some(2) && stderr.contains("not clean"), "state 0: {stderr}");
+    let repair =
+        csumkit(&["ext4".as_ref(), "check".as_ref(), "--repair".as_ref(), "--yes".as_ref(), image.as_os_str()]);
+    assert!(!repair.0 && repair.1.contains("not cleanly unmounted"), "state 0: {}", repair.1);
+}
+
 /// A `log=off` mount writes metadata in place, each operation all or
 /// nothing through `IMAGE.undo`: while it runs, and after a kill -9 until
 /// csumkit has put that log back, the image carries csumfs's undo mark —
@@ -1114,16 +1221,32 @@ fn mmp_sequence(image: &Path) -> String {
     format!("sequence: {:08x}", u32::from_le_bytes(seq))
 }
 
+/// Sets or clears csumfs's log mark (`LOG_PENDING`) in `image`'s
+/// superblock on disk, re-sealing it.
+fn set_log_mark(image: &Path, on: bool) {
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::OpenOptions::new().read(true).write(true).open(image).unwrap();
+    let mut sb = [0u8; 1024];
+    file.read_exact_at(&mut sb, 1024).unwrap();
+    let incompat = u32::from_le_bytes(sb[0x60..0x64].try_into().unwrap());
+    let incompat = if on { incompat | csumfs::LOG_PENDING } else { incompat & !csumfs::LOG_PENDING };
+    sb[0x60..0x64].copy_from_slice(&incompat.to_le_bytes());
+    let crc = csumkit::crc32c::raw_update(!0, &sb[..0x3FC]);
+    sb[0x3FC..].copy_from_slice(&crc.to_le_bytes());
+    file.write_all_at(&sb, 1024).unwrap();
+    file.sync_data().unwrap();
+}
+
 /// An image made with `mke2fs -O mmp` (ext4's multiple-mount protection):
-/// while csumfs has it mounted — before its first commit, when no incompat
-/// bit of csumfs's own keeps the kernel off — the kernel refuses a
-/// read-write mount, naming csumfs's process
-/// as the holder (dmesg); csumfs after a kill -9 waits out the stale
-/// sequence, mounts and replays; a clean unmount leaves the sequence
-/// `CLEAN` (debugfs), so the kernel mounts at once; while the kernel holds
-/// it, csumfs refuses in one line. e2fsck judges the image clean after.
-/// The same at 1 KiB blocks: held while mounted, `CLEAN` after, the
-/// kernel's to read.
+/// while csumfs has it mounted the kernel refuses a read-write mount — for
+/// csumfs's log mark, and with that mark taken off the disk for the MMP
+/// block, naming csumfs's process as the holder (dmesg); csumfs after a
+/// kill -9 waits out the stale sequence, mounts and replays; a clean
+/// unmount leaves the sequence `CLEAN` (debugfs), so the kernel mounts at
+/// once; while the kernel holds it (from another mount namespace, standing
+/// in for another node), csumfs refuses in one line. e2fsck judges the
+/// image clean after. The same at 1 KiB blocks: held while mounted,
+/// `CLEAN` after, the kernel's to read.
 #[test]
 fn an_mmp_image_is_written_by_one_node_at_a_time_csumfs_or_the_kernel() {
     if cannot_mount() {
@@ -1148,15 +1271,24 @@ fn an_mmp_image_is_written_by_one_node_at_a_time_csumfs_or_the_kernel() {
     let first = mount_foreground(&image, &mnt, &[]);
     let pid = first.id();
     assert_ne!(mmp_sequence(&image), clean, "csumfs holds the image");
-    let out = Command::new("mount").args(["-t", "ext4", "-o", "loop"]).arg(&image).arg(&kernel).output().unwrap();
-    let dmesg = Command::new("dmesg").output().unwrap();
-    let dmesg = String::from_utf8_lossy(&dmesg.stdout);
-    assert!(!out.status.success(), "the kernel mounted an image csumfs writes");
-    assert!(
-        dmesg.lines().rev().take(200).any(|l| l.contains(&format!("last update device: csumfs pid {pid}"))),
-        "the kernel's refusal names csumfs: {}",
-        dmesg.lines().rev().take(10).collect::<Vec<_>>().join("\n")
-    );
+    let kernel_refusal = |step: &str, says: &str| {
+        let out = Command::new("mount").args(["-t", "ext4", "-o", "loop"]).arg(&image).arg(&kernel).output().unwrap();
+        let dmesg = Command::new("dmesg").output().unwrap();
+        let dmesg = String::from_utf8_lossy(&dmesg.stdout);
+        assert!(!out.status.success(), "the kernel mounted an image csumfs writes ({step})");
+        assert!(
+            dmesg.lines().rev().take(200).any(|l| l.contains(says)),
+            "the kernel's refusal ({step}) says {says:?}: {}",
+            dmesg.lines().rev().take(10).collect::<Vec<_>>().join("\n")
+        );
+    };
+    // The mount's log mark, an incompat bit, is met first; without it (as
+    // the image stands between a checkpoint's superblock writes, say) the
+    // MMP block keeps the kernel off on its own.
+    kernel_refusal("the log mark", "unsupported optional features (40000000)");
+    set_log_mark(&image, false);
+    kernel_refusal("the MMP block", &format!("last update device: csumfs pid {pid}"));
+    set_log_mark(&image, true);
     std::fs::write(mnt.join("f"), b"written under mmp").unwrap();
     std::fs::File::open(mnt.join("f")).unwrap().sync_all().unwrap();
     kill_daemon(first, &mnt);
@@ -1167,15 +1299,33 @@ fn an_mmp_image_is_written_by_one_node_at_a_time_csumfs_or_the_kernel() {
     assert_eq!(std::fs::read(mnt.join("f")).unwrap(), b"written under mmp");
     unmount_and_wait(second, &mnt);
     assert_eq!(mmp_sequence(&image), clean, "a clean unmount");
-    assert!(kernel_mount(&image, &kernel, "loop"), "the kernel mounts a cleanly closed image");
+    // The kernel mounts it in a mount namespace of its own, where csumfs's
+    // scan for the kernel's loop mounts (which names a mount on this
+    // machine first) does not see it — as it would not see another node's:
+    // the MMP block alone keeps csumfs off.
+    use std::io::BufRead;
+    let script = "mount -t ext4 -o loop \"$0\" \"$1\" && cat \"$1/f\" && echo && read _; umount \"$1\"";
+    let mut node = Command::new("unshare")
+        .args(["-m", "--propagation", "private", "sh", "-c", script])
+        .arg(&image)
+        .arg(&kernel)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let read = std::io::BufReader::new(node.stdout.take().unwrap()).lines().next();
     let out = Command::new(env!("CARGO_BIN_EXE_csumkit")).arg("mount").arg(&image).arg(&mnt).output().unwrap();
-    let read = std::fs::read(kernel.join("f"));
-    unmount_kernel(&kernel);
+    drop(node.stdin.take());
+    assert!(node.wait().unwrap().success(), "the other namespace's kernel mount and unmount");
+    assert_eq!(
+        read.map(Result::unwrap).as_deref(),
+        Some("written under mmp"),
+        "the kernel mounts a cleanly closed image"
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     let refusal: Vec<_> = stderr.lines().filter(|l| !l.contains("waiting")).collect();
     assert!(refusal.len() == 1 && refusal[0].contains("in use by another node"), "{stderr}");
-    assert_eq!(read.unwrap(), b"written under mmp");
     e2fsck_clean(&image);
     assert_eq!(mmp_sequence(&image), clean, "the kernel's unmount");
     mke2fs("1024");

@@ -15,7 +15,8 @@
 //! Only an empty log is reformatted, and only after the image's
 //! [`LOG_PENDING`](super::LOG_PENDING) mark is cleared on disk: a crash
 //! in between finds an image that needs nothing from its log, whatever
-//! the format left in it. The commit's own append marks the image again.
+//! the format left in it. The commit's own append marks the image again
+//! (a mount's image, held marked, as soon as the log is formatted).
 
 use super::{superblock_with, AnyMedium, LogMedium, Redo};
 use crate::error::Error;
@@ -94,14 +95,23 @@ impl Redo {
             self.marked = false;
         }
         let resize = self.resize.as_mut().expect("called with a resize");
-        let Ok(medium) = resize(len) else { return Ok(false) };
-        let medium = AnyMedium(medium);
-        let generation = ByteLog::next_generation(&medium);
-        // From here the old log's file may hold the new header: a failure
-        // is the sync's error, never a fall back to the old log.
-        let log = ByteLog::format(medium, generation)?;
-        self.writer().log = log;
-        Ok(true)
+        let resized = match resize(len) {
+            Ok(medium) => {
+                let medium = AnyMedium(medium);
+                let generation = ByteLog::next_generation(&medium);
+                // From here the old log's file may hold the new header: a
+                // failure is the sync's error, never a fall back to the old log.
+                let log = ByteLog::format(medium, generation)?;
+                self.writer().log = log;
+                true
+            }
+            Err(_) => false,
+        };
+        if self.held {
+            // A mount's image is marked again at once, not at its next commit.
+            self.mark()?;
+        }
+        Ok(resized)
     }
 }
 
