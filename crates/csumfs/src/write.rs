@@ -70,9 +70,10 @@ pub(crate) fn refuse_for_writing(layout: &Layout, image: &[u8]) -> Result<(), Er
 }
 
 /// Whether `image`'s superblock has `s_state`'s `EXT2_VALID_FS` (0x1).
-/// The kernel clears it on disk when it mounts an image read-write (and
-/// sets `needs_recovery` too where there is a journal) and sets it again
-/// at unmount; e2fsck checks an image without it in full, and sets it.
+/// The kernel clears it on disk when it mounts a journal-less image
+/// read-write (one with a journal it marks `needs_recovery` instead) and
+/// sets it again at unmount; e2fsck checks an image without it in full,
+/// and sets it.
 /// csumfs never clears it: its own mounts are marked by its incompat bits
 /// (`redo.rs`, `undo.rs`). Without it, a writer here would write under
 /// the kernel's mount — each overwriting the other's metadata — or over
