@@ -226,17 +226,17 @@ impl Volume {
         let io = |source| Error::Io { context: path.display().to_string(), source };
         let file = std::fs::OpenOptions::new().read(true).write(options.write).open(path).map_err(io)?;
         let image_lock = crate::image_lock::ImageLock::take(&file, path, options.write)?;
-        let mmp_file = file.try_clone().map_err(io)?;
         // SAFETY: an image changed underneath by another process gives wrong
         // bytes, which every read bounds-checks (never undefined behaviour in
         // safe code here); csumfs is the image's only writer while open.
-        let map = if options.write {
-            Bytes::MapMut(unsafe { memmap2::MmapMut::map_mut(&file) }.map_err(io)?, file)
+        let (map, mmp) = if options.write {
+            let mapped = unsafe { memmap2::MmapMut::map_mut(&file) }.map_err(io)?;
+            // Another node's hold is named before what its mount left on disk.
+            let mmp = crate::MultiMountProtection::take(&file, path, &mapped)?;
+            (Bytes::MapMut(mapped, file), mmp)
         } else {
-            Bytes::Map(unsafe { memmap2::Mmap::map(&file) }.map_err(io)?)
+            (Bytes::Map(unsafe { memmap2::Mmap::map(&file) }.map_err(io)?), None)
         };
-        // Another node's hold is named before what its mount left on disk.
-        let mmp = if options.write { crate::MultiMountProtection::take(&mmp_file, path, &map)? } else { None };
         let mut volume = Volume::new(map, options)?;
         volume.image_lock = image_lock;
         volume.mmp = mmp;

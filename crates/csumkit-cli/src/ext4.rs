@@ -317,7 +317,9 @@ fn check(args: &CheckArgs) -> Result<ExitCode, Error> {
     let marked = crate::files::map_input(&args.image)?;
     // The kernel marks an image it mounts read-write on disk: `needs_recovery`
     // with a journal, `s_state` without `EXT2_VALID_FS` without one.
-    let journal_pending = marked.len() >= 2048 && marked[1024 + 0x60] & 0x4 != 0;
+    let incompat =
+        marked.get(1024 + 0x60..1024 + 0x64).map_or(0, |b| u32::from_le_bytes(b.try_into().expect("4 bytes")));
+    let journal_pending = incompat & ext4::Features::INCOMPAT_RECOVER != 0;
     if args.repair && (journal_pending || !csumfs::cleanly_unmounted(&marked)) {
         return Err(Error::Invalid {
             what: "--repair",
