@@ -136,6 +136,7 @@ pub fn mount(
         volume.set_mount_sync(options.sync_all, options.dirsync);
         volume.layout().block_size as u32
     };
+    let shared = volume.clone();
     let fs = Fs {
         volume,
         block_size,
@@ -144,10 +145,24 @@ pub fn mount(
         writeback_cache: options.writeback_cache && !options.read_only,
         listings: Mutex::new(HashMap::new()),
         next_handle: AtomicU64::new(1),
-        fsyncs: GroupSync::new(),
+        fsyncs: GroupSync::new(Box::new(move |fsyncs| sync_for(&shared, fsyncs))),
         kill_privileges: false,
     };
     fuser::Session::new(fs, mountpoint, &config)
+}
+
+/// One sync of `volume` for `fsyncs` waiters (group_sync.rs): the commit
+/// is made under the volume's lock, its flushes after it is let go.
+fn sync_for(volume: &RwLock<Volume>, fsyncs: usize) -> Result<(), Errno> {
+    let lock = || volume.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let pending = {
+        let mut volume = lock();
+        Stats::bump(&volume.stats().fsync_syncs);
+        Stats::add(&volume.stats().fsync_requests, fsyncs as u64);
+        volume.start_sync().map_err(|e| errno(&e))?
+    };
+    let durable = pending.wait().map_err(|e| errno(&e))?;
+    lock().finish_sync(durable).map_err(|e| errno(&e))
 }
 
 fn to_fuse(ino: u32) -> INodeNo {
@@ -318,17 +333,7 @@ impl Fs {
     /// The commit is made under the volume's lock, its flushes after it
     /// is let go: the calls that go on meanwhile send the next fsyncs.
     fn sync_then(&self, done: crate::group_sync::Waiter<Errno>) {
-        let lock = || self.volume.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-        self.fsyncs.submit(done, |fsyncs| {
-            let pending = {
-                let mut volume = lock();
-                Stats::bump(&volume.stats().fsync_syncs);
-                Stats::add(&volume.stats().fsync_requests, fsyncs as u64);
-                volume.start_sync().map_err(|e| errno(&e))?
-            };
-            let durable = pending.wait().map_err(|e| errno(&e))?;
-            lock().finish_sync(durable).map_err(|e| errno(&e))
-        });
+        self.fsyncs.submit(done);
     }
 
     /// [`sync_then`](Self::sync_then), waited for on this thread.
