@@ -12,7 +12,7 @@
 //! serving its CPU's FUSE queue; leading on itself, it left the requests
 //! on that queue waiting for flush after flush (with 15 jobs of (1) at
 //! 4 KiB a fifth of the CPU time was idle, 14% with the helper: +3%).
-//! While `fsyncs` come together — the last lead ran more than one sync —
+//! While `fsync`s come together — the last lead ran more than one sync —
 //! a caller hands even its own sync to the helper at once, so that no
 //! queue waits out a flush (idle 12–14% → 7–10%, +3%); a lead of one sync
 //! ends that.
@@ -111,8 +111,10 @@ impl<E: Clone + Send + 'static> GroupSync<E> {
     /// more queued meanwhile, the helper thread leads on and this returns:
     /// the caller — a thread serving the FUSE queue of its CPU — goes back
     /// to serving requests instead of waiting for flush after flush while
-    /// they pile up on its queue. Returns once `done` is queued behind
-    /// another sync, or once its own sync has answered it.
+    /// they pile up on its queue. While `fsync`s come together (the last
+    /// lead ran more than one sync) the helper runs this caller's sync too.
+    /// Returns once `done` is queued behind another sync or handed to the
+    /// helper, or once its own sync has answered it.
     pub(crate) fn submit(&self, done: Waiter<E>) {
         let shared = &*self.shared;
         let mut queue = shared.lock();

@@ -454,9 +454,9 @@ fn next_fill_run(bytes: &[u8], from: usize) -> usize {
     bytes.len()
 }
 
-/// How many bytes from `at` equal `bytes[at]`: a commit
-/// scans every byte its ranges hold (a large fallocate's block bitmaps,
-/// 64 KiB each at 64 KiB blocks). Whole 64-byte blocks are compared
+/// How many bytes from `at` equal `bytes[at]`: a commit scans every byte
+/// its ranges hold (a large fallocate's block bitmaps, 64 KiB each at
+/// 64 KiB blocks). Whole 64-byte blocks are compared
 /// without an exit inside (vector compares: eight bytes at a time the scan
 /// took ~5% of the daemon's samples in a loop of 16 GiB fallocates), then
 /// eight at a time to find where the run stops.
