@@ -421,11 +421,17 @@ impl Volume {
     /// Verifies data block `physical` of `inode` (file block `logical`)
     /// against its checksum, if it has one.
     pub(crate) fn verify_data(&self, inode: &Inode, logical: u64, physical: u64) -> Result<(), Error> {
+        self.check_data(inode, logical, physical).map(|_| ())
+    }
+
+    /// [`verify_data`](Self::verify_data); `Ok(false)`: the block has no
+    /// checksum (or PI) to check it against.
+    fn check_data(&self, inode: &Inode, logical: u64, physical: u64) -> Result<bool, Error> {
         if let Some(device) = &self.pi {
             return self.pi_verify(device, inode, logical, physical);
         }
-        let Some(sums) = &self.datasums else { return Ok(()) };
-        let Some(want) = sums.tree.get(physical) else { return Ok(()) };
+        let Some(sums) = &self.datasums else { return Ok(false) };
+        let Some(want) = sums.tree.get(physical) else { return Ok(false) };
         let bs = self.layout.block_size;
         let block = &self.map[(physical * bs) as usize..((physical + 1) * bs) as usize];
         let got = crc32c::checksum(block);
@@ -434,7 +440,7 @@ impl Volume {
             Stats::bump(&self.stats.data_mismatches);
             return Err(Error::DataChecksum { ino: inode.ino, logical, physical, stored: want, computed: got });
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Commits the data checksums (after the image's data is durable).
@@ -624,10 +630,13 @@ impl Volume {
                     stack.push((child, inode));
                 } else if inode.is_file() {
                     report.files += 1;
+                    let mut unchecked = 0;
                     for run in self.runs(&inode)?.into_iter().filter(|r| !r.uninit) {
                         for k in 0..run.len {
-                            match self.verify_data(&inode, run.logical + k, run.physical + k) {
-                                Ok(()) => report.blocks += 1,
+                            report.blocks += 1;
+                            match self.check_data(&inode, run.logical + k, run.physical + k) {
+                                Ok(true) => report.verified += 1,
+                                Ok(false) => unchecked += 1,
                                 Err(
                                     Error::DataChecksum { logical, physical, .. }
                                     | Error::DataPi { logical, physical, .. },
@@ -637,6 +646,9 @@ impl Volume {
                                 Err(e) => return Err(e),
                             }
                         }
+                    }
+                    if unchecked > 0 {
+                        report.unchecked.push((child, unchecked));
                     }
                 }
             }
@@ -650,10 +662,15 @@ impl Volume {
 pub struct ScrubReport {
     /// Regular files walked.
     pub files: u64,
-    /// Blocks read (with or without a checksum) that were not bad.
+    /// Written blocks read (unwritten extents are not).
     pub blocks: u64,
+    /// Blocks whose checksum (or PI) matched.
+    pub verified: u64,
     /// (path, file block, disk block) of every mismatch.
     pub bad: Vec<(String, u64, u64)>,
+    /// (path, blocks) of each file with blocks that have no checksum (or
+    /// PI) to check: written by another driver or a `datasum=off` mount.
+    pub unchecked: Vec<(String, u64)>,
 }
 
 #[cfg(test)]

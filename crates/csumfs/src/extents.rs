@@ -84,15 +84,42 @@ impl Volume {
         let end = self.range_end(ino, offset, len)?.min(inode.size.next_multiple_of(bs));
         if offset < end {
             let (first_whole, end_whole) = (offset.div_ceil(bs), end / bs);
-            if first_whole > end_whole {
-                self.zero_in_place(&inode, offset, end, false)?; // inside one block
-            } else {
-                self.zero_in_place(&inode, offset, first_whole * bs, false)?;
-                self.zero_in_place(&inode, end_whole * bs, end, false)?;
+            // The unmap may need a block (an extent split in two) and fail:
+            // the edges are zeroed after it, once nothing can fail for space.
+            let edges = self.partial_edges(&inode, offset, end)?;
+            if first_whole < end_whole {
                 inode = self.unmap(&inode, first_whole, end_whole)?;
+            }
+            for (from, to) in edges {
+                self.zero_in_place(&inode, from, to, false)?;
             }
         }
         self.touch_file(&inode)
+    }
+
+    /// The parts of blocks `offset..end` covers in part (one range inside
+    /// one block, or the two edges), each verified now: the zeroing that
+    /// comes after the operation's allocations must not fail on damage
+    /// found only then.
+    fn partial_edges(&self, inode: &Inode, offset: u64, end: u64) -> Result<Vec<(u64, u64)>, Error> {
+        let bs = self.layout.block_size;
+        let (first_whole, end_whole) = (offset.div_ceil(bs), end / bs);
+        let edges = if first_whole > end_whole {
+            vec![(offset, end)]
+        } else {
+            vec![(offset, first_whole * bs), (end_whole * bs, end)]
+        };
+        let edges: Vec<_> = edges.into_iter().filter(|(from, to)| from < to).collect();
+        let runs = self.runs(inode)?;
+        for &(from, to) in &edges {
+            let block = from / bs;
+            let written = runs.iter().find(|r| !r.uninit && r.logical <= block && block < r.logical + r.len);
+            if let Some(r) = written.filter(|_| to - from < bs) {
+                let in_block = (from % bs) as usize..(from % bs + to - from) as usize;
+                self.before_part_write(inode, block, r.physical + block - r.logical, in_block)?;
+            }
+        }
+        Ok(edges)
     }
 
     /// Makes `offset..offset + len` read as zeros with its blocks kept
@@ -113,11 +140,10 @@ impl Volume {
         }
         if offset < end {
             let (first_whole, end_whole) = (offset.div_ceil(bs), end / bs);
-            if first_whole > end_whole {
-                self.zero_in_place(&inode, offset, end, false)?;
-            } else {
-                self.zero_in_place(&inode, offset, first_whole * bs, false)?;
-                self.zero_in_place(&inode, end_whole * bs, end, false)?;
+            // Remapping and fallocating may need blocks and fail: the edges
+            // are zeroed after them, once nothing can fail for space.
+            let edges = self.partial_edges(&inode, offset, end)?;
+            if first_whole <= end_whole {
                 let written: Vec<Run> = self
                     .runs(&inode)?
                     .into_iter()
@@ -133,6 +159,9 @@ impl Volume {
             }
             // The blocks the range lacks, partial ones included, as fallocate.
             inode = self.fallocate(ino, offset, end - offset, true)?;
+            for (from, to) in edges {
+                self.zero_in_place(&inode, from, to, false)?;
+            }
         }
         if !keep_size && end > inode.size {
             return self.set_size_now(&inode, end);

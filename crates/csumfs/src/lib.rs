@@ -35,7 +35,7 @@ mod extent_tree;
 mod extents;
 pub mod fuse;
 mod group_sync;
-pub mod hash;
+pub use csumkit::ext4::hash;
 mod htree;
 mod image_lock;
 mod immutable;

@@ -232,11 +232,13 @@ impl Volume {
 
     /// Checks data block `physical` of `inode` (file block `logical`)
     /// through the device: `EIO` when its PI does not match.
-    pub(crate) fn pi_verify(&self, device: &Device, inode: &Inode, logical: u64, physical: u64) -> Result<(), Error> {
+    /// `Ok(false)`: the block carries no PI to check (never written
+    /// through the device, or newer in the log than in the file).
+    pub(crate) fn pi_verify(&self, device: &Device, inode: &Inode, logical: u64, physical: u64) -> Result<bool, Error> {
         let bs = self.layout.block_size;
         if !inode.is_file() || self.redo.as_ref().is_some_and(|r| r.page_newer_than_file(physical * bs)) {
             Stats::bump(&self.stats.pi_blocks_unchecked);
-            return Ok(());
+            return Ok(false);
         }
         let (lb, md) = (device.lba_format().data_bytes() as u64, device.lba_format().metadata_bytes());
         let protection = device.protection().expect("a PI device");
@@ -251,7 +253,7 @@ impl Volume {
                 let at = protection.tuple_offset();
                 let unchecked = metadata.chunks_exact(md).all(|m| format.is_escape(&format.decode(&m[at..])));
                 Stats::bump(if unchecked { &self.stats.pi_blocks_unchecked } else { &self.stats.pi_blocks_verified });
-                Ok(())
+                Ok(!unchecked)
             }
             Err(csumkit::Error::PiCheck(failure)) => {
                 Stats::bump(&self.stats.pi_mismatches);

@@ -881,12 +881,21 @@ impl Volume {
         pi: Option<(&Path, csumkit::pi::Protection)>,
     ) -> Result<(Volume, Replayed, Option<crate::PiOpened>), Error> {
         let io_at = |source| Error::Io { context: path.display().to_string(), source };
-        let file = std::fs::OpenOptions::new().read(true).write(true).open(path).map_err(io_at)?;
+        let file = csumkit::file::open_image(path, true)?;
         // Before the log is read: another process may be writing both.
         let image_lock = crate::image_lock::ImageLock::take(&file, path, true)?;
         // Stores stay in this process until a checkpoint writes them to the file.
         let mut map = crate::private_map::PrivateMap::new(&file).map_err(io_at)?;
         let was_pending = log_pending(map.bytes());
+        if was_pending && !log.exists() {
+            // Creating an empty log here would lose the changes the real one holds.
+            return Err(Error::Invalid(format!(
+                "{}: its ByteLog holds changes the image lacks, but there is no log at {}: name the log the \
+                 mount used (-o log=PATH; the default is IMAGE.bytelog)",
+                path.display(),
+                log.display()
+            )));
+        }
         clear_pending_bit(map.bytes_mut());
         // Before the replay writes anything; another node's hold is named
         // before what its mount left on disk.

@@ -224,7 +224,7 @@ impl Volume {
     /// feature this code does not read, with a remedy.
     pub fn open(path: &Path, options: Options) -> Result<Volume, Error> {
         let io = |source| Error::Io { context: path.display().to_string(), source };
-        let file = std::fs::OpenOptions::new().read(true).write(options.write).open(path).map_err(io)?;
+        let file = csumkit::file::open_image(path, options.write)?;
         let image_lock = crate::image_lock::ImageLock::take(&file, path, options.write)?;
         // SAFETY: an image changed underneath by another process gives wrong
         // bytes, which every read bounds-checks (never undefined behaviour in

@@ -13,6 +13,17 @@ pub enum Format {
     Decimal,
 }
 
+impl Format {
+    /// The name `--format` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Hex => "hex",
+            Format::Base64 => "base64",
+            Format::Decimal => "decimal",
+        }
+    }
+}
+
 /// Renders a `width_bits`-bit checksum.
 pub fn render(value: u64, width_bits: u32, format: Format) -> String {
     let bytes = (width_bits / 8) as usize;

@@ -115,13 +115,28 @@ fn checkpoint(args: &CheckpointArgs) -> ExitCode {
             "{}: the undo log a csumkit mount -o log=off left is put back and removed; the image is complete",
             image.display()
         );
-        if !pending && !log.exists() {
+        if !pending {
             return ExitCode::SUCCESS;
         }
     }
-    if !pending && !log.exists() {
+    // Without the image's log mark no log holds changes it lacks: a log
+    // file there (or at --log) is left as it is, never opened as one.
+    if !pending {
         println!("{}: no ByteLog holds changes for it; nothing to do", image.display());
         return ExitCode::SUCCESS;
+    }
+    if !log.exists() {
+        let how = if args.log.is_some() {
+            "give the path the mount's -o log=PATH named (the default is IMAGE.bytelog)"
+        } else {
+            "if its mount ran with -o log=PATH, name that log with --log PATH"
+        };
+        eprintln!(
+            "csumkit ext4 checkpoint: {} holds changes in a ByteLog that is not at {}: {how}",
+            image.display(),
+            log.display()
+        );
+        return ExitCode::from(2);
     }
     // The data checksums the log carries go into the sidecar, if there is one.
     let sidecar = crate::integrity::sidecar_path(image);
@@ -227,7 +242,9 @@ fn print(path: &Path, report: &Report) {
         println!("NOT CHECKED {} {}: {}", u.count, u.what, u.why);
     }
     for f in &report.findings {
-        print!("BAD {} {}: stored {:#010x}, computed {:#010x}", f.what, f.location, f.stored, f.computed);
+        // "inode 12", not "inode inode 12".
+        let location = f.location.strip_prefix(f.what).map_or(f.location.as_str(), str::trim_start);
+        print!("BAD {} {location}: stored {:#010x}, computed {:#010x}", f.what, f.stored, f.computed);
         match &f.damage {
             Some(why) => println!(" (structural damage: {why}; not repairable here, run e2fsck -f)"),
             None => println!(),

@@ -124,35 +124,11 @@ impl ScratchDir {
     }
 }
 
-/// Opens an input image or dump — a regular file or a block device — for
-/// reading (and writing with `write`) after checking its type, so that a
-/// directory, FIFO or character device gets a clear error instead of a
-/// hang or an unrelated one.
+/// Opens an input image or dump for reading (and writing with `write`):
+/// [`csumkit::file::open_image`], which refuses a directory, FIFO, socket
+/// or character device at once.
 pub fn open_input(path: &Path, write: bool) -> Result<File, Error> {
-    let io = |context: &str| {
-        let context = format!("{}: {context}", path.display());
-        move |source| Error::Io { context, source }
-    };
-    let meta = std::fs::metadata(path).map_err(io("stat"))?;
-    let t = meta.file_type();
-    let what = if t.is_dir() {
-        Some("a directory")
-    } else if t.is_fifo() {
-        Some("a FIFO")
-    } else if t.is_socket() {
-        Some("a socket")
-    } else if t.is_char_device() {
-        Some("a character device")
-    } else {
-        None
-    };
-    if let Some(what) = what {
-        return Err(Error::Invalid {
-            what: "input",
-            detail: format!("{} is {what}, not a regular file or block device", path.display()),
-        });
-    }
-    OpenOptions::new().read(true).write(write).open(path).map_err(io("open"))
+    csumkit::file::open_image(path, write)
 }
 
 /// The size of an opened input: its length, or a block device's capacity

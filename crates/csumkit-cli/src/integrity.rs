@@ -44,7 +44,7 @@ pub fn pi_protection(spec: Option<&str>, image: &Path) -> Result<Protection, Str
 fn ext4_block_size(image: &Path) -> Option<u32> {
     use std::os::unix::fs::FileExt;
     let mut field = [0u8; 4];
-    std::fs::File::open(image).ok()?.read_exact_at(&mut field, 1024 + 24).ok()?;
+    csumkit::file::open_image(image, false).ok()?.read_exact_at(&mut field, 1024 + 24).ok()?;
     let log = u32::from_le_bytes(field);
     (log <= 6).then(|| 1024 << log)
 }

@@ -504,23 +504,35 @@ pub fn scrub(args: &ScrubArgs) -> ExitCode {
     };
     let sidecar = sidecar_path(&args.image);
     let pi = pi_path(&args.image);
-    let on_pi = match csumkit::pi::split_protection(&pi) {
-        Ok(Some(protection)) => match volume.enable_pi(&args.image, &pi, protection) {
-            Ok(_) => true,
-            Err(e) => return fail(format!("{}: {e}", args.image.display())),
-        },
-        Ok(None) => false,
-        Err(e) => return fail(format!("{}: {e}", pi.display())),
+    // The device's PI first; PI that no longer matches the image (a mount
+    // without `-o pi` wrote it since) gives way to current data checksums.
+    let pi_refused = match csumkit::pi::split_protection(&pi) {
+        Ok(Some(protection)) => volume.enable_pi(&args.image, &pi, protection).err().map(|e| e.to_string()),
+        Ok(None) => Some(String::new()),
+        Err(e) => Some(format!("{}: {e}", pi.display())),
     };
-    if !on_pi {
+    let on_pi = pi_refused.is_none();
+    if let Some(pi_refused) = &pi_refused {
         match volume.enable_data_checksums(&sidecar) {
-            Ok(true) => {}
-            Ok(false) => {
+            Ok(true) if pi_refused.is_empty() => {}
+            Ok(true) => eprintln!(
+                "csumkit scrub: {} not used ({pi_refused}); verifying against {}",
+                pi.display(),
+                sidecar.display()
+            ),
+            Ok(false) if pi_refused.is_empty() => {
                 return fail(format!(
                     "{}: no data checksums for this image (missing, or the image was written since by another \
                      driver), and no PI ({})",
                     sidecar.display(),
                     pi.display()
+                ))
+            }
+            Ok(false) => {
+                return fail(format!(
+                    "{}: {pi_refused}; and no current data checksums ({})",
+                    args.image.display(),
+                    sidecar.display()
                 ))
             }
             Err(e) => return fail(format!("{}: {e}", sidecar.display())),
@@ -530,22 +542,49 @@ pub fn scrub(args: &ScrubArgs) -> ExitCode {
         Ok(report) => report,
         Err(e) => return fail(format!("{}: {e}", args.image.display())),
     };
-    let what = if on_pi { "PI check failed" } else { "data checksum mismatch" };
+    let image = args.image.display();
+    let (what, against) = if on_pi { ("PI check failed", "PI") } else { ("data checksum mismatch", "checksum") };
     for (path, logical, physical) in &report.bad {
-        println!("{}: {path}: file block {logical} (disk block {physical}): {what}", args.image.display());
+        println!("{image}: {path}: file block {logical} (disk block {physical}): {what}");
     }
-    let stats = volume.stats();
-    let verified = csumfs::Stats::get(if on_pi { &stats.pi_blocks_verified } else { &stats.data_verified });
+    for (path, blocks) in report.unchecked.iter().take(SCRUB_UNCHECKED_NAMED) {
+        println!("{image}: {path}: {blocks} {} without a {against}, not verified", plural(*blocks, "block", "blocks"));
+    }
+    if report.unchecked.len() > SCRUB_UNCHECKED_NAMED {
+        println!(
+            "{image}: … and {} more files with blocks not verified",
+            report.unchecked.len() - SCRUB_UNCHECKED_NAMED
+        );
+    }
+    let unchecked: u64 = report.unchecked.iter().map(|(_, blocks)| blocks).sum();
     println!(
-        "scrub: {} files, {} blocks read, {verified} verified against their {}, {} bad",
+        "scrub: {} {}, {} {} read: {} verified against their {against}, {} bad, {unchecked} without a {against} \
+         (written by another driver or a datasum=off mount)",
         report.files,
-        report.blocks + report.bad.len() as u64,
-        if on_pi { "PI" } else { "checksum" },
-        report.bad.len()
+        plural(report.files, "file", "files"),
+        report.blocks,
+        plural(report.blocks, "block", "blocks"),
+        report.verified,
+        report.bad.len(),
     );
-    if report.bad.is_empty() {
-        ExitCode::SUCCESS
+    if !report.bad.is_empty() {
+        return ExitCode::from(1);
+    }
+    if report.verified == 0 && report.blocks > 0 {
+        println!("scrub: FAILED: no block had a {against} to verify it against");
+        return ExitCode::from(1);
+    }
+    ExitCode::SUCCESS
+}
+
+/// Files with unverifiable blocks named before the rest are only counted.
+const SCRUB_UNCHECKED_NAMED: usize = 100;
+
+/// `one` for a count of 1, else `many`.
+pub(crate) fn plural(count: u64, one: &'static str, many: &'static str) -> &'static str {
+    if count == 1 {
+        one
     } else {
-        ExitCode::from(1)
+        many
     }
 }

@@ -391,7 +391,11 @@ fn verify(args: &VerifyArgs) -> Result<ExitCode, Error> {
     if failed > 0 {
         return Ok(ExitCode::FAILURE);
     }
-    if verified == 0 && dump.blocks > 0 {
+    if dump.blocks == 0 {
+        eprintln!("csumkit pi: {} holds no block: nothing was verified", common.file.display());
+        return Ok(ExitCode::FAILURE);
+    }
+    if verified == 0 {
         eprintln!(
             "csumkit pi: warning: no block of {} was checked ({}): nothing is known about its integrity",
             common.file.display(),

@@ -175,7 +175,13 @@ fn unescape(name: &str) -> Option<String> {
 
 /// `--check`: like `sha256sum -c`.
 fn check(args: &SumArgs, lists: &[PathBuf]) -> ExitCode {
-    let (mut mismatched, mut unreadable, mut malformed) = (0u64, 0u64, 0u64);
+    let (mut mismatched, mut unreadable, mut malformed, mut checked) = (0u64, 0u64, 0u64, 0u64);
+    // A checksum of the wrong length was made with another --algo or --format.
+    let length = match args.format {
+        Format::Decimal => None,
+        _ => Some(render(0, args.algo.width(), args.format).len()),
+    };
+    let mut wrong_length = 0u64;
     for list in lists {
         let reader: Box<dyn BufRead> = if list.as_os_str() == "-" {
             Box::new(std::io::stdin().lock())
@@ -208,6 +214,23 @@ fn check(args: &SumArgs, lists: &[PathBuf]) -> ExitCode {
                 continue;
             };
             let shown = display_name(&name);
+            if let Some(length) = length.filter(|&l| l != expected.len()) {
+                wrong_length += 1;
+                if !args.status && wrong_length == 1 {
+                    eprintln!(
+                        "csumkit: {}: line {}: {:?} has {} characters, but a {} in {} has {length}: the list was made \
+                         with another --algo or --format",
+                        list.display(),
+                        number + 1,
+                        expected,
+                        expected.len(),
+                        args.algo.name(),
+                        args.format.name()
+                    );
+                }
+                continue;
+            }
+            checked += 1;
             match checksum_one(args, Path::new(&name)) {
                 Ok(crc) => {
                     let got = render(crc, args.algo.width(), args.format);
@@ -233,7 +256,17 @@ fn check(args: &SumArgs, lists: &[PathBuf]) -> ExitCode {
             }
         }
     }
+    if checked == 0 && mismatched + unreadable == 0 {
+        if !args.status {
+            let what = if wrong_length > 0 { "for this --algo and --format " } else { "" };
+            eprintln!("csumkit: no properly formatted checksum lines {what}found");
+        }
+        return ExitCode::FAILURE;
+    }
     if !args.status {
+        if wrong_length > 0 {
+            eprintln!("csumkit: WARNING: {wrong_length} line(s) with a checksum of the wrong length, not checked");
+        }
         if malformed > 0 {
             eprintln!("csumkit: WARNING: {malformed} line(s) improperly formatted");
         }
@@ -244,7 +277,7 @@ fn check(args: &SumArgs, lists: &[PathBuf]) -> ExitCode {
             eprintln!("csumkit: WARNING: {mismatched} computed checksum(s) did NOT match");
         }
     }
-    if mismatched + unreadable > 0 {
+    if mismatched + unreadable + wrong_length > 0 {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS

@@ -78,6 +78,11 @@ fn sum_reads_stdin_and_matches_the_library() {
     assert_eq!(String::from_utf8(out.stdout).unwrap(), want);
 }
 
+/// `csumkit sum PATH`'s line for a file.
+fn sum_line(path: &str) -> Vec<u8> {
+    csumkit(&["sum", path], None).stdout
+}
+
 #[test]
 fn sum_check_verifies_its_own_output_like_sha256sum() {
     let a = temp_file("check-a.txt", b"123456789");
@@ -113,7 +118,13 @@ fn sum_check_verifies_its_own_output_like_sha256sum() {
     assert!(String::from_utf8_lossy(&out.stdout).contains(&format!("{pa}: FAILED open or read")));
     let junk = temp_file("junk.txt", b"not a checksum line\n");
     let out = csumkit(&["sum", "-c", junk.to_str().unwrap()], None);
-    assert!(String::from_utf8_lossy(&out.stderr).contains("improperly formatted"));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no properly formatted checksum lines found"));
+    // Beside a good line, a malformed one is a warning.
+    let mixed =
+        temp_file("mixed.txt", format!("{}not a checksum line\n", String::from_utf8_lossy(&sum_line(po))).as_bytes());
+    let out = csumkit(&["sum", "-c", mixed.to_str().unwrap()], None);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("1 line(s) improperly formatted"));
     // Other formats check too; with no file, standard input is read.
     let b64 = csumkit(&["sum", "-a", "crc64nvme", "-f", "base64", po], None).stdout;
     let list64 = temp_file("sums64.txt", &b64);
@@ -439,6 +450,35 @@ fn pi_verify_that_checks_nothing_fails_and_says_so() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("escape tags"));
 }
 
+/// A verifying command that verified nothing fails: an empty or
+/// all-malformed checksum list, a list made with another algorithm, an
+/// empty PI dump.
+#[test]
+fn verifying_commands_fail_when_they_verified_nothing() {
+    let file = temp_file("nothing-data.txt", b"123456789");
+    let f = file.to_str().unwrap();
+    for (name, list) in [("empty", String::new()), ("malformed", "not a checksum line\n\n".to_string())] {
+        let sums = temp_file(&format!("nothing-{name}.sums"), list.as_bytes());
+        let out = csumkit(&["sum", "--check", sums.to_str().unwrap()], None);
+        assert_eq!(out.status.code(), Some(1), "{name}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("no properly formatted checksum lines found"), "{name}");
+    }
+    // A CRC32C list checked as CRC64-NVMe: named once, not FAILED per line.
+    let sums = temp_file("nothing-crc32c.sums", format!("e3069283  {f}\ne3069283  {f}\n").as_bytes());
+    let out = csumkit(&["sum", "--check", "--algo", "crc64nvme", sums.to_str().unwrap()], None);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("FAILED"));
+    assert!(stderr.contains("has 8 characters, but a crc64nvme in hex has 16"), "{stderr}");
+    assert_eq!(stderr.matches("has 8 characters").count(), 1, "{stderr}");
+    // The same list with the right --algo passes.
+    assert!(csumkit(&["sum", "--check", sums.to_str().unwrap()], None).status.success());
+    let empty = temp_file("nothing.pi", b"");
+    let out = csumkit(&["pi", "verify", empty.to_str().unwrap()], None);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("holds no block"));
+}
+
 #[test]
 fn image_commands_refuse_directories_fifos_and_character_devices_without_hanging() {
     let fifo = temp_root().join("a-fifo");
@@ -447,14 +487,29 @@ fn image_commands_refuse_directories_fifos_and_character_devices_without_hanging
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
     let dir = temp_root().to_str().unwrap();
     let f = fifo.to_str().unwrap();
+    let mountpoint = temp_root().join("fifo-mountpoint");
+    std::fs::create_dir_all(&mountpoint).unwrap();
+    let mp = mountpoint.to_str().unwrap();
     for (path, what) in [(dir, "is a directory"), (f, "is a FIFO"), ("/dev/null", "is a character device")] {
-        for args in [
+        let mut commands = vec![
             vec!["pi", "verify", path],
             vec!["pi", "generate", path],
             vec!["ext4", "check", path],
+            vec!["ext4", "ls", path, "/"],
+            vec!["ext4", "cat", path, "/a"],
+            vec!["ext4", "stat", path, "/"],
+            vec!["ext4", "getfattr", path, "/"],
+            vec!["ext4", "put", path, "/etc/hostname", "/a"],
+            vec!["ext4", "checkpoint", path],
+            vec!["scrub", path],
             vec!["erofs", "check", path],
             vec!["erofs", "ls", path, "/"],
-        ] {
+        ];
+        // A mount refuses the image before it needs FUSE only when /dev/fuse is there.
+        if std::path::Path::new("/dev/fuse").exists() {
+            commands.push(vec!["mount", "-o", "ro", path, mp]);
+        }
+        for args in commands {
             let start = std::time::Instant::now();
             let out = csumkit(&args, None);
             assert!(start.elapsed() < std::time::Duration::from_secs(20), "{args:?} hung");

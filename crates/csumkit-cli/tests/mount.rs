@@ -860,6 +860,84 @@ fn a_flipped_data_byte_reads_as_eio_and_scrub_names_the_file_and_block() {
     assert!(String::from_utf8_lossy(&stale.stderr).contains("written since by another driver"));
 }
 
+/// Blocks written before a csumfs mount kept checksums (here: by mke2fs
+/// -d) have none: scrub names the files it could not verify, and fails
+/// when it verified nothing at all.
+#[test]
+fn scrub_names_what_it_could_not_verify_and_fails_on_nothing_verified() {
+    if cannot_mount() {
+        return;
+    }
+    let scratch = Scratch::new("scrub-unchecked");
+    let tree = scratch.0.join("tree");
+    std::fs::create_dir_all(&tree).unwrap();
+    std::fs::write(tree.join("old"), pattern(40_960, 3)).unwrap();
+    let image = scratch.0.join("img");
+    let out = Command::new("/usr/sbin/mke2fs")
+        .args(["-q", "-F", "-t", "ext4", "-O", "metadata_csum,^has_journal", "-b", "4096", "-d"])
+        .arg(&tree)
+        .arg(&image)
+        .arg("32M")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "mke2fs: {}", String::from_utf8_lossy(&out.stderr));
+    let scrub = || Command::new(env!("CARGO_BIN_EXE_csumkit")).arg("scrub").arg(&image).output().unwrap();
+    // A mount starts the checksums; it writes nothing, so nothing is verifiable.
+    let child = mount_foreground(&image, &scratch.mnt(), &[]);
+    unmount_and_wait(child, &scratch.mnt());
+    let nothing = scrub();
+    let text = String::from_utf8_lossy(&nothing.stdout);
+    assert_eq!(nothing.status.code(), Some(1), "{text}");
+    assert!(text.contains("/old: 10 blocks without a checksum, not verified"), "{text}");
+    assert!(text.contains("0 verified against their checksum, 0 bad, 10 without a checksum"), "{text}");
+    assert!(text.contains("FAILED: no block had a checksum"), "{text}");
+    let child = mount_foreground(&image, &scratch.mnt(), &[]);
+    std::fs::write(scratch.mnt().join("new"), pattern(8192, 4)).unwrap();
+    unmount_and_wait(child, &scratch.mnt());
+    let some = scrub();
+    let text = String::from_utf8_lossy(&some.stdout);
+    assert!(some.status.success(), "{text}");
+    assert!(text.contains("/old: 10 blocks without a checksum") && !text.contains("/new:"), "{text}");
+    assert!(text.contains("2 files, 12 blocks read: 2 verified against their checksum, 0 bad, 10 without"), "{text}");
+}
+
+/// `ext4 checkpoint --log PATH` reads a log; it never creates one where
+/// the user mistyped the path, nor cuts back a file that is not the
+/// image's log.
+#[test]
+fn checkpoint_never_creates_or_cuts_the_log_it_is_pointed_at() {
+    if !Path::new("/usr/sbin/mke2fs").exists() {
+        common::skip("mke2fs (apt-get install e2fsprogs)");
+        return;
+    }
+    let scratch = Scratch::new("checkpoint-log-path");
+    let image = scratch.image("16M", "4096");
+    let run = |log: &Path| {
+        Command::new(env!("CARGO_BIN_EXE_csumkit"))
+            .args(["ext4", "checkpoint", "--log"])
+            .arg(log)
+            .arg(&image)
+            .output()
+            .unwrap()
+    };
+    // Not marked: an unrelated file named as the log stays as it was.
+    let other = scratch.0.join("other.bin");
+    std::fs::write(&other, vec![7u8; 20 << 20]).unwrap();
+    let out = run(&other);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("nothing to do"));
+    assert_eq!(std::fs::read(&other).unwrap(), vec![7u8; 20 << 20]);
+    // Marked (a mount's log holds changes): a wrong path is named, not created.
+    set_log_mark(&image, true);
+    for typo in [scratch.0.join("typo.bytelog"), PathBuf::from("/nonexist")] {
+        let out = run(&typo);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains("is not at") && stderr.contains("-o log=PATH"), "{stderr}");
+        assert!(!typo.exists(), "{} was created", typo.display());
+    }
+}
+
 /// Flips one bit of the byte at `at` of the file at `path`.
 fn flip_byte(path: &Path, at: u64) {
     use std::os::unix::fs::FileExt;
@@ -944,13 +1022,23 @@ fn on_a_pi_device_a_flipped_data_or_guard_byte_reads_as_eio_and_the_image_stays_
     let (code, text) = scrub();
     assert_eq!(code, Some(2), "{text}");
     assert!(text.contains("this PI is stale"), "{text}");
+    // A mount that keeps data checksums instead: scrub says the PI is not
+    // used and verifies against the current checksums.
+    let child = mount_foreground(&image, &scratch.mnt(), &[]);
+    std::fs::write(scratch.mnt().join("d/other"), b"changed with checksums").unwrap();
+    unmount_and_wait(child, &scratch.mnt());
+    let (code, text) = scrub();
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("not used") && text.contains("verified against their checksum"), "{text}");
     let child = mount_foreground(&image, &scratch.mnt(), &["-o", "pi"]);
     let read = std::fs::read(scratch.mnt().join("d/other"));
     unmount_and_wait(child, &scratch.mnt());
-    assert_eq!(read.unwrap(), b"changed without PI");
+    assert_eq!(read.unwrap(), b"changed with checksums");
+    // Nothing carries PI yet: each file is named, and a scrub that verified nothing fails.
     let (code, text) = scrub();
-    assert_eq!(code, Some(0), "{text}");
-    assert!(text.contains("0 verified against their PI"), "{text}");
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("0 verified against their PI") && text.contains("without a PI, not verified"), "{text}");
+    assert!(text.contains("FAILED: no block had a PI"), "{text}");
 }
 
 /// At the largest file size (ext4's `s_maxbytes`, 2^32 - 1 blocks; the

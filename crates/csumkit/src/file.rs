@@ -178,6 +178,66 @@ fn checksum_parallel(
     Ok(Checksummed { crc, len })
 }
 
+/// Opens an image, dump or device argument — a regular file or a block
+/// device — for reading (and writing with `write`). Every command opens its
+/// image through here, so a directory, FIFO, socket or character device is
+/// refused at once with a clear error: the open is non-blocking (a FIFO
+/// without a writer would otherwise hang it) and the type is judged from
+/// the opened descriptor, so nothing can be swapped in between.
+///
+/// # Errors
+/// [`Error::Invalid`] for a file of another type; [`Error::Io`] when it
+/// cannot be opened.
+#[cfg(unix)]
+pub fn open_image(path: &Path, write: bool) -> Result<File, Error> {
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let io = |context: &str| {
+        let context = format!("{}: {context}", path.display());
+        move |source| Error::Io { context, source }
+    };
+    let file =
+        std::fs::OpenOptions::new().read(true).write(write).custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY).open(path);
+    // A directory opened for writing fails with EISDIR before its type is seen.
+    let file = match file {
+        Err(e) if e.raw_os_error() == Some(libc::EISDIR) => return Err(not_an_image(path, "a directory")),
+        other => other.map_err(io("open"))?,
+    };
+    let t = file.metadata().map_err(io("stat"))?.file_type();
+    let other = if t.is_dir() {
+        Some("a directory")
+    } else if t.is_fifo() {
+        Some("a FIFO")
+    } else if t.is_socket() {
+        Some("a socket")
+    } else if t.is_char_device() {
+        Some("a character device")
+    } else {
+        None
+    };
+    if let Some(what) = other {
+        return Err(not_an_image(path, what));
+    }
+    // Regular files and block devices: blocking I/O from here on.
+    use std::os::fd::AsRawFd;
+    let fd = file.as_raw_fd();
+    // SAFETY: fcntl on a descriptor this function owns; no memory is passed.
+    let cleared = unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        flags >= 0 && libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) == 0
+    };
+    if !cleared {
+        return Err(io("fcntl")(std::io::Error::last_os_error()));
+    }
+    Ok(file)
+}
+
+fn not_an_image(path: &Path, what: &str) -> Error {
+    Error::Invalid {
+        what: "input",
+        detail: format!("{} is {what}, not a regular file or block device", path.display()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

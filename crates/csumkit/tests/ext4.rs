@@ -207,24 +207,28 @@ fn every_injected_corruption_is_reported_by_check_and_e2fsck() {
     assert_eq!(le16(&clean, ino(15) + 0x28 + 6), 1, "frag has an extent leaf");
     // (label, byte, structure, whether rewriting its checksum is a safe
     // repair: no when the change made the content itself inconsistent).
-    let cases: &[(&str, usize, &str, bool)] = &[
-        ("superblock s_volume_name", 1024 + 0x78, "superblock", true),
-        ("descriptor bg_itable_unused", g0.desc_offset as usize + 0x1C, "group descriptor", true),
+    let cases: &[(&str, usize, u8, &str, bool)] = &[
+        ("superblock s_volume_name", 1024 + 0x78, 0x5A, "superblock", true),
+        ("descriptor bg_itable_unused", g0.desc_offset as usize + 0x1C, 0x5A, "group descriptor", true),
         // A free count (its high half with 64bit) no longer agrees with the bitmap.
-        ("descriptor bg_free_blocks_count_hi", g0.desc_offset as usize + 0x2C, "group descriptor", false),
-        ("descriptor bg_free_inodes_count_lo", g0.desc_offset as usize + 0x0E, "group descriptor", false),
+        ("descriptor bg_free_blocks_count_hi", g0.desc_offset as usize + 0x2C, 0x5A, "group descriptor", false),
+        ("descriptor bg_free_inodes_count_lo", g0.desc_offset as usize + 0x0E, 0x5A, "group descriptor", false),
         // Padding bits past the last block: the free count no longer matches.
-        ("block bitmap", g0.block_bitmap as usize * bs + 2000, "block bitmap", false),
-        ("inode bitmap", g0.inode_bitmap as usize * bs + 100, "inode bitmap", false),
-        ("inode i_mtime", ino(13) + 0x10, "inode", true),
+        ("block bitmap", g0.block_bitmap as usize * bs + 2000, 0x5A, "block bitmap", false),
+        ("inode bitmap", g0.inode_bitmap as usize * bs + 100, 0x5A, "inode bitmap", false),
+        ("inode i_mtime", ino(13) + 0x10, 0x5A, "inode", true),
         // ee_len of frag's first extent: blocks now free in the bitmap or shared.
-        ("extent leaf entry", frag_leaf + 12 + 4, "extent block", false),
-        ("directory entry name", small_dir + 12 + 8, "directory block", true),
-        ("htree root hash", htree_root + 0x20 + 8 + 1, "htree block", true),
+        ("extent leaf entry", frag_leaf + 12 + 4, 0x5A, "extent block", false),
+        // small/a renamed (';'): sound. The '..' entry's name: not sound.
+        ("directory entry name", small_dir + 24 + 8, 0x5A, "directory block", true),
+        ("directory '..' name", small_dir + 12 + 8, 0x5A, "directory block", false),
+        // An index hash's continuation bit (e2fsck and the lookup ranges
+        // mask it): sound, and e2fsck agrees after the repair.
+        ("htree root hash", htree_root + 0x20 + 8, 0x01, "htree block", true),
     ];
-    for &(label, at, what, repairable) in cases {
+    for &(label, at, mask, what, repairable) in cases {
         let mut bytes = clean.clone();
-        bytes[at] ^= 0x5A;
+        bytes[at] ^= mask;
         let report = check(&bytes).unwrap();
         assert!(!report.clean(), "{label}: called clean");
         let finding = report.findings.iter().find(|f| f.what == what);
@@ -243,9 +247,22 @@ fn every_injected_corruption_is_reported_by_check_and_e2fsck() {
         let left = check(&bytes).unwrap().findings;
         if repairable {
             assert!(left.is_empty(), "{label}: repair left {left:?}");
+            std::fs::write(&image, &bytes).unwrap();
+            assert!(!e2fsck_reports(&image), "{label}: re-sealed, but e2fsck -fn still finds damage");
         } else {
             assert!(left.iter().any(|f| f.what == what && !f.repairable()), "{label}: damage was re-sealed");
         }
+    }
+    // An index hash past the next one, or past every name of the leaf it
+    // starts: the index is wrong, not its checksum.
+    for (label, hash) in [("htree hash past the next", 0xFFFF_FFF0u32), ("htree hash below the first", 2)] {
+        let mut bytes = clean.clone();
+        bytes[htree_root + 0x20 + 8..][..4].copy_from_slice(&hash.to_le_bytes());
+        let report = check(&bytes).unwrap();
+        let finding = report.findings.iter().find(|f| f.what == "htree block").expect("the root's checksum");
+        assert!(!finding.repairable(), "{label}: {finding:?}");
+        std::fs::write(&image, &bytes).unwrap();
+        assert!(e2fsck_reports(&image), "{label}: e2fsck -fn missed it");
     }
     // The clean image is clean for both.
     std::fs::write(&image, &clean).unwrap();
@@ -902,7 +919,8 @@ fn metadata_too_damaged_to_follow_is_an_error_naming_it() {
         (frag + 6, 6, "depth 6"),
         (root + 0x1C, 9 << 8, "inode 12 htree: dx_root info length 9"),
         (root + 0x1E, 2, "2 indirect levels"),
-        (root + 0x22, limit + 1, &format!("htree count {} / limit {limit} do not fit the block", limit + 1)),
+        // The index walk reads the root's entries: it refuses them first.
+        (root + 0x22, limit + 1, &format!("count {} / limit {limit} at block 0", limit + 1)),
     ];
     for (at, value, why) in cases {
         let mut bad = clean.clone();

@@ -2,21 +2,62 @@
 //! descriptors, its checksum recomputed and compared.
 
 use super::checksum::{self, INODE_CSUM_HI, INODE_CSUM_LO};
+use super::inode_rules::{self as rules, S_IFDIR, S_IFLNK, S_IFREG};
 use super::layout::{superblock_checksum, Features, Group, Layout, SUPER_OFFSET};
 use super::special;
 use super::structure::{self, Claim};
+use super::tree_rules::{self, Tree, ROOT};
 use super::{bytes, corrupt};
 use crate::le::{le16, le32};
 use crate::{crc32c, Error};
 use std::collections::{HashMap, HashSet};
 
-const INODE_FLAG_INDEX: u32 = 0x1000;
-const INODE_FLAG_EXTENTS: u32 = 0x8_0000;
-const INODE_FLAG_INLINE_DATA: u32 = 0x1000_0000;
-const INODE_FLAG_EA_INODE: u32 = 0x20_0000;
+const INODE_FLAG_INDEX: u32 = rules::FLAG_INDEX;
+const INODE_FLAG_EXTENTS: u32 = rules::FLAG_EXTENTS;
+const INODE_FLAG_INLINE_DATA: u32 = rules::FLAG_INLINE_DATA;
+const INODE_FLAG_EA_INODE: u32 = rules::FLAG_EA_INODE;
 const EXTENT_MAGIC: u16 = 0xF30A;
 /// Deeper extent trees than this are corrupt (ext4 allows 5 levels).
 const EXTENT_DEPTH_MAX: u16 = 5;
+/// Logical blocks an extent-mapped file can address (32-bit `ee_block`).
+const LOGICAL_BLOCKS: u64 = 1 << 32;
+const INCOMPAT_FILETYPE: u32 = 0x2;
+const RO_COMPAT_HUGE_FILE: u32 = 0x8;
+const RO_COMPAT_BIGALLOC: u32 = 0x200;
+
+/// The highest hash a name can have (0xFFFFFFFE is the end cookie).
+const HASH_MAX: u32 = 0xFFFF_FFFC;
+
+/// An htree directory's index, as [`Checker::htree_index_blocks`] reads it.
+#[derive(Default)]
+pub(super) struct HtreeIndex {
+    /// `dx_root_info.hash_version`.
+    version: u8,
+    /// Index blocks by logical block: the offset of their count/limit.
+    index: HashMap<u64, usize>,
+    /// Leaf blocks by logical block: the hashes their names must lie in.
+    ranges: HashMap<u64, (u32, u32)>,
+}
+
+/// What an inode's extent tree holds, gathered as it is walked.
+#[derive(Default)]
+pub(super) struct ExtentWalk {
+    /// Leaf extents (logical, physical, length).
+    pub leaves: Vec<(u32, u64, u16)>,
+    /// Index and leaf blocks below the root.
+    tree_blocks: u64,
+    /// Blocks the leaves map (unwritten ones too).
+    mapped: u64,
+    /// One past the last logical block mapped, and past the last written one.
+    end: u64,
+    written_end: u64,
+    /// One past the last leaf so far: the next must start at or after it.
+    next: u64,
+    /// Any unwritten extent.
+    unwritten: bool,
+    /// The first way the tree's shape is wrong.
+    damage: Option<String>,
+}
 
 /// One wrong checksum.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -124,6 +165,14 @@ pub(super) struct Checker<'a> {
     orphan_inum: Option<u64>,
     /// Inodes holding one large xattr value each (`ea_inode`).
     ea_inodes: u64,
+    /// `s_first_ino`: inodes below it (but the root) are the kernel's own.
+    first_ino: u64,
+    /// Inodes not named by any directory: journal, orphan file, quota files.
+    unnamed: HashSet<u64>,
+    /// The directory tree, for the link-count judgement after the scan.
+    tree: Tree,
+    /// The superblock's htree hash seed and flavour.
+    hash: super::hash::HashSetup,
 }
 
 /// Checks every metadata checksum of an ext4 image.
@@ -142,6 +191,13 @@ pub fn check(image: &[u8]) -> Result<Report, Error> {
         .filter(|&i| i != 0);
     let orphan_inum =
         (features.compat & Features::COMPAT_ORPHAN_FILE != 0).then(|| u64::from(le32(sb, 0x280))).filter(|&i| i != 0);
+    let first_ino = match le32(sb, 0x54) {
+        0 => 11, // revision 0
+        n => u64::from(n),
+    };
+    // s_usr_quota_inum, s_grp_quota_inum, s_prj_quota_inum.
+    let quota = [0x240, 0x244, 0x26C].map(|at| u64::from(le32(sb, at)));
+    let unnamed = journal_inum.into_iter().chain(orphan_inum).chain(quota).filter(|&i| i != 0).collect();
     let mut checker = Checker {
         image,
         layout,
@@ -152,6 +208,10 @@ pub fn check(image: &[u8]) -> Result<Report, Error> {
         journal_inum,
         orphan_inum,
         ea_inodes: 0,
+        first_ino,
+        unnamed,
+        tree: Tree::default(),
+        hash: super::hash::HashSetup::from_superblock(sb),
     };
     checker.superblock();
     checker.mmp()?;
@@ -164,9 +224,21 @@ pub fn check(image: &[u8]) -> Result<Report, Error> {
     for (inode, why) in checker.inode_damage {
         damage.entry(inode).or_insert(why);
     }
+    let verdict = checker.tree.judge(features.incompat & INCOMPAT_FILETYPE != 0);
+    for (inode, why) in verdict.damage {
+        damage.entry(inode).or_insert(why);
+    }
     for finding in &mut checker.report.findings {
-        if let Some(why) = finding.inode.and_then(|i| damage.get(&i)).filter(|_| finding.damage.is_none()) {
+        if finding.damage.is_some() {
+            continue;
+        }
+        if let Some(why) = finding.inode.and_then(|i| damage.get(&i)) {
             finding.damage = Some(why.clone());
+        } else if let Some(why) =
+            verdict.disagreement.as_ref().filter(|_| matches!(finding.what, "directory block" | "htree block"))
+        {
+            // Any directory block with a wrong checksum may be what broke the tree.
+            finding.damage = Some(format!("the directory tree disagrees with the inodes ({why})"));
         }
     }
     Ok(checker.report)
@@ -422,43 +494,71 @@ impl<'a> Checker<'a> {
             fix.push((at + INODE_CSUM_HI as u64, lo16(crc >> 16)));
         }
         self.report.checked.inodes += 1;
-        // Reserved inodes below s_first_ino are in use with no type.
-        let first_ino = match le32(&self.image[SUPER_OFFSET as usize..], 0x54) {
-            0 => 11, // revision 0
-            n => u64::from(n),
-        };
-        if inum >= first_ino && le16(raw, 0) & 0xF000 == 0 {
-            // Marked in use, but no file type: the bitmap or the inode is wrong.
-            self.inode_damage.entry(inum).or_insert_with(|| "marked in use but has no file type".into());
-        }
         if let Some(f) = self.finding("inode", format!("inode {inum}"), stored, crc, fix) {
             f.inode = Some(inum);
         }
+        let (mode, flags) = (le16(raw, 0), le32(raw, 0x20));
+        let file_type = rules::file_type(mode);
+        // Inodes below s_first_ino but the root are the kernel's own.
+        let reserved = inum < self.first_ino && inum != ROOT;
+        let features = self.layout.features;
+        if let Some(why) = rules::content(features, self.layout.inode_size as usize, raw, reserved) {
+            self.damage(inum, why);
+        }
+        if inum == ROOT && file_type != Some(S_IFDIR) {
+            self.damage(inum, "the root is not a directory".into());
+        }
+        if !reserved && !self.unnamed.contains(&inum) && flags & INODE_FLAG_EA_INODE == 0 {
+            if let Some(t) = file_type {
+                self.tree.nodes.insert(inum, (le16(raw, 0x1A), t));
+            }
+        }
 
         self.xattr_block(inum, raw)?;
-        let flags = le32(raw, 0x20);
         if flags & INODE_FLAG_EA_INODE != 0 {
             self.ea_inodes += 1;
         }
+        let is_dir = file_type == Some(S_IFDIR);
         if flags & INODE_FLAG_INLINE_DATA != 0 {
             // Inline data (a small file or directory) lives in the inode
             // and its system.data xattr: the inode checksum covers it.
+            if is_dir && !reserved {
+                self.inline_dir(inum, raw);
+            }
+            self.judge_blocks(inum, raw, None);
             return Ok(());
         }
-        let is_dir = le16(raw, 0) & 0xF000 == 0x4000;
         let special = Some(inum) == self.journal_inum || Some(inum) == self.orphan_inum;
-        let leaves = if flags & INODE_FLAG_EXTENTS != 0 {
-            let mut leaves = Vec::new();
-            self.extent_node(inum, seed, &raw[0x28..0x28 + 60], None, EXTENT_DEPTH_MAX, &mut leaves)?;
-            leaves
+        let walk = if flags & INODE_FLAG_EXTENTS != 0 {
+            let mut walk = ExtentWalk::default();
+            let root = &raw[rules::I_BLOCK..rules::I_BLOCK + 60];
+            self.extent_node(inum, seed, root, None, (0, LOGICAL_BLOCKS), &mut walk)?;
+            walk
         } else if is_dir || special {
             // Block-mapped (no `extents`): indirect blocks carry no
             // checksum, but the directory blocks they reach do.
-            self.block_map(inum, raw)?
+            let leaves = self.block_map(inum, raw)?;
+            if !reserved {
+                self.damage(inum, "block-mapped: its block counts are not judged here".into());
+            }
+            ExtentWalk { leaves, ..ExtentWalk::default() }
         } else {
+            let maps_blocks = (0..15).any(|i| le32(raw, rules::I_BLOCK + 4 * i) != 0);
+            let fast_symlink = file_type == Some(S_IFLNK) && rules::size(raw) < 60;
+            if !reserved && maps_blocks && matches!(file_type, Some(S_IFREG | S_IFLNK)) && !fast_symlink {
+                // Their blocks are not walked, so nothing about them is proven sound.
+                self.damage(inum, "block-mapped: its blocks are not judged here".into());
+            } else if !reserved {
+                self.judge_blocks(inum, raw, None);
+            }
             return Ok(());
         };
+        let leaves = walk.leaves.clone();
+        // Blocks outside the filesystem or free first: the most specific damage is named.
         self.claim_leaves(inum, &leaves)?;
+        if !reserved {
+            self.judge_blocks(inum, raw, Some(&walk));
+        }
         if Some(inum) == self.journal_inum {
             self.journal_superblock(inum, &leaves)?;
         }
@@ -470,40 +570,196 @@ impl<'a> Checker<'a> {
             // the root (logical block 0) and the interior nodes are index
             // blocks whatever their last bytes say (a root the kernel made
             // by make_indexed_dir keeps the old leaf's dirent tail).
-            let index =
-                if flags & INODE_FLAG_INDEX != 0 { self.htree_index_blocks(inum, &leaves)? } else { HashMap::new() };
+            let htree =
+                if flags & INODE_FLAG_INDEX != 0 { Some(self.htree_index_blocks(inum, &leaves)?) } else { None };
             for (logical, physical, len) in leaves {
                 for k in 0..u64::from(len) {
                     let logical = u64::from(logical) + k;
-                    let count_offset = index.get(&logical).copied();
-                    self.dir_block(inum, seed, count_offset, logical, physical + k)?;
+                    self.dir_block(inum, seed, htree.as_ref(), logical, physical + k)?;
                 }
             }
         }
         Ok(())
     }
 
+    /// Notes why inode `inum` (and every structure of its) is damaged; the first reason stays.
+    fn damage(&mut self, inum: u64, why: String) {
+        self.inode_damage.entry(inum).or_insert(why);
+    }
+
+    /// An inline directory's entries: the parent in the first four bytes
+    /// of `i_block`, entries in the rest and in the `system.data` value.
+    fn inline_dir(&mut self, inum: u64, raw: &[u8]) {
+        let data = match rules::inline_data(self.layout.inode_size as usize, raw) {
+            Ok(data) => data,
+            Err(why) => return self.damage(inum, why),
+        };
+        let parent = u64::from(le32(&data, 0));
+        let mut why = None;
+        for region in [&data[4..60], &data[60..]] {
+            match tree_rules::entries(region, region.len(), "the end of the inline data") {
+                Ok(list) => {
+                    let first_ino = self.first_ino;
+                    let local = self.tree.inline(inum, parent, &list, first_ino);
+                    why = why.or(local).or_else(|| self.entries_in_use(&list));
+                }
+                Err(e) => why = why.or(Some(e)),
+            }
+        }
+        if let Some(why) = why {
+            self.damage(inum, why);
+        }
+    }
+
+    /// The first entry naming an inode out of range or not in use.
+    fn entries_in_use(&self, list: &[tree_rules::Entry]) -> Option<String> {
+        list.iter().filter(|e| e.inode != 0).find_map(|e| {
+            if e.inode > self.layout.inodes_count {
+                Some(format!("directory entry at byte {}: inode {} beyond {}", e.at, e.inode, self.layout.inodes_count))
+            } else if !self.inode_in_use(e.inode) {
+                Some(format!("directory entry at byte {}: inode {} is not in use", e.at, e.inode))
+            } else {
+                None
+            }
+        })
+    }
+
+    /// `i_size` and `i_blocks` against the blocks the inode maps, as
+    /// e2fsck's `check_blocks` (`walk`: the extent tree; `None`: no
+    /// blocks — inline data, a fast symlink, a device).
+    fn judge_blocks(&mut self, inum: u64, raw: &[u8], walk: Option<&ExtentWalk>) {
+        let l = &self.layout;
+        let (bs, features) = (l.block_size, l.features);
+        let (mode, flags) = (le16(raw, 0), le32(raw, 0x20));
+        let file_type = rules::file_type(mode);
+        let size = rules::size(raw);
+        let xattr_block = u64::from(le32(raw, 0x68) != 0 || le16(raw, 0x76) != 0);
+        let empty = ExtentWalk::default();
+        let w = walk.unwrap_or(&empty);
+        if let Some(why) = &w.damage {
+            return self.damage(inum, why.clone());
+        }
+        let huge = features.ro_compat & RO_COMPAT_HUGE_FILE != 0;
+        let stored = u64::from(le32(raw, 0x1C)) | if huge { u64::from(le16(raw, 0x74)) << 32 } else { 0 };
+        // Bigalloc charges whole clusters: each one the leaves touch, each
+        // tree block's and the xattr block's.
+        let ratio = l.blocks_per_group / l.clusters_per_group;
+        let blocks = if features.ro_compat & RO_COMPAT_BIGALLOC != 0 && ratio > 1 {
+            let mut clusters = HashSet::new();
+            for &(_, start, len) in &w.leaves {
+                if len > 0 {
+                    clusters.extend(start / ratio..=(start + u64::from(len) - 1) / ratio);
+                }
+            }
+            (clusters.len() as u64 + w.tree_blocks + xattr_block) * ratio
+        } else {
+            w.tree_blocks + w.mapped + xattr_block
+        };
+        let counted = if huge && flags & rules::FLAG_HUGE_FILE != 0 { blocks } else { blocks * (bs / 512) };
+        // ea_inode values are charged to their owner's i_blocks: not judged.
+        if stored != counted && features.incompat & Features::INCOMPAT_EA_INODE == 0 {
+            return self.damage(inum, format!("i_blocks {stored}, but it maps {counted} 512-byte sectors"));
+        }
+        let why = match file_type {
+            Some(S_IFDIR) if flags & INODE_FLAG_INLINE_DATA != 0 => {
+                let inline = rules::inline_data(l.inode_size as usize, raw).map(|d| d.len() as u64);
+                (inline != Ok(size)).then(|| format!("an inline directory of size {size} holding {inline:?} bytes"))
+            }
+            Some(S_IFDIR) => {
+                let prealloc = u64::from(self.image[SUPER_OFFSET as usize + 0xCD]);
+                if walk.is_some() && w.mapped == 0 {
+                    Some("a directory with no blocks".into())
+                } else if w.unwritten {
+                    Some("a directory with unwritten extents".into())
+                } else if !size.is_multiple_of(bs) {
+                    Some(format!("a directory of size {size}, not a whole number of blocks"))
+                } else if size / bs > w.end || w.end - size / bs > prealloc {
+                    Some(format!("a directory of size {size} mapping {} blocks", w.end))
+                } else {
+                    None
+                }
+            }
+            Some(S_IFLNK) if size >= 60 && flags & INODE_FLAG_INLINE_DATA == 0 => self.slow_symlink(size, w),
+            _ if w.written_end > 0 && size < (w.written_end - 1) * bs => {
+                Some(format!("size {size}, but block {} is written", w.written_end - 1))
+            }
+            _ if size > LOGICAL_BLOCKS * bs - 1 => Some(format!("size {size} is past what extents address")),
+            _ => None,
+        };
+        if let Some(why) = why {
+            self.damage(inum, why);
+        }
+    }
+
+    /// A slow symlink: one block at logical 0, its target NUL-terminated
+    /// within it and as long as the size (`e2fsck_pass1_check_symlink`).
+    fn slow_symlink(&self, size: u64, w: &ExtentWalk) -> Option<String> {
+        let bs = self.layout.block_size;
+        let [(0, physical, 1)] = w.leaves[..] else {
+            return Some(format!("a symlink of size {size} with {} extents", w.leaves.len()));
+        };
+        if w.tree_blocks != 0 || size >= bs {
+            return Some(format!("a symlink of size {size} in a {bs}-byte block"));
+        }
+        let target = self.block(physical, &|| String::new()).ok()?;
+        let len = target.iter().position(|&b| b == 0).unwrap_or(target.len()) as u64;
+        (len != size).then(|| format!("a symlink of size {size} whose target is {len} bytes"))
+    }
+
     /// An extent tree node (the 60-byte root in the inode when `block` is
-    /// `None`); collects leaf extents (logical, physical, length).
+    /// `None`) whose entries must lie in `range` of logical blocks; its
+    /// leaves and shape go into `walk`.
     fn extent_node(
         &mut self,
         inum: u64,
         seed: u32,
         node: &[u8],
         block: Option<u64>,
-        depth_left: u16,
-        leaves: &mut Vec<(u32, u64, u16)>,
+        range: (u64, u64),
+        walk: &mut ExtentWalk,
+    ) -> Result<(), Error> {
+        self.extent_node_at(inum, seed, node, block, None, range, walk)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn extent_node_at(
+        &mut self,
+        inum: u64,
+        seed: u32,
+        node: &[u8],
+        block: Option<u64>,
+        depth_expected: Option<u16>,
+        (start, end): (u64, u64),
+        walk: &mut ExtentWalk,
     ) -> Result<(), Error> {
         let where_ = || match block {
             Some(b) => format!("inode {inum} extent block {b}"),
             None => format!("inode {inum} extent root"),
         };
         let (magic, entries, max, depth) = (le16(node, 0), le16(node, 2), le16(node, 4), le16(node, 6));
-        if magic != EXTENT_MAGIC || entries > max || 12 + 12 * usize::from(max) > node.len() || depth > depth_left {
+        let depth_max = depth_expected.unwrap_or(EXTENT_DEPTH_MAX);
+        if magic != EXTENT_MAGIC || entries > max || 12 + 12 * usize::from(max) > node.len() || depth > depth_max {
             return Err(corrupt(
                 &where_(),
                 format!("bad extent header (magic {magic:#06x}, {entries}/{max} entries, depth {depth})"),
             ));
+        }
+        let mut shape = |why: String| {
+            walk.damage.get_or_insert_with(|| format!("{}: {why}", where_()));
+        };
+        // As ext2fs_extent_header_verify: eh_max within 2 of what the node holds.
+        let holds = (node.len() - 12) / 12;
+        if usize::from(max) + 2 < holds {
+            shape(format!("eh_max {max}, but the node holds {holds}"));
+        }
+        if depth_expected.is_some_and(|d| d != depth) {
+            shape(format!("depth {depth} below a node of depth {}", depth_expected.unwrap_or(0) + 1));
+        }
+        if block.is_some() && entries == 0 {
+            shape("an extent block with no entries".into());
+        }
+        if block.is_some() && entries > 0 && u64::from(le32(node, 12)) != start {
+            shape(format!("its first entry starts at {}, its index at {start}", le32(node, 12)));
         }
         if let Some(b) = block {
             let tail = 12 + 12 * usize::from(max);
@@ -511,6 +767,7 @@ impl<'a> Checker<'a> {
             let computed = crc32c::raw_update(seed, &node[..tail]);
             let at = b * self.layout.block_size + tail as u64;
             self.report.checked.extent_blocks += 1;
+            walk.tree_blocks += 1;
             self.claims.push(Claim { start: b, len: 1, inode: inum });
             if let Some(f) = self.finding(
                 "extent block",
@@ -522,18 +779,45 @@ impl<'a> Checker<'a> {
                 f.inode = Some(inum);
             }
         }
+        let first = |e: usize| u64::from(le32(node, 12 + 12 * e));
         for e in 0..usize::from(entries) {
             let entry = &node[12 + 12 * e..24 + 12 * e];
-            let first = le32(entry, 0);
+            let logical = first(e);
             if depth == 0 {
-                let len = le16(entry, 4);
-                let len = if len > 32768 { len - 32768 } else { len };
-                let start = u64::from(le32(entry, 8)) | u64::from(le16(entry, 6)) << 32;
-                leaves.push((first, start, len));
+                let raw_len = le16(entry, 4);
+                let unwritten = raw_len > 32768;
+                let len = if unwritten { raw_len - 32768 } else { raw_len };
+                let physical = u64::from(le32(entry, 8)) | u64::from(le16(entry, 6)) << 32;
+                let last = logical + u64::from(len);
+                let mut shape = |why: String| {
+                    walk.damage.get_or_insert_with(|| format!("{}: {why}", where_()));
+                };
+                if len == 0 {
+                    shape(format!("an extent of length 0 at logical {logical}"));
+                } else if logical < walk.next || logical < start {
+                    shape(format!("extent at logical {logical} overlaps or is out of order"));
+                } else if last > end {
+                    shape(format!("extent {logical}..{last} runs past its index's {end}"));
+                }
+                walk.next = walk.next.max(last);
+                walk.end = walk.end.max(last);
+                walk.mapped += u64::from(len);
+                walk.unwritten |= unwritten;
+                if !unwritten {
+                    walk.written_end = walk.written_end.max(last);
+                }
+                walk.leaves.push((logical as u32, physical, len));
             } else {
                 let child = u64::from(le32(entry, 4)) | u64::from(le16(entry, 8)) << 32;
+                let child_end = if e + 1 < usize::from(entries) { first(e + 1) } else { end };
+                if logical < start || child_end <= logical {
+                    walk.damage.get_or_insert_with(|| {
+                        format!("{}: index at logical {logical} out of order (next at {child_end})", where_())
+                    });
+                    continue;
+                }
                 let data = self.block(child, &where_)?;
-                self.extent_node(inum, seed, data, Some(child), depth - 1, leaves)?;
+                self.extent_node_at(inum, seed, data, Some(child), Some(depth - 1), (logical, child_end), walk)?;
             }
         }
         Ok(())
@@ -556,58 +840,105 @@ impl<'a> Checker<'a> {
         Ok(())
     }
 
-    /// The index blocks of an htree directory, by logical block, with the
-    /// offset of their count/limit header: the root (logical 0, after its
-    /// `dx_root_info`) and, level by level down to `indirect_levels`, the
-    /// interior nodes its entries point at (after an 8-byte empty dirent).
-    fn htree_index_blocks(&self, inum: u64, leaves: &[(u32, u64, u16)]) -> Result<HashMap<u64, usize>, Error> {
+    /// The index of an htree directory: its index blocks by logical block,
+    /// with the offset of their count/limit header — the root (logical 0,
+    /// after its `dx_root_info`) and, level by level down to
+    /// `indirect_levels`, the interior nodes its entries point at (after an
+    /// 8-byte empty dirent) — and the hash range each leaf's names must lie
+    /// in. Hashes out of order and blocks referenced twice or not at all
+    /// are the directory's damage (e2fsck's pass 2 rebuilds such an index).
+    fn htree_index_blocks(&mut self, inum: u64, leaves: &[(u32, u64, u16)]) -> Result<HtreeIndex, Error> {
         let bs = self.layout.block_size as usize;
         let physical = |logical: u64| special::physical(leaves, logical);
         let where_ = || format!("inode {inum} htree");
         let root_block = physical(0).ok_or_else(|| corrupt(&where_(), "no block 0".into()))?;
         let root = self.block(root_block, &where_)?;
-        let (info_length, levels) = (usize::from(root[0x1D]), root[0x1E]);
+        let (version, info_length, levels) = (root[0x1C], usize::from(root[0x1D]), root[0x1E]);
         // As dx_probe: indirect_levels below ext4_dir_htree_level (3 index
         // levels with large_dir, else 2).
         let htree_levels = if self.layout.features.incompat & Features::INCOMPAT_LARGEDIR != 0 { 3 } else { 2 };
         if info_length != 8 || levels >= htree_levels {
             return Err(corrupt(&where_(), format!("dx_root info length {info_length}, {levels} indirect levels")));
         }
-        let mut index = HashMap::from([(0u64, 0x18 + info_length)]);
-        let mut level = vec![(0u64, 0x18 + info_length)];
-        for _ in 0..levels {
+        let mut htree = HtreeIndex { version, ..HtreeIndex::default() };
+        htree.index.insert(0, 0x18 + info_length);
+        let mut damage = None;
+        // (logical, count offset, lowest hash, highest hash) of each node of a level.
+        let mut level = vec![(0u64, 0x18 + info_length, 0u32, HASH_MAX)];
+        for depth in 0..=levels {
             let mut next = Vec::new();
-            for (logical, count_offset) in level {
+            for (logical, count_offset, lo, hi) in level {
                 let block = physical(logical).ok_or_else(|| corrupt(&where_(), format!("no block {logical}")))?;
                 let node = self.block(block, &where_)?;
                 let (limit, count) = (usize::from(le16(node, count_offset)), usize::from(le16(node, count_offset + 2)));
                 if count > limit || count_offset + 8 * limit > bs {
                     return Err(corrupt(&where_(), format!("count {count} / limit {limit} at block {logical}")));
                 }
+                // Entry 0's hash is its node's lowest; the others' low bit marks a continued run.
+                let hash = |e: usize| if e == 0 { lo } else { le32(node, count_offset + 8 * e) & !1 };
                 for e in 0..count {
+                    let (from, to) = (hash(e), if e + 1 < count { hash(e + 1) } else { hi });
+                    if from < lo || from > hi || (e > 0 && from < hash(e - 1)) {
+                        damage.get_or_insert_with(|| format!("htree block {logical}: hashes out of order"));
+                    }
                     // Entry 0's block follows count/limit; entry e's follows its hash.
-                    let child = u64::from(le32(node, count_offset + 8 * e + 4));
-                    if index.insert(child, 8).is_none() {
-                        next.push((child, 8));
+                    let child = u64::from(le32(node, count_offset + 8 * e + 4)) & 0x0FFF_FFFF;
+                    let twice = if depth < levels {
+                        next.push((child, 8, from, to));
+                        htree.index.insert(child, 8).is_some()
+                    } else {
+                        htree.ranges.insert(child, (from, to)).is_some()
+                    };
+                    if twice || child == 0 {
+                        damage.get_or_insert_with(|| format!("htree: block {child} is referenced twice"));
                     }
                 }
             }
             level = next;
         }
-        Ok(index)
+        let blocks = leaves.iter().map(|&(first, _, len)| u64::from(first) + u64::from(len)).max().unwrap_or(0);
+        if let Some(b) = (1..blocks).find(|b| !htree.index.contains_key(b) && !htree.ranges.contains_key(b)) {
+            damage.get_or_insert_with(|| format!("htree: block {b} is in no index"));
+        }
+        if let Some(why) = damage {
+            self.damage(inum, why);
+        }
+        Ok(htree)
+    }
+
+    /// An indexed directory's leaf: each name's hash inside the range its
+    /// index gives the block.
+    fn htree_leaf(&self, htree: &HtreeIndex, logical: u64, list: &[tree_rules::Entry]) -> Option<String> {
+        let Some(&(lo, hi)) = htree.ranges.get(&logical) else {
+            return Some(format!("htree: block {logical} is in no index"));
+        };
+        for e in list.iter().filter(|e| e.inode != 0) {
+            let Some((hash, _)) = self.hash.hash(htree.version, e.name) else {
+                return Some(format!("htree hash version {} is not judged here", htree.version));
+            };
+            if hash < lo || hash > hi {
+                return Some(format!(
+                    "the name at byte {} hashes to {hash:#010x}, outside {lo:#010x}..={hi:#010x}",
+                    e.at
+                ));
+            }
+        }
+        None
     }
 
     fn dir_block(
         &mut self,
         inum: u64,
         seed: u32,
-        index_count_offset: Option<usize>,
+        htree: Option<&HtreeIndex>,
         logical: u64,
         block: u64,
     ) -> Result<(), Error> {
+        let index_count_offset = htree.and_then(|h| h.index.get(&logical).copied());
         let bs = self.layout.block_size as usize;
         let data = self.block(block, &|| format!("inode {inum} directory block {block}"))?;
         let location = format!("inode {inum} block {block} (logical {logical})");
+        let first_ino = self.first_ino;
         let Some(count_offset) = index_count_offset else {
             let tail = &data[bs - 12..];
             let has_tail = le32(tail, 0) == 0 && le16(tail, 4) == 12 && tail[6] == 0 && tail[7] == 0xDE;
@@ -618,11 +949,20 @@ impl<'a> Checker<'a> {
             let computed = crc32c::raw_update(seed, &data[..bs - 12]);
             let at = block * bs as u64 + bs as u64 - 4;
             self.report.checked.dir_blocks += 1;
-            // Only a wrong checksum needs the entries judged (each entry's
-            // inode looked up in its bitmap).
-            let damage = (le32(tail, 8) != computed)
-                .then(|| structure::dirents(&self.layout, data, bs - 12, &|inum| self.inode_in_use(inum)))
-                .flatten();
+            // Every block feeds the tree; the local judgement matters only
+            // to a block whose checksum is wrong.
+            let damage = match tree_rules::entries(data, bs - 12, "the checksum tail") {
+                Ok(list) => {
+                    let local = self.tree.block(inum, logical, &list, first_ino);
+                    let leaf = htree.and_then(|h| self.htree_leaf(h, logical, &list));
+                    if let Some(why) = &leaf {
+                        // A name outside its range misleads every lookup: the index is wrong.
+                        self.damage(inum, why.clone());
+                    }
+                    local.or(leaf).or_else(|| self.entries_in_use(&list))
+                }
+                Err(why) => Some(why),
+            };
             if let Some(f) = self.finding(
                 "directory block",
                 location,
@@ -646,7 +986,19 @@ impl<'a> Checker<'a> {
         let computed = crc32c::raw_update(crc, &[0; 4]);
         let at = block * bs as u64 + tail_at as u64 + 4;
         self.report.checked.htree_blocks += 1;
-        let damage = structure::htree_counts(bs, count_offset, limit, count);
+        let mut damage = structure::htree_counts(bs, count_offset, limit, count);
+        if logical == 0 {
+            // The root holds '.' (12 bytes) and '..' (the rest) ahead of its index.
+            let root = [&data[..12], &data[12..24]].concat();
+            let mut dots = root.clone();
+            dots[16..18].copy_from_slice(&12u16.to_le_bytes());
+            let local = match tree_rules::entries(&dots, 24, "the htree root's '..'") {
+                Ok(list) => self.tree.block(inum, 0, &list, first_ino),
+                Err(why) => Some(why),
+            };
+            let dotdot = usize::from(le16(&root, 16));
+            damage = damage.or(local).or_else(|| (dotdot != bs - 12).then(|| format!("'..' record length {dotdot}")));
+        }
         if let Some(f) = self.finding(
             "htree block",
             location,

@@ -23,9 +23,12 @@
 
 mod check;
 pub mod checksum;
+pub mod hash;
+mod inode_rules;
 mod layout;
 mod special;
 mod structure;
+mod tree_rules;
 
 pub use check::{check, Checked, Finding, Report, Unchecked};
 pub use layout::{Features, Group, Layout};

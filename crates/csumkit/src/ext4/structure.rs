@@ -7,7 +7,6 @@
 //! Each check returns why a structure is damaged, or `None`.
 
 use super::layout::Layout;
-use crate::le::{le16, le32};
 use std::collections::HashMap;
 
 /// One run of blocks an inode claims: a leaf extent or an extent tree block;
@@ -61,39 +60,6 @@ pub(super) fn shared_blocks(claims: &mut [Claim]) -> HashMap<u64, String> {
         reach = Some(claim);
     }
     damaged
-}
-
-/// Directory entries of a leaf block with a checksum tail: each inside the
-/// block, record lengths 4-aligned and large enough for their names, inode
-/// numbers in range and marked in use (`in_use`: its inode bitmap bit), the
-/// last ending exactly at the tail.
-pub(super) fn dirents(layout: &Layout, data: &[u8], end: usize, in_use: &dyn Fn(u64) -> bool) -> Option<String> {
-    let mut at = 0usize;
-    while at < end {
-        if at + 8 > end {
-            return Some(format!("a directory entry at byte {at} runs into the checksum tail"));
-        }
-        let inode = u64::from(le32(data, at));
-        // 64 KiB blocks spell a 65536-byte record 0 or 65535
-        // (`ext4_rec_len_from_disk`); with a tail no record is that long,
-        // so those are as wrong as any other length that does not fit.
-        let rec_len = usize::from(le16(data, at + 4));
-        let name_len = usize::from(data[at + 6]);
-        if rec_len < 12 || !rec_len.is_multiple_of(4) || at + rec_len > end {
-            return Some(format!("directory entry at byte {at}: record length {rec_len} does not fit the block"));
-        }
-        if 8 + name_len > rec_len {
-            return Some(format!("directory entry at byte {at}: a {name_len}-byte name in a {rec_len}-byte record"));
-        }
-        if inode > layout.inodes_count {
-            return Some(format!("directory entry at byte {at}: inode {inode} beyond {}", layout.inodes_count));
-        }
-        if inode != 0 && !in_use(inode) {
-            return Some(format!("directory entry at byte {at}: inode {inode} is not in use"));
-        }
-        at += rec_len;
-    }
-    None
 }
 
 /// An htree node's limit must be what its block holds (the kernel's
