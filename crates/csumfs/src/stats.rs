@@ -70,7 +70,7 @@ pub struct Stats {
     /// …or, where the log cannot grow, written through to the image
     /// instead (not atomic).
     pub log_write_through: AtomicU64,
-    /// File data blocks whose PI the device checked on read (seed 004).
+    /// File data blocks whose PI the device checked on read.
     pub pi_blocks_verified: AtomicU64,
     /// File data blocks read unchecked on a PI device (never written
     /// through it: escape PI; or the ByteLog held newer bytes for their
@@ -84,7 +84,7 @@ pub struct Stats {
 }
 
 impl Stats {
-    /// One line per seed, for `csumkit mount --stats`; `pi`: the PI
+    /// One line per component, for `csumkit mount --stats`; `pi`: the PI
     /// device's counters when the volume is on one; `log_on`: where the
     /// ByteLog lives ([`crate::Volume::log_on`]), `None` without one;
     /// `private_copy`: [`crate::Volume::private_copy_bytes`].
@@ -96,15 +96,15 @@ impl Stats {
     ) -> String {
         let g = Stats::get;
         format!(
-            "seed 000 incremental checksums: {} metadata checksum updates moved by flip_range/splice, {} recomputed in full\n\
-             seed 001 ByteLog on {}: {} metadata commits in {} records, {} bytes persisted ({} per commit), \
+            "metadata checksums: {} updated incrementally (flip_range, splice), {} recomputed in full\n\
+             ByteLog on {}: {} metadata commits in {} records, {} bytes persisted ({} per commit), \
              {} fsyncs ({} of them synchronous changes: chattr +S/+D, -o sync/dirsync) answered by {} syncs (group commit), {} checkpoints ({} of them to give a commit room), {} commits too large for the log logged in a log grown for them and {} written through, {} KiB of the image held in memory until the next checkpoint\n\
-             seed 002 data checksums: {} blocks checksummed on write ({} while their write was under way, {} written in part and spliced), \
+             data checksums: {} blocks checksummed on write ({} while their write was under way, {} written in part and spliced), \
              {} verified on read, {} mismatches (EIO), {} carried by ByteLog commits, {} tree commits ({} of them in place of logging a large write's checksums) writing {} bytes, \
-             {} intent-list flushes\n\
-             seed 003 xattr name filter: {} absent-name lookups answered from the filter, {} searched the xattrs \
+             {} flushes of the list of blocks whose new checksums are durable ahead of their data\n\
+             xattr name filter: {} absent-name lookups answered from the filter, {} searched the xattrs \
              ({} xattr block reads)\n\
-             seed 004 PI offload: {}\n",
+             PI offload: {}\n",
             g(&self.csum_incremental),
             g(&self.csum_full),
             log_on.unwrap_or("nothing (off: metadata written in place)"),

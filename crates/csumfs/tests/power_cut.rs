@@ -794,9 +794,9 @@ fn a_fold_keeps_the_blocks_rewritten_in_place_announced() {
         run(15, "4096", Workload::Given(ops, "24M"), 1, None, 32 << 10);
     eprintln!(
         "power cuts around folds after in-place rewrites: {cuts} replayed ({sidecar_cuts} before a sidecar flush), \
-         {judged} judged by e2fsck -fn, {verified} blocks verified; {in_place} intent-list flushes, {folds} folds"
+         {judged} judged by e2fsck -fn, {verified} blocks verified; {in_place} ahead-of-data list flushes, {folds} folds"
     );
     assert!(folds >= 4, "only {folds} folds");
     // (Ten since a log commit keeps a short intent list: sixteen before.)
-    assert!(in_place >= 8, "only {in_place} intent-list flushes: the rewrites were not in place");
+    assert!(in_place >= 8, "only {in_place} ahead-of-data list flushes: the rewrites were not in place");
 }

@@ -57,14 +57,14 @@ pub struct GetxattrArgs {
 }
 
 pub fn run(command: ErofsCommand) -> ExitCode {
-    let result = match &command {
-        ErofsCommand::Ls(args) => ls(args),
-        ErofsCommand::Getxattr(args) => getxattr(args),
-        ErofsCommand::Check(args) => check(&args.image, args.json),
-        ErofsCommand::AddFilter(args) => add_filter(&args.image),
+    let (result, image) = match &command {
+        ErofsCommand::Ls(args) => (ls(args), &args.image),
+        ErofsCommand::Getxattr(args) => (getxattr(args), &args.image),
+        ErofsCommand::Check(args) => (check(&args.image, args.json), &args.image),
+        ErofsCommand::AddFilter(args) => (add_filter(&args.image), &args.image),
     };
     result.unwrap_or_else(|e| {
-        eprintln!("csumkit erofs: {e}");
+        eprintln!("csumkit erofs: {}", crate::files::naming(image, &e.to_string()));
         ExitCode::from(2)
     })
 }

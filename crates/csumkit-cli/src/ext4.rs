@@ -14,26 +14,35 @@ use std::process::ExitCode;
 /// bitmap fix changes its descriptor's checksum, so two passes suffice).
 const REPAIR_PASSES_MAX: usize = 4;
 
+/// The exit status of the commands that write into an image, as coreutils'.
+const WRITE_EXIT: &str = "Exit status: 0 done; 1 a problem of the paths given (missing, existing, not a \
+directory, not empty, not permitted; for put, any entry not copied — named on stderr, the rest copied); \
+2 a problem of the image (unreadable, damaged, full, in use) or of the command line.";
+
 #[derive(Subcommand)]
 pub enum Ext4Command {
     /// Verify every metadata checksum; exit 1 when one is wrong.
     Check(CheckArgs),
     /// List a directory (or show one entry) like `ls -l`.
     Ls(crate::ext4_read::PathArgs),
-    /// Write a file's content to stdout.
-    Cat(crate::ext4_read::PathArgs),
+    /// Write a file's content to stdout (symlinks followed).
+    Cat(crate::ext4_read::CatArgs),
     /// Show an inode: type, mode, owner, size, times with nanoseconds.
     Stat(crate::ext4_read::PathArgs),
     /// Show extended attributes (all, or one with -n NAME).
     Getfattr(crate::ext4_read::GetfattrArgs),
+    #[command(after_help = WRITE_EXIT)]
     /// Copy a host file or directory tree into the image, like `cp -a`
     /// (directories, files with their holes, symlinks, devices, FIFOs,
     /// sockets, hard links, modes, owners, xattrs, times).
     Put(crate::ext4_write::PutArgs),
+    #[command(after_help = WRITE_EXIT)]
     /// Create a directory in the image.
     Mkdir(crate::ext4_write::MkdirArgs),
+    #[command(after_help = WRITE_EXIT)]
     /// Rename or move a file or directory in the image, like `mv`.
     Mv(crate::ext4_write::MvArgs),
+    #[command(after_help = WRITE_EXIT)]
     /// Remove a file (or, with -r, a directory tree) from the image.
     Rm(crate::ext4_write::RmArgs),
     /// Fold the ByteLog a stopped `csumkit mount` left (IMAGE.bytelog) into
@@ -75,7 +84,7 @@ pub fn run(command: Ext4Command) -> ExitCode {
     use crate::ext4_read::{run as read, Read};
     match &command {
         Ext4Command::Check(args) => check(args).unwrap_or_else(|e| {
-            eprintln!("csumkit ext4: {e}");
+            eprintln!("csumkit ext4: {}", crate::files::naming(&args.image, &e.to_string()));
             ExitCode::from(2)
         }),
         Ext4Command::Ls(args) => read(Read::Ls(args)),
@@ -178,6 +187,8 @@ fn checkpoint(args: &CheckpointArgs) -> ExitCode {
 /// file is written).
 fn scan(path: &Path) -> Result<Report, Error> {
     let image = crate::files::map_input(path)?;
+    // Not ext4 at all: say so before any mark in its bytes is believed.
+    ext4::Layout::parse(&image)?;
     if csumfs::undo_pending(&image) {
         return scan_undone(path, &image);
     }

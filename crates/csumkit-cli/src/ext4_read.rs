@@ -23,6 +23,17 @@ pub struct PathArgs {
 }
 
 #[derive(Args)]
+pub struct CatArgs {
+    /// The ext4 image (or device).
+    image: PathBuf,
+    /// The file inside it (absolute); symlinks are followed, as `cat` does.
+    path: String,
+    /// Read past wrong metadata checksums instead of failing on them.
+    #[arg(long)]
+    no_verify: bool,
+}
+
+#[derive(Args)]
 pub struct GetfattrArgs {
     #[command(flatten)]
     at: PathArgs,
@@ -34,32 +45,35 @@ pub struct GetfattrArgs {
 /// Which reading command.
 pub enum Read<'a> {
     Ls(&'a PathArgs),
-    Cat(&'a PathArgs),
+    Cat(&'a CatArgs),
     Stat(&'a PathArgs),
     Getfattr(&'a GetfattrArgs),
 }
 
+/// Symlinks followed in one path before it is `ELOOP` (the kernel's 40).
+const SYMLINK_HOPS_MAX: usize = 40;
+
 pub fn run(command: Read<'_>) -> ExitCode {
-    let args = match &command {
-        Read::Ls(a) | Read::Cat(a) | Read::Stat(a) => *a,
-        Read::Getfattr(g) => &g.at,
+    let (image, path, no_verify) = match &command {
+        Read::Ls(a) | Read::Stat(a) => (&a.image, &a.path, a.no_verify),
+        Read::Cat(a) => (&a.image, &a.path, a.no_verify),
+        Read::Getfattr(g) => (&g.at.image, &g.at.path, g.at.no_verify),
     };
-    let result = Volume::open(&args.image, Options { verify_checksums: !args.no_verify, ..Options::default() })
-        .and_then(|volume| {
-            let inode = volume.resolve(&args.path)?;
+    let result =
+        Volume::open(image, Options { verify_checksums: !no_verify, ..Options::default() }).and_then(|volume| {
             match &command {
-                Read::Ls(_) => ls(&volume, &inode, &args.path),
-                Read::Cat(_) => cat(&volume, &inode),
-                Read::Stat(_) => stat(&volume, &inode, &args.path),
-                Read::Getfattr(g) => getfattr(&volume, &inode, g.name.as_deref()),
+                Read::Cat(_) => cat(&volume, path),
+                Read::Ls(_) => ls(&volume, &volume.resolve(path)?, path),
+                Read::Stat(_) => stat(&volume, &volume.resolve(path)?, path),
+                Read::Getfattr(g) => getfattr(&volume, &volume.resolve(path)?, g.name.as_deref()),
             }
         });
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("csumkit ext4: {}: {e}", args.image.display());
+            eprintln!("csumkit ext4: {}", crate::files::naming(image, &e.to_string()));
             // A missing path or attribute is the answer, not a failure of the tool.
-            let missing = matches!(e, Error::NotFound(_) | Error::NotDir(_) | Error::NoData(_));
+            let missing = matches!(e, Error::NotFound(_) | Error::NotDir(_) | Error::IsDir(_) | Error::NoData(_));
             ExitCode::from(if missing { 1 } else { 2 })
         }
     }
@@ -121,18 +135,92 @@ fn line(volume: &Volume, inode: &Inode, name: &str) -> Result<String, Error> {
 fn ls(volume: &Volume, inode: &Inode, path: &str) -> Result<(), Error> {
     let mut out = std::io::stdout().lock();
     if !inode.is_dir() {
-        return writeln!(out, "{}", line(volume, inode, path)?).map_err(io);
+        return writeln!(out, "{}", line(volume, inode, &escaped(path.as_bytes()))?).map_err(io);
     }
     let mut entries = volume.read_dir(inode)?;
     entries.sort_by(|a, b| a.name.cmp(&b.name));
     for entry in entries {
         let child = volume.inode(entry.ino)?;
-        writeln!(out, "{}", line(volume, &child, &String::from_utf8_lossy(&entry.name))?).map_err(io)?;
+        writeln!(out, "{}", line(volume, &child, &escaped(&entry.name))?).map_err(io)?;
     }
     Ok(())
 }
 
-fn cat(volume: &Volume, inode: &Inode) -> Result<(), Error> {
+/// A name as `ls -b` prints it: C escapes for backslash, space, tab and
+/// newline, octal for other control bytes and for bytes that are not UTF-8,
+/// so that every name is one line and can be typed back.
+fn escaped(name: &[u8]) -> String {
+    let mut out = String::with_capacity(name.len());
+    for chunk in name.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            match c {
+                '\\' => out.push_str("\\\\"),
+                ' ' => out.push_str("\\ "),
+                '\n' => out.push_str("\\n"),
+                '\t' => out.push_str("\\t"),
+                c if c.is_control() => {
+                    let mut buf = [0u8; 4];
+                    c.encode_utf8(&mut buf).bytes().for_each(|b| out.push_str(&format!("\\{b:03o}")));
+                }
+                c => out.push(c),
+            }
+        }
+        chunk.invalid().iter().for_each(|b| out.push_str(&format!("\\{b:03o}")));
+    }
+    out
+}
+
+/// `path` with every symlink on it followed (relative targets from the
+/// link's directory), as the kernel's path walk does for `cat`.
+fn follow(volume: &Volume, path: &str) -> Result<Inode, Error> {
+    let mut path = path.to_string();
+    for _ in 0..=SYMLINK_HOPS_MAX {
+        let mut inode = volume.inode(csumfs::ROOT)?;
+        let components: Vec<&str> = path.split('/').filter(|c| !c.is_empty() && *c != ".").collect();
+        let mut redirected = None;
+        for (k, component) in components.iter().enumerate() {
+            if !inode.is_dir() {
+                return Err(Error::NotDir(path.clone()));
+            }
+            let entry = volume.lookup(&inode, component.as_bytes()).map_err(|e| match e {
+                Error::NotFound(_) => Error::NotFound(path.clone()),
+                other => other,
+            })?;
+            inode = volume.inode(entry.ino)?;
+            if inode.is_symlink() {
+                let target = String::from_utf8_lossy(&volume.read_link(&inode)?).into_owned();
+                let rest = components[k + 1..].join("/");
+                let base = if target.starts_with('/') { String::new() } else { components[..k].join("/") };
+                redirected = Some(format!("/{base}/{target}/{rest}"));
+                break;
+            }
+        }
+        match redirected {
+            Some(next) => path = next,
+            None => return Ok(inode),
+        }
+    }
+    Err(Error::Io {
+        context: format!("{path}: more than {SYMLINK_HOPS_MAX} symlinks"),
+        source: std::io::Error::from_raw_os_error(libc::ELOOP),
+    })
+}
+
+fn cat(volume: &Volume, path: &str) -> Result<(), Error> {
+    let inode = follow(volume, path)?;
+    if inode.is_dir() {
+        return Err(Error::IsDir(path.to_string()));
+    }
+    if !inode.is_file() {
+        let what = match inode.mode & 0o170_000 {
+            0o020_000 => "a character device",
+            0o060_000 => "a block device",
+            0o010_000 => "a FIFO",
+            _ => "a socket",
+        };
+        return Err(Error::Invalid(format!("{path} is {what}: its data is not in the image")));
+    }
+    let inode = &inode;
     let mut out = std::io::stdout().lock();
     let mut buf = vec![0u8; 1 << 20];
     let mut offset = 0;

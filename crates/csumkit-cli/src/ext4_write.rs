@@ -91,7 +91,7 @@ fn finish(image: &Path, result: Result<(), Error>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("csumkit ext4: {}: {e}", image.display());
+            eprintln!("csumkit ext4: {}", crate::files::naming(image, &e.to_string()));
             let usage = matches!(
                 e,
                 Error::NotFound(_)
@@ -188,7 +188,9 @@ pub fn put(args: &PutArgs) -> ExitCode {
         Some(name) => name.as_bytes().to_vec(),
         None => return finish(&args.image, Err(Error::Invalid("the source has no name".into()))),
     };
-    if let Err(e) = walk(&args.source, None, root_name, &mut sources) {
+    let image_id = std::fs::metadata(&args.image).ok().map(|m| (m.dev(), m.ino()));
+    let mut failed = 0u64;
+    if let Err(e) = walk(&args.source, None, root_name, image_id, &mut sources, &mut failed) {
         return finish(&args.image, Err(e));
     }
     let result = open_rw(&args.image).and_then(|mut volume| {
@@ -204,64 +206,156 @@ pub fn put(args: &PutArgs) -> ExitCode {
         sources[0].name = name;
         let bytes: u64 = sources.iter().filter(|s| s.meta.is_file()).map(|s| s.meta.len()).sum();
         let bar = progress_bar(bytes, &args.source);
-        copy_in(&mut volume, &sources, parent, bar.as_ref())?;
+        let copy_failed = copy_in(&mut volume, &sources, parent, bar.as_ref());
         if let Some(bar) = bar {
             bar.finish_and_clear();
         }
+        // What was copied is kept (and made durable) even when something failed.
         volume.sync()?;
-        println!(
-            "{}: copied {} files and directories ({bytes} bytes of file data) into {}",
-            args.image.display(),
-            sources.len(),
-            args.dest
-        );
+        let copy_failed = copy_failed?;
+        failed += copy_failed;
+        let copied = sources.len() as u64 - copy_failed;
+        let entries = if copied == 1 { "entry" } else { "entries" };
+        println!("{}: copied {copied} {entries} ({bytes} bytes of file data) into {}", args.image.display(), args.dest);
         Ok(())
     });
+    if result.is_ok() && failed > 0 {
+        eprintln!(
+            "csumkit ext4: {}: {failed} {} not copied (named above)",
+            args.image.display(),
+            if failed == 1 { "entry" } else { "entries" }
+        );
+        return ExitCode::from(1);
+    }
     finish(&args.image, result)
 }
 
 /// Appends `path` and, for a directory, everything below it (sorted by
-/// name) to `out`.
-fn walk(path: &Path, parent: Option<usize>, name: Vec<u8>, out: &mut Vec<Source>) -> Result<(), Error> {
+/// name) to `out`. As `cp -a`, an entry that cannot be read is named on
+/// stderr, counted in `failed` and left out, and the walk goes on; so is
+/// the image itself (`image`: its device and inode), never copied into
+/// itself. Only the top entry's failure is an error.
+fn walk(
+    path: &Path,
+    parent: Option<usize>,
+    name: Vec<u8>,
+    image: Option<(u64, u64)>,
+    out: &mut Vec<Source>,
+    failed: &mut u64,
+) -> Result<(), Error> {
     let host = |e: std::io::Error| Error::Io { context: path.display().to_string(), source: e };
-    let meta = std::fs::symlink_metadata(path).map_err(host)?;
-    let target = if meta.file_type().is_symlink() {
-        Some(std::fs::read_link(path).map_err(host)?.as_os_str().as_bytes().to_vec())
-    } else {
-        None
+    let read = || -> Result<Source, Error> {
+        let meta = std::fs::symlink_metadata(path).map_err(host)?;
+        if image == Some((meta.dev(), meta.ino())) {
+            return Err(Error::Invalid(format!("{}: the image itself is not copied into itself", path.display())));
+        }
+        let target = if meta.file_type().is_symlink() {
+            Some(std::fs::read_link(path).map_err(host)?.as_os_str().as_bytes().to_vec())
+        } else {
+            None
+        };
+        if meta.is_file() {
+            // Readable now, so the copy does not stop half way on permissions.
+            std::fs::File::open(path).map_err(host)?;
+        }
+        let xattrs = host_xattrs(path).map_err(host)?;
+        Ok(Source { path: path.to_path_buf(), parent, name, meta, target, xattrs })
     };
-    if meta.is_file() {
-        // Readable now, so the copy does not stop half way on permissions.
-        std::fs::File::open(path).map_err(host)?;
-    }
-    let xattrs = host_xattrs(path).map_err(host)?;
-    out.push(Source { path: path.to_path_buf(), parent, name, meta, target, xattrs });
-    if out.last().is_some_and(|s| s.meta.is_dir()) {
+    let source = match read() {
+        Ok(source) => source,
+        Err(e) if parent.is_none() => return Err(e),
+        Err(e) => {
+            eprintln!("csumkit ext4 put: {e}");
+            *failed += 1;
+            return Ok(());
+        }
+    };
+    let is_dir = source.meta.is_dir();
+    out.push(source);
+    if is_dir {
         let me = out.len() - 1;
-        let mut entries: Vec<_> = std::fs::read_dir(path).map_err(host)?.collect::<Result<_, _>>().map_err(host)?;
+        let entries = std::fs::read_dir(path).and_then(Iterator::collect::<Result<Vec<_>, _>>);
+        let mut entries = match entries {
+            Ok(entries) => entries,
+            Err(e) => {
+                eprintln!("csumkit ext4 put: {}: its entries cannot be listed: {e}", path.display());
+                *failed += 1;
+                return Ok(());
+            }
+        };
         entries.sort_by_key(std::fs::DirEntry::file_name);
         for entry in entries {
-            walk(&entry.path(), Some(me), entry.file_name().as_bytes().to_vec(), out)?;
+            walk(&entry.path(), Some(me), entry.file_name().as_bytes().to_vec(), image, out, failed)?;
         }
     }
     Ok(())
 }
 
+/// Whether a failure to copy one entry leaves the rest worth trying: the
+/// entry's own problem, not the volume's (no space, I/O, damage).
+fn entry_failure(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::Exists(_) | Error::NameTooLong(_) | Error::Invalid(_) | Error::Unsupported { .. } | Error::Permission(_)
+    ) || matches!(e, Error::Io { source, .. }
+        if !matches!(source.raw_os_error(), Some(libc::ENOSPC | libc::EIO | libc::EDQUOT | libc::EROFS)))
+}
+
 /// Makes every source entry in the image, in walk order (parents first);
-/// directories' times are set after their contents, at the end.
-fn copy_in(volume: &mut Volume, sources: &[Source], dest: u32, bar: Option<&ProgressBar>) -> Result<(), Error> {
-    let mut made: Vec<u32> = Vec::with_capacity(sources.len());
+/// directories' times are set after their contents, at the end. An entry
+/// that fails on its own is named on stderr and skipped with everything
+/// below it, and the copy goes on; returns how many were not copied. A
+/// failure of the volume itself stops it.
+fn copy_in(volume: &mut Volume, sources: &[Source], dest: u32, bar: Option<&ProgressBar>) -> Result<u64, Error> {
+    let mut made: Vec<Option<u32>> = Vec::with_capacity(sources.len());
     let mut links: HashMap<(u64, u64), u32> = HashMap::new();
+    let mut failed = 0;
     for s in sources {
-        let parent = s.parent.map_or(dest, |p| made[p]);
+        let parent = match s.parent {
+            None => Some(dest),
+            Some(p) => made[p],
+        };
+        let Some(parent) = parent else {
+            // Its directory was not made: named already.
+            failed += 1;
+            made.push(None);
+            continue;
+        };
+        match copy_one(volume, s, parent, &mut links, bar) {
+            Ok(ino) => made.push(Some(ino)),
+            Err(e) if entry_failure(&e) => {
+                eprintln!("csumkit ext4 put: {}: {e}", s.path.display());
+                failed += 1;
+                made.push(None);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    // Directories last, deepest first: their contents changed their mtime.
+    for (s, ino) in sources.iter().zip(&made).rev().filter(|(s, _)| s.meta.is_dir()) {
+        if let Some(ino) = ino {
+            set_times(volume, *ino, &s.meta)?;
+        }
+    }
+    Ok(failed)
+}
+
+/// One source entry made in directory `parent`; its inode.
+fn copy_one(
+    volume: &mut Volume,
+    s: &Source,
+    parent: u32,
+    links: &mut HashMap<(u64, u64), u32>,
+    bar: Option<&ProgressBar>,
+) -> Result<u32, Error> {
+    {
         let meta = &s.meta;
         let new = NewInode { mode: meta.mode() as u16, uid: meta.uid(), gid: meta.gid() };
         let kind = meta.file_type();
         if !kind.is_dir() && meta.nlink() > 1 {
             if let Some(&ino) = links.get(&(meta.dev(), meta.ino())) {
                 volume.link(ino, parent, &s.name)?;
-                made.push(ino);
-                continue;
+                return Ok(ino);
             }
         }
         let inode = if kind.is_dir() {
@@ -287,13 +381,8 @@ fn copy_in(volume: &mut Volume, sources: &[Source], dest: u32, bar: Option<&Prog
         if !kind.is_dir() {
             set_times(volume, inode.ino, meta)?;
         }
-        made.push(inode.ino);
+        Ok(inode.ino)
     }
-    // Directories last, deepest first: their contents changed their mtime.
-    for (s, &ino) in sources.iter().zip(&made).rev().filter(|(s, _)| s.meta.is_dir()) {
-        set_times(volume, ino, &s.meta)?;
-    }
-    Ok(())
 }
 
 /// A host `dev_t` in the encoding csumfs takes (Linux's `new_encode_dev`:

@@ -22,8 +22,10 @@ pub fn install_cleanup_handler() {
         if let Some(mut hook) = hook {
             return hook(); // e.g. `csumkit mount` unmounts, then exits in order
         }
-        remove_temporaries();
-        eprintln!("csumkit: interrupted; temporary files removed");
+        match remove_temporaries() {
+            0 => eprintln!("csumkit: interrupted"),
+            n => eprintln!("csumkit: interrupted; {n} unfinished output{} removed", if n == 1 { "" } else { "s" }),
+        }
         std::process::exit(130);
     });
 }
@@ -40,11 +42,13 @@ pub fn on_interrupt(hook: InterruptHook) {
     }
 }
 
-fn remove_temporaries() {
+/// Removes the registered temporary files; returns how many there were.
+fn remove_temporaries() -> usize {
     let paths = match TEMPORARIES.lock() {
         Ok(mut paths) => std::mem::take(&mut *paths),
         Err(poisoned) => std::mem::take(&mut *poisoned.into_inner()),
     };
+    let removed = paths.iter().filter(|path| path.exists()).count();
     for path in paths {
         if path.is_dir() {
             let _ = std::fs::remove_dir_all(path);
@@ -52,6 +56,7 @@ fn remove_temporaries() {
             let _ = std::fs::remove_file(path);
         }
     }
+    removed
 }
 
 /// A temporary file removed when this guard is dropped (also on panic) or
@@ -224,4 +229,16 @@ pub fn map_input(path: &Path) -> Result<memmap2::Mmap, Error> {
     // reader see inconsistent bytes, which the parsers report as damage.
     unsafe { memmap2::MmapOptions::new().len(len).map(&file) }
         .map_err(|source| Error::Io { context: format!("{}: map", path.display()), source })
+}
+
+/// `message` about `path`, prefixed with the path unless it names it
+/// already (an error from below often does): never "img: img: …".
+pub fn naming(path: &Path, message: &str) -> String {
+    let shown = path.display().to_string();
+    if message.starts_with(&shown) || message.contains(&format!(" {shown} ")) || message.contains(&format!(" {shown}:"))
+    {
+        message.to_string()
+    } else {
+        format!("{shown}: {message}")
+    }
 }

@@ -26,7 +26,7 @@ mod sum;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::process::ExitCode;
 
-/// Shown under every command's --help.
+/// Shown under the top-level --help.
 const AFTER_HELP: &str = "\
 Algorithms: crc32c, crc64nvme, crc16t10dif (case and '-' ignored; no aliases).
 Environment: CSUMKIT_BACKEND pins the CRC engine (a name `csumkit backend` lists);
@@ -61,13 +61,15 @@ enum Command {
     #[cfg(unix)]
     #[command(subcommand)]
     Erofs(erofs::ErofsCommand),
-    /// Check (and repair) the metadata_csum checksums of an ext4 image, or
-    /// read it without mounting: ls, cat, stat, getfattr.
+    /// ext4 images without mounting: check (and repair) their metadata_csum
+    /// checksums; read them (ls, cat, stat, getfattr); write into them (put,
+    /// mkdir, mv, rm); fold in a stopped mount's log (checkpoint).
     #[cfg(unix)]
     #[command(subcommand)]
     Ext4(ext4::Ext4Command),
     /// Serve an ext4 (metadata_csum) image over FUSE: csumfs, read-write.
     #[cfg(unix)]
+    #[command(override_usage = "csumkit mount [-f] [-o OPTIONS] IMAGE MOUNTPOINT\n       csumkit mount --stats DIR")]
     Mount(mount::MountArgs),
     /// Verify every file's data in an ext4 image against the checksums
     /// csumkit mount recorded (IMAGE.csums); name each bad block.
@@ -81,16 +83,17 @@ enum Command {
         /// The shell.
         shell: clap_complete::Shell,
     },
-    /// Print the man page (roff) of csumkit.
-    Man,
+    /// Print the man page (roff) of csumkit, or with DIR write csumkit.1
+    /// and one page per subcommand (csumkit-ext4-check.1, …) into DIR.
+    Man {
+        /// Where to write every page.
+        dir: Option<std::path::PathBuf>,
+    },
 }
 
-/// The command line with [`AFTER_HELP`] under every (sub)command's help.
+/// The command line, with [`AFTER_HELP`] under the top-level help.
 fn command() -> clap::Command {
-    fn with_help(command: clap::Command) -> clap::Command {
-        command.after_help(AFTER_HELP).mut_subcommands(with_help)
-    }
-    with_help(Cli::command())
+    Cli::command().after_help(AFTER_HELP)
 }
 
 fn main() -> ExitCode {
@@ -136,7 +139,16 @@ fn main() -> ExitCode {
             clap_complete::generate(shell, &mut command(), "csumkit", &mut std::io::stdout());
             ExitCode::SUCCESS
         }
-        Command::Man => match clap_mangen::Man::new(command()).render(&mut std::io::stdout()) {
+        Command::Man { dir: Some(dir) } => {
+            match std::fs::create_dir_all(&dir).and_then(|()| clap_mangen::generate_to(command(), &dir)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("csumkit: man: {}: {e}", dir.display());
+                    ExitCode::from(2)
+                }
+            }
+        }
+        Command::Man { dir: None } => match clap_mangen::Man::new(command()).render(&mut std::io::stdout()) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("csumkit: man: {e}");

@@ -26,28 +26,32 @@ pub struct MountArgs {
     /// An empty directory to mount it on.
     #[arg(required_unless_present = "stats")]
     mountpoint: Option<PathBuf>,
-    /// Print the per-seed counters of the csumkit mount at DIR and exit.
+    /// Print the counters of the csumkit mount at DIR (checksum updates,
+    /// log commits and fsyncs, data checksums, xattr filter, PI) and exit.
     #[arg(long, value_name = "DIR", conflicts_with_all = ["image", "mountpoint", "foreground", "options"])]
     stats: Option<PathBuf>,
     /// Stay in the foreground until unmounted (default: return once mounted).
     #[arg(short, long)]
     foreground: bool,
-    /// Mount options, comma-separated: ro, rw, allow_other,
-    /// default_permissions (always on), writeback_cache (buffered writes
-    /// gathered in the kernel's page cache: off), sync (every change durable
-    /// before it is answered, as if every inode were chattr +S), dirsync (the
-    /// same for directories' changes: chattr +D), uring=on|off (requests
-    /// through FUSE over io_uring where the kernel offers it — Linux 6.14+,
-    /// /sys/module/fuse/parameters/enable_uring = Y: on; then one thread per
-    /// CPU serves them), threads=N (the threads reading /dev/fuse: 2), ttl=SECONDS (1),
-    /// csum=incremental|full (how metadata checksums are kept),
-    /// datasum=on|off (data checksums in IMAGE.csums, verified on read: on),
-    /// log=PATH|off (metadata made durable through a ByteLog: IMAGE.bytelog;
-    /// off: written in place, fsync = fdatasync of the image),
-    /// pi[=LBA[/GUARD]] (the image is the data of an emulated PI device, its
-    /// PI in IMAGE.pi: the device generates and checks a guard and reference
-    /// tag per block — no data checksums; LBA e.g. 4096+8 (default; the block
-    /// size when smaller), 512+8, 4096+16; GUARD crc16|crc32|crc64).
+    /// Mount options, comma-separated:
+    ///   ro, rw
+    ///   allow_other          let other users in (default_permissions is always on)
+    ///   nonempty             mount over a directory that has entries
+    ///   writeback_cache      gather buffered writes in the kernel's page cache (off)
+    ///   sync                 every change durable before it is answered (chattr +S on all)
+    ///   dirsync              the same for directory changes (chattr +D on all)
+    ///   uring=on|off         FUSE over io_uring where the kernel offers it (Linux 6.14+,
+    ///                        /sys/module/fuse/parameters/enable_uring = Y): on
+    ///   threads=N            threads reading /dev/fuse without io_uring (2)
+    ///   ttl=SECONDS          how long the kernel caches attributes and names (1)
+    ///   csum=incremental|full   how metadata checksums are kept (incremental)
+    ///   datasum=on|off       data checksums in IMAGE.csums, verified on read (on)
+    ///   log=PATH|off         metadata made durable through a ByteLog (IMAGE.bytelog);
+    ///                        off: written in place with an undo log, IMAGE.undo
+    ///   pi[=LBA[/GUARD]]     the image is the data of an emulated PI device, its PI in
+    ///                        IMAGE.pi (no data checksums); LBA 4096+8 (default), 512+8,
+    ///                        4096+16, …; GUARD crc16|crc32|crc64
+    #[arg(verbatim_doc_comment)]
     #[arg(short = 'o', value_name = "OPTIONS", value_delimiter = ',')]
     options: Vec<String>,
 }
@@ -56,16 +60,18 @@ pub struct MountArgs {
 struct Parsed {
     mount: MountOptions,
     checksums: Checksums,
-    /// Data checksums in `IMAGE.csums` (seed 002).
+    /// Data checksums in `IMAGE.csums`.
     datasum: bool,
     /// `datasum=` was given.
     datasum_given: bool,
-    /// The ByteLog (seed 001): `None` = `log=off`; an empty path = beside the image.
+    /// The ByteLog: `None` = `log=off`; an empty path = beside the image.
     log: Option<PathBuf>,
-    /// PI offload (seed 004): `Some(None)` = `pi` (the stored or default format).
+    /// PI offload: `Some(None)` = `pi` (the stored or default format).
     pi: Option<Option<String>>,
     /// `uring` or `uring=on` was given: say so when the kernel has none.
     uring_given: bool,
+    /// `nonempty`: mount over a directory that has entries (hiding them).
+    nonempty: bool,
 }
 
 fn parse_options(list: &[String]) -> Result<Parsed, String> {
@@ -77,6 +83,7 @@ fn parse_options(list: &[String]) -> Result<Parsed, String> {
         log: Some(PathBuf::new()),
         pi: None,
         uring_given: false,
+        nonempty: false,
     };
     for option in list.iter().map(|o| o.trim()).filter(|o| !o.is_empty()) {
         let (key, value) = option.split_once('=').map_or((option, None), |(k, v)| (k, Some(v)));
@@ -85,6 +92,7 @@ fn parse_options(list: &[String]) -> Result<Parsed, String> {
             ("rw", None) => parsed.mount.read_only = false,
             ("allow_other", None) => parsed.mount.allow_other = true,
             ("default_permissions", None) => {}
+            ("nonempty", None) => parsed.nonempty = true,
             ("writeback_cache", None) => parsed.mount.writeback_cache = true,
             ("sync", None) => parsed.mount.sync_all = true,
             ("dirsync", None) => parsed.mount.dirsync = true,
@@ -115,7 +123,7 @@ fn parse_options(list: &[String]) -> Result<Parsed, String> {
             _ => {
                 return Err(format!(
                     "unknown mount option {option:?} (known: ro, rw, allow_other, default_permissions, \
-                     writeback_cache, sync, dirsync, uring=on|off, threads=N, ttl=SECONDS, csum=incremental|full, datasum=on|off, log=PATH|off, pi[=LBA[/GUARD]])"
+                     writeback_cache, sync, dirsync, nonempty, uring=on|off, threads=N, ttl=SECONDS, csum=incremental|full, datasum=on|off, log=PATH|off, pi[=LBA[/GUARD]])"
                 ))
             }
         }
@@ -146,10 +154,16 @@ pub fn log_path(image: &Path) -> PathBuf {
 }
 
 /// Why the mountpoint cannot take a mount, if it cannot.
-fn mountpoint_problem(mountpoint: &Path) -> Option<String> {
+fn mountpoint_problem(mountpoint: &Path, nonempty: bool) -> Option<String> {
     let shown = mountpoint.display();
     let meta = match std::fs::metadata(mountpoint) {
         Ok(meta) => meta,
+        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
+            return Some(format!(
+                "mountpoint {shown}: a FUSE mount whose daemon stopped (killed, or crashed) is still there: \
+                 run `fusermount3 -u {shown}`, then mount again (the next mount replays what the log holds)"
+            ))
+        }
         Err(e) => return Some(format!("mountpoint {shown}: {e}")),
     };
     if !meta.is_dir() {
@@ -159,6 +173,12 @@ fn mountpoint_problem(mountpoint: &Path) -> Option<String> {
     let busy = std::fs::metadata(&parent).is_ok_and(|p| p.dev() != meta.dev() || p.ino() == meta.ino());
     if busy {
         return Some(format!("mountpoint {shown} is busy: something is mounted there already"));
+    }
+    let has_entries = std::fs::read_dir(mountpoint).is_ok_and(|mut entries| entries.next().is_some());
+    if has_entries && !nonempty {
+        return Some(format!(
+            "mountpoint {shown} is not empty: the mount would hide what it holds (give -o nonempty to mount there anyway)"
+        ));
     }
     None
 }
@@ -187,7 +207,7 @@ pub fn run(args: &MountArgs) -> ExitCode {
     if !Path::new("/dev/fuse").exists() {
         return fail("/dev/fuse is missing: load the fuse module (modprobe fuse)".into());
     }
-    if let Some(problem) = mountpoint_problem(mountpoint) {
+    if let Some(problem) = mountpoint_problem(mountpoint, parsed.nonempty) {
         return fail(problem);
     }
     let options = Options { write: !parsed.mount.read_only, checksums: parsed.checksums, ..Options::default() };
@@ -205,10 +225,11 @@ pub fn run(args: &MountArgs) -> ExitCode {
     let volume = match (logged, protection) {
         // The log's replay carries data checksums into the sidecar.
         (Some(log), pi) => open_logged(image, log, options, parsed.datasum.then_some(sidecar.as_path()), pi),
+        (None, None) if !options.write => open_read_only(image, parsed.log.as_deref(), options),
         (None, None) => open_in_place(image, options),
         (None, Some(p)) => open_in_place(image, options).and_then(|mut volume| {
             let opened =
-                volume.enable_pi(image, &pi_path(image), p).map_err(|e| format!("{}: {e}", image.display()))?;
+                volume.enable_pi(image, &pi_path(image), p).map_err(|e| crate::files::naming(image, &e.to_string()))?;
             say_pi_opened(image, opened);
             Ok(volume)
         }),
@@ -240,7 +261,7 @@ pub fn run(args: &MountArgs) -> ExitCode {
 pub(crate) fn free_orphans_left(volume: &mut Volume, image: &Path) -> Result<(), String> {
     volume.begin();
     let freed = volume.release_orphans_left();
-    volume.end(freed.is_ok()).map_err(|e| format!("{}: {e}", image.display()))?;
+    volume.end(freed.is_ok()).map_err(|e| crate::files::naming(image, &e.to_string()))?;
     match freed {
         Ok(0) => Ok(()),
         Ok(n) => {
@@ -255,10 +276,39 @@ pub(crate) fn free_orphans_left(volume: &mut Volume, image: &Path) -> Result<(),
     }
 }
 
+/// A read-only volume. An image a stopped mount left with its log (or
+/// undo log) in use is served as that log makes it, replayed in memory:
+/// neither file is written, and the kernel and e2fsck still see the mark.
+fn open_read_only(image: &Path, log: Option<&Path>, options: Options) -> Result<Volume, String> {
+    let named = |e: &dyn std::fmt::Display| crate::files::naming(image, &e.to_string());
+    let bytes = crate::files::map_input(image).map_err(|e| named(&e))?;
+    let (log_pending, undo_pending) = (csumfs::log_pending(&bytes), csumfs::undo_pending(&bytes));
+    if !log_pending && !undo_pending {
+        drop(bytes);
+        return open_in_place(image, options);
+    }
+    let read = |path: &Path| std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()));
+    let (replayed, how) = if undo_pending {
+        let undo = with_suffix(image, ".undo");
+        let (undone, records) = csumfs::undone_image(bytes.to_vec(), &read(&undo)?).map_err(|e| named(&e))?;
+        (undone, format!("its undo log {} ({records} records put back)", undo.display()))
+    } else {
+        let log = log.filter(|l| !l.as_os_str().is_empty()).map_or_else(|| log_path(image), Path::to_path_buf);
+        let (replayed, commits) = Volume::replayed_image(bytes.to_vec(), read(&log)?).map_err(|e| named(&e))?;
+        (replayed, format!("its ByteLog {} ({} commits replayed)", log.display(), commits.commits))
+    };
+    eprintln!(
+        "csumkit mount: {}: served read-only as {how}, in memory; the image is unchanged (`csumkit ext4 checkpoint` \
+         folds the log in)",
+        image.display()
+    );
+    Volume::from_bytes(replayed, options).map_err(|e| named(&e))
+}
+
 /// The volume with its metadata written in place (`log=off`, or `ro`): an
 /// operation a stopped mount left half done is undone from `IMAGE.undo`.
 fn open_in_place(image: &Path, options: Options) -> Result<Volume, String> {
-    let mut volume = Volume::open(image, options).map_err(|e| format!("{}: {e}", image.display()))?;
+    let mut volume = Volume::open(image, options).map_err(|e| crate::files::naming(image, &e.to_string()))?;
     if options.write {
         let undo = with_suffix(image, ".undo");
         match volume.enable_undo(&undo) {
@@ -283,7 +333,7 @@ pub(crate) fn finish_undo_left(image: &Path, options: Options) -> Result<bool, S
         return Ok(false);
     }
     let mut volume = open_in_place(image, Options { write: true, ..options })?;
-    volume.checkpoint().map_err(|e| format!("{}: {e}", image.display()))?;
+    volume.checkpoint().map_err(|e| crate::files::naming(image, &e.to_string()))?;
     drop(volume);
     let _ = std::fs::remove_file(&undo);
     Ok(true)
@@ -355,7 +405,15 @@ fn read_stats(dir: &Path) -> Result<String, String> {
     let n = unsafe { libc::getxattr(path.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
     if n < 0 {
         let e = std::io::Error::last_os_error();
-        return Err(format!("{}: not a csumkit mount ({e})", dir.display()));
+        return Err(match e.raw_os_error() {
+            Some(libc::ENOENT) => format!("{}: no such directory", dir.display()),
+            Some(libc::ENOTCONN) => format!(
+                "{}: its csumkit mount stopped (killed, or crashed): run `fusermount3 -u {}`",
+                dir.display(),
+                dir.display()
+            ),
+            _ => format!("{}: not a csumkit mount ({e})", dir.display()),
+        });
     }
     buf.truncate(n as usize);
     String::from_utf8(buf).map_err(|e| e.to_string())
@@ -500,7 +558,7 @@ pub fn scrub(args: &ScrubArgs) -> ExitCode {
     };
     let mut volume = match Volume::open(&args.image, Options::default()) {
         Ok(volume) => volume,
-        Err(e) => return fail(format!("{}: {e}", args.image.display())),
+        Err(e) => return fail(crate::files::naming(&args.image, &e.to_string())),
     };
     let sidecar = sidecar_path(&args.image);
     let pi = pi_path(&args.image);
@@ -540,7 +598,7 @@ pub fn scrub(args: &ScrubArgs) -> ExitCode {
     }
     let report = match volume.scrub() {
         Ok(report) => report,
-        Err(e) => return fail(format!("{}: {e}", args.image.display())),
+        Err(e) => return fail(crate::files::naming(&args.image, &e.to_string())),
     };
     let image = args.image.display();
     let (what, against) = if on_pi { ("PI check failed", "PI") } else { ("data checksum mismatch", "checksum") };

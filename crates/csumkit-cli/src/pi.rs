@@ -53,16 +53,9 @@ pub struct PiArgs {
     /// Application tag.
     #[arg(long, default_value = "0", value_parser = parse_number)]
     app_tag: u64,
-    /// Application-tag bits that verify compares.
-    #[arg(long, default_value = "0xffff", value_parser = parse_number)]
-    app_tag_mask: u64,
     /// Storage tag.
     #[arg(long, default_value = "0", value_parser = parse_number)]
     storage_tag: u64,
-    /// Storage-tag bits that verify compares with --check-storage-tag
-    /// (default: all).
-    #[arg(long, value_parser = parse_number)]
-    storage_tag_mask: Option<u64>,
     /// Separate metadata file (DIX): FILE then holds data only.
     #[arg(long)]
     metadata: Option<PathBuf>,
@@ -96,6 +89,12 @@ pub struct VerifyArgs {
     /// Also check the storage tag (under --storage-tag-mask).
     #[arg(long)]
     check_storage_tag: bool,
+    /// Application-tag bits compared.
+    #[arg(long, default_value = "0xffff", value_parser = parse_number)]
+    app_tag_mask: u64,
+    /// Storage-tag bits compared with --check-storage-tag (default: all).
+    #[arg(long, value_parser = parse_number)]
+    storage_tag_mask: Option<u64>,
     /// Whose order: spdk (guard, app tag, ref tag, storage tag) or kernel
     /// (Linux t10_pi_verify: ref tag, then guard; no app or storage tag
     /// check). Escapes follow the NVM Command Set spec under both.
@@ -138,7 +137,10 @@ pub fn run(command: PiCommand) -> ExitCode {
 }
 
 /// The protection and tags the arguments describe.
-fn setup(args: &PiArgs) -> Result<(Protection, Tags), Error> {
+/// The protection and tags `args` name; `masks`: the application- and
+/// storage-tag bits a verify compares (generate writes whole tags).
+fn setup(args: &PiArgs, masks: (u64, Option<u64>)) -> Result<(Protection, Tags), Error> {
+    let (app_tag_mask, storage_tag_mask) = masks;
     let guard = GuardSize::from_bits(args.guard)?;
     let sts = args.sts.unwrap_or(guard.storage_tag_bits_range().0);
     let format = PiFormat::new(guard, PiType::from_number(args.pi_type)?, sts)?;
@@ -164,9 +166,9 @@ fn setup(args: &PiArgs) -> Result<(Protection, Tags), Error> {
     let tags = Tags {
         ref_tag,
         app_tag: narrow("--app-tag", args.app_tag, 0xFFFF)? as u16,
-        app_tag_mask: narrow("--app-tag-mask", args.app_tag_mask, 0xFFFF)? as u16,
+        app_tag_mask: narrow("--app-tag-mask", app_tag_mask, 0xFFFF)? as u16,
         storage_tag: narrow("--storage-tag", args.storage_tag, format.storage_tag_mask())?,
-        storage_tag_mask: match args.storage_tag_mask {
+        storage_tag_mask: match storage_tag_mask {
             Some(mask) => narrow("--storage-tag-mask", mask, format.storage_tag_mask())?,
             None => u64::MAX,
         },
@@ -294,7 +296,7 @@ fn for_each_chunk(
 
 fn generate(generate_args: &GenerateArgs) -> Result<(), Error> {
     let args = &generate_args.common;
-    let (p, tags) = setup(args)?;
+    let (p, tags) = setup(args, (0xFFFF, None))?;
     let mut dump = open(args, &p, true, generate_args.force)?;
     for_each_chunk(args, &p, &dump, |first, data, metadata| {
         let tags = tags.advanced(p.format(), first);
@@ -321,7 +323,7 @@ fn generate(generate_args: &GenerateArgs) -> Result<(), Error> {
 
 fn verify(args: &VerifyArgs) -> Result<ExitCode, Error> {
     let common = &args.common;
-    let (p, tags) = setup(common)?;
+    let (p, tags) = setup(common, (args.app_tag_mask, args.storage_tag_mask))?;
     let checks = Checks {
         guard: !args.no_guard,
         app_tag: !args.no_app_tag,

@@ -160,10 +160,32 @@ fn json_output_is_json() {
 
 #[test]
 fn help_completions_and_man_page() {
-    let out = csumkit(&["pi", "verify", "--help"], None);
-    let help = String::from_utf8(out.stdout).unwrap();
-    for needle in ["--guard", "crc64nvme", "CSUMKIT_BACKEND", "Exit status: 0"] {
-        assert!(help.contains(needle), "{needle}: {help}");
+    let help = |args: &[&str]| String::from_utf8(csumkit(args, None).stdout).unwrap();
+    // The algorithms, environment and exit footer: under the top-level help only.
+    let top = help(&["--help"]);
+    for needle in ["crc64nvme", "CSUMKIT_BACKEND", "Exit status: 0"] {
+        assert!(top.contains(needle), "{needle}: {top}");
+    }
+    let verify = help(&["pi", "verify", "--help"]);
+    assert!(verify.contains("--guard") && verify.contains("--app-tag-mask") && !verify.contains("CSUMKIT_BACKEND"));
+    // generate writes whole tags: verify's masks are not offered there.
+    assert!(!help(&["pi", "generate", "--help"]).contains("mask"));
+    let ext4 = help(&["ext4", "--help"]);
+    for sub in ["check", "ls", "cat", "put", "mkdir", "mv", "rm", "checkpoint"] {
+        assert!(ext4.contains(sub), "ext4 --help names {sub}: {ext4}");
+    }
+    // IMAGE and MOUNTPOINT are not optional; each -o option has its own line.
+    let mount = help(&["mount", "--help"]);
+    assert!(mount.contains("Usage: csumkit mount [-f] [-o OPTIONS] IMAGE MOUNTPOINT"), "{mount}");
+    for option in ["nonempty", "writeback_cache", "datasum=on|off", "log=PATH|off"] {
+        let line =
+            mount.lines().find(|l| l.trim_start().starts_with(option)).unwrap_or_else(|| panic!("{option}: {mount}"));
+        assert!(line.len() < 110, "{line}");
+    }
+    let man_dir = temp_root().join("man");
+    assert!(csumkit(&["man", man_dir.to_str().unwrap()], None).status.success());
+    for page in ["csumkit.1", "csumkit-ext4-check.1", "csumkit-mount.1", "csumkit-pi-verify.1"] {
+        assert!(man_dir.join(page).exists(), "{page}");
     }
     for shell in ["bash", "zsh", "fish"] {
         let out = csumkit(&["completions", shell], None);
@@ -731,6 +753,61 @@ fn ext4_read_commands_on_a_kernel_made_image() {
     assert_eq!(text(&["ext4", "cat", "--no-verify", img, "/small/file"]), (Some(0), "hello\n".to_string()));
 }
 
+/// `ext4 cat` follows symlinks as cat does and refuses what has no data
+/// in the image; `ext4 ls` prints every name on one line, escaped as
+/// `ls -b` does.
+#[test]
+fn ext4_cat_follows_symlinks_and_ls_escapes_names() {
+    let Some(mkfs) = ["/usr/sbin/mke2fs", "/sbin/mke2fs"].into_iter().find(|p| std::path::Path::new(p).exists()) else {
+        skip("mke2fs", "apt-get install e2fsprogs");
+        return;
+    };
+    let tree = temp_root().join("odd-tree");
+    std::fs::create_dir_all(tree.join("d")).unwrap();
+    std::fs::write(tree.join("d/file"), b"through the links\n").unwrap();
+    std::os::unix::fs::symlink("d/file", tree.join("rel")).unwrap();
+    std::os::unix::fs::symlink("/rel", tree.join("abs")).unwrap();
+    std::os::unix::fs::symlink("loop", tree.join("loop")).unwrap();
+    std::os::unix::fs::symlink("d", tree.join("dirlink")).unwrap();
+    std::fs::write(tree.join("new\nline"), b"").unwrap();
+    std::fs::write(tree.join("sp ace\\"), b"").unwrap();
+    let fifo = std::ffi::CString::new(tree.join("fifo").to_str().unwrap()).unwrap();
+    // SAFETY: a valid C string; mkfifo only creates the node.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+    let image = temp_root().join("odd.img");
+    let out = Command::new(mkfs)
+        .args(["-q", "-F", "-t", "ext4", "-O", "metadata_csum,^has_journal", "-d"])
+        .arg(&tree)
+        .arg(&image)
+        .arg("8M")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "mke2fs -d: {}", String::from_utf8_lossy(&out.stderr));
+    let img = image.to_str().unwrap();
+    let run = |args: &[&str]| {
+        let out = csumkit(args, None);
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    for link in ["/rel", "/abs", "/dirlink/file"] {
+        assert_eq!(run(&["ext4", "cat", img, link]).1, "through the links\n", "{link}");
+    }
+    let (code, _, stderr) = run(&["ext4", "cat", img, "/loop"]);
+    assert!(code == Some(2) && stderr.contains("more than 40 symlinks"), "{stderr}");
+    let (code, _, stderr) = run(&["ext4", "cat", img, "/d"]);
+    assert!(code == Some(1) && stderr.contains("/d: is a directory"), "{stderr}");
+    let (code, _, stderr) = run(&["ext4", "cat", img, "/fifo"]);
+    assert!(code == Some(2) && stderr.contains("/fifo is a FIFO: its data is not in the image"), "{stderr}");
+    assert_eq!(run(&["ext4", "cat", img]).0, Some(2), "cat needs a path");
+    let (code, ls, _) = run(&["ext4", "ls", img, "/"]);
+    assert_eq!(code, Some(0));
+    assert!(ls.lines().any(|l| l.ends_with(" new\\nline")), "{ls}");
+    assert!(ls.lines().any(|l| l.ends_with(" sp\\ ace\\\\")), "{ls}");
+}
+
 /// `ext4 put` copies a host tree into a fresh image like `cp -a` (no root,
 /// no loop device): a sparse file keeps its holes, a symlink, a hard link,
 /// a FIFO, an xattr and times come along; `ext4 mkdir`, `ext4 mv` and
@@ -787,8 +864,25 @@ fn ext4_put_mkdir_mv_rm_build_an_image_e2fsck_accepts() {
     }
     let out = csumkit(&["ext4", "put", img, tree.to_str().unwrap(), "/"], None);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("copied 8 files and directories"));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("copied 8 entries"));
     assert!(csumkit(&["ext4", "mkdir", img, "/made"], None).status.success());
+    // Like cp -a, a put goes on past an entry it cannot copy, names it and
+    // exits 1; the image itself, inside the tree, is never copied into itself.
+    let partial = temp_root().join("partial-tree");
+    std::fs::create_dir_all(partial.join("sub")).unwrap();
+    std::fs::write(partial.join("sub/kept"), b"kept").unwrap();
+    std::fs::write(partial.join("zz-after"), b"after").unwrap();
+    let inner = partial.join("inner.img");
+    std::fs::copy(&image, &inner).unwrap();
+    let out = csumkit(&["ext4", "put", inner.to_str().unwrap(), partial.to_str().unwrap(), "/partial"], None);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("inner.img: the image itself is not copied into itself"), "{stderr}");
+    assert!(stderr.contains("1 entry not copied"), "{stderr}");
+    let v = csumfs::Volume::open(&inner, csumfs::Options::default()).unwrap();
+    assert!(v.resolve("/partial/sub/kept").is_ok() && v.resolve("/partial/zz-after").is_ok());
+    assert!(v.resolve("/partial/inner.img").is_err());
+    drop(v);
     assert_eq!(csumkit(&["ext4", "mkdir", img, "/made"], None).status.code(), Some(1));
     let e2fsck = ["/usr/sbin/e2fsck", "/sbin/e2fsck"].into_iter().find(|p| std::path::Path::new(p).exists()).unwrap();
     let clean = || {

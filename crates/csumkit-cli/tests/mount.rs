@@ -241,13 +241,13 @@ fn a_mounted_image_changed_by_file_calls_is_clean_for_e2fsck_and_the_kernel() {
             let media = [csumfs::LOG_ON_FILE, csumfs::LOG_ON_FILE_DIRECT, csumfs::LOG_ON_TMPFS, csumfs::LOG_ON_DAX];
             assert!(media.iter().any(|m| text.contains(&format!("ByteLog on {m}: "))), "where the log is: {text}");
             let moved: u64 = text.split(": ").nth(1).and_then(|t| t.split(' ').next()).unwrap().parse().unwrap();
-            assert!(moved > 1000, "seed 000 counted {moved} incremental updates: {text}");
+            assert!(moved > 1000, "{moved} incremental checksum updates: {text}");
             assert!(text.contains("data checksums: ") && !text.contains("data checksums: 0 blocks"), "{text}");
             // On the portable engine the 1 MiB file's blocks were checksummed
             // while they were written.
             let after = text.split("checksummed on write (").nth(1).unwrap_or_default();
             let overlapped: u64 = after.split(' ').next().unwrap_or_default().parse().unwrap_or(0);
-            assert!(!portable || overlapped >= 128, "seed 002 overlap: {text}");
+            assert!(!portable || overlapped >= 128, "checksums computed while the write was under way: {text}");
             // lsattr's ioctl: a file csumfs made is extent-mapped (EXT4_EXTENTS_FL).
             let f6 = scratch.mnt().join("d1/f6");
             let flags = inode_flags(&f6).unwrap();
@@ -760,15 +760,21 @@ fn refusals_are_one_line_and_exit_2() {
     let both = "sync,writeback_cache";
     let elsewhere = scratch.0.join("elsewhere");
     std::fs::create_dir(&elsewhere).unwrap();
-    let cases: [(Vec<&std::ffi::OsStr>, &str); 7] = [
+    let empty = scratch.0.join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    // scratch.0 holds the image: a mount there would hide it.
+    let full = scratch.0.as_os_str();
+    let cases: [(Vec<&std::ffi::OsStr>, &str); 9] = [
         // The image is in use (a read-only mount): no second writer.
         (vec![image.as_os_str(), elsewhere.as_os_str()], "open in another process"),
-        (vec![not_ext4.as_os_str(), scratch.0.as_os_str()], "superblock"),
-        (vec![image.as_os_str(), scratch.0.as_os_str(), "-o".as_ref(), both.as_ref()], "give one of them"),
+        (vec![not_ext4.as_os_str(), empty.as_os_str()], "not an ext4 image"),
+        (vec![not_ext4.as_os_str(), full, "-o".as_ref(), "nonempty".as_ref()], "not an ext4 image"),
+        (vec![image.as_os_str(), full], "is not empty: the mount would hide what it holds (give -o nonempty"),
+        (vec![image.as_os_str(), empty.as_os_str(), "-o".as_ref(), both.as_ref()], "give one of them"),
         (vec![image.as_os_str(), mnt.as_os_str()], "busy"),
         (vec![image.as_os_str(), file.as_os_str()], "not a directory"),
-        (vec![image.as_os_str(), scratch.0.as_os_str(), "-o".as_ref(), "frobnicate".as_ref()], "unknown mount option"),
-        (vec![image.as_os_str(), scratch.0.as_os_str(), "-o".as_ref(), "threads=0".as_ref()], "threads=0"),
+        (vec![image.as_os_str(), empty.as_os_str(), "-o".as_ref(), "frobnicate".as_ref()], "unknown mount option"),
+        (vec![image.as_os_str(), empty.as_os_str(), "-o".as_ref(), "threads=0".as_ref()], "threads=0"),
     ];
     let results: Vec<_> = cases
         .iter()
@@ -781,6 +787,47 @@ fn refusals_are_one_line_and_exit_2() {
         assert_eq!(stderr.lines().count(), 1, "{want}: {stderr}");
         assert!(stderr.contains(want), "{want}: {stderr}");
     }
+}
+
+/// After a kill -9 the dead mount is still attached: mounting there again
+/// and `--stats` say what to run, instead of "Transport endpoint is not
+/// connected".
+#[test]
+fn a_dead_mount_is_named_with_its_remedy() {
+    if cannot_mount() {
+        return;
+    }
+    let scratch = Scratch::new("dead-mount");
+    let image = scratch.image("16M", "4096");
+    let mut child = mount_foreground(&image, &scratch.mnt(), &[]);
+    let mut f = std::fs::File::create(scratch.mnt().join("kept")).unwrap();
+    f.write_all(b"in the log only").unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let again =
+        Command::new(env!("CARGO_BIN_EXE_csumkit")).arg("mount").arg(&image).arg(scratch.mnt()).output().unwrap();
+    let stats =
+        Command::new(env!("CARGO_BIN_EXE_csumkit")).arg("mount").arg("--stats").arg(scratch.mnt()).output().unwrap();
+    let _ = Command::new("/usr/bin/fusermount3").arg("-u").arg(scratch.mnt()).output();
+    for (what, out) in [("mount", again), ("--stats", stats)] {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{what}: {stderr}");
+        assert!(stderr.contains("fusermount3 -u"), "{what}: {stderr}");
+    }
+    // Read-only, the image is served as its log makes it, and not written.
+    let before = std::fs::read(&image).unwrap();
+    let child = mount_foreground(&image, &scratch.mnt(), &["-o", "ro"]);
+    let read = std::fs::read(scratch.mnt().join("kept"));
+    unmount_and_wait(child, &scratch.mnt());
+    assert_eq!(read.unwrap(), b"in the log only");
+    assert!(std::fs::read(&image).unwrap() == before, "a read-only mount wrote the image");
+    // The next read-write mount replays the log into the image.
+    let child = mount_foreground(&image, &scratch.mnt(), &[]);
+    let read = std::fs::read(scratch.mnt().join("kept"));
+    unmount_and_wait(child, &scratch.mnt());
+    assert_eq!(read.unwrap(), b"in the log only");
 }
 
 #[test]
@@ -971,7 +1018,7 @@ fn on_a_pi_device_a_flipped_data_or_guard_byte_reads_as_eio_and_the_image_stays_
         std::fs::create_dir_all(scratch.mnt().join("d")).unwrap();
         std::fs::write(scratch.mnt().join("d/other"), b"untouched").unwrap();
         let (ok, stats) = csumkit(&["mount".as_ref(), "--stats".as_ref(), scratch.mnt().as_os_str()]);
-        assert!(ok && stats.contains("seed 004 PI offload: ") && stats.contains("no checksum tree"), "{stats}");
+        assert!(ok && stats.contains("PI offload: ") && stats.contains("no checksum tree"), "{stats}");
         unmount_and_wait(child, &scratch.mnt());
         e2fsck_clean(&image);
     }

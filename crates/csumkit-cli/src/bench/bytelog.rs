@@ -306,7 +306,23 @@ fn run_inner(args: &BytelogArgs) -> Result<(), Error> {
         let mut total = crash::CrashReport::default();
         let mut seed = 1;
         while total.states < states {
-            let r = crash::run(1_000_000, seed, (states - total.states).min(50_000))?;
+            let states_max = (states - total.states).min(50_000);
+            // Every other workload on a large ring with an anchor every 2 KiB of
+            // log: the periodic anchor is crashed too (the default ring wraps
+            // long before its first).
+            let r = if seed % 2 == 0 {
+                crash::run_with(crash::Config {
+                    ops: 1_000_000,
+                    seed,
+                    states_max,
+                    ring_bytes: 256 << 10,
+                    anchor_every: Some(2048),
+                    truncate_percent: 1,
+                    ..crash::Config::default()
+                })?
+            } else {
+                crash::run(1_000_000, seed, states_max)?
+            };
             total.points += r.points;
             total.states += r.states;
             total.records += r.records;

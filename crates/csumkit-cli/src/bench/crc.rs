@@ -90,8 +90,15 @@ fn flip_table(budget: &Budget, quick: bool) {
     if !quick {
         sizes.push(1 << 29); // 2^32 bits, the largest bitmap
     }
-    let mut table =
-        Table::new(&["bitmap", "flip(ns)", "full(ns)", "speedup", "seed flip(ns)", "seed full(ns)", "seed speedup"]);
+    let mut table = Table::new(&[
+        "bitmap",
+        "flip(ns)",
+        "full(ns)",
+        "speedup",
+        "published flip(ns)",
+        "published full(ns)",
+        "published speedup",
+    ]);
     let mut rng = Rng(0x5eed_0000);
     for &bytes in &sizes {
         let bitmap = if bytes <= 1 << 24 { rng.bytes(bytes as usize) } else { vec![0x5a; bytes as usize] };

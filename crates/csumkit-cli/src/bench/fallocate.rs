@@ -140,7 +140,7 @@ pub fn run(args: &FallocateArgs) -> ExitCode {
             "+crc_splice",
             "+free_space_tree",
             "csum ns/call",
-            "seed: Before / flip / splice / tree",
+            "published: Before / flip / splice / tree",
         ]);
         let mut finals = Vec::new();
         let mut csum_ns = Vec::new();

@@ -634,7 +634,7 @@ fn bench(args: &FsArgs) -> Result<(), String> {
     let scratch = super::scratch(&parent, "fs").map_err(|e| e.to_string())?;
     println!("{}", machine_line());
     println!(
-        "workloads: (1) {} × create + 4 KiB write (incompressible bytes) + fsync + unlink ((1'): 100 B, the seed-001 fio meta job; and by {} jobs at once, {} each, in a directory each); (2) {} MiB in 1 MiB writes + fsync, median of {} rounds; \
+        "workloads: (1) {} × create + 4 KiB write (incompressible bytes) + fsync + unlink ((1'): 100 B, the ByteLog patch series' fio meta job; and by {} jobs at once, {} each, in a directory each); (2) {} MiB in 1 MiB writes + fsync, median of {} rounds; \
          (3) {} 4 KiB random writes into a {} MiB file + fsync; (4) walk of {} files (lstat + ACL probe) \
          after a remount, caches dropped; (5) fallocate of {} GiB (at most half the image) + fsync, median of {} rounds",
         sizes.meta_ops,

@@ -145,7 +145,7 @@ fn run_inner(args: &OffloadArgs) -> Result<ExitCode, Error> {
     );
     println!(
         "checksum tree: CRC32C items, {} per 4 KiB leaf, copy-on-write; written back every {} dirty leaves \
-         (btrfs's 32 MiB, scaled by {} / 120 GiB) or {} writes (30 s at the seed's 144K IOPS, scaled)",
+         (btrfs's 32 MiB, scaled by {} / 120 GiB) or {} writes (30 s at the published 144K IOPS, scaled)",
         csumkit::csum_tree::LEAF_ENTRIES,
         policy.dirty_leaves_max,
         size(blocks * BLOCK_BYTES as u64),
@@ -176,10 +176,10 @@ fn run_inner(args: &OffloadArgs) -> Result<ExitCode, Error> {
         "commits",
         "IOPS K",
         "vs 1",
-        "seed FsW/ExtraW GB",
-        "seed Extra/AppW",
-        "seed IOPS K",
-        "seed vs 1",
+        "published FsW/ExtraW GB",
+        "published Extra/AppW",
+        "published IOPS K",
+        "published vs 1",
     ]);
     for (i, (iops, o)) in summary.iter().enumerate() {
         let (seed_iops, seed_fsw, seed_extra) = SEED_DIRECT[i];
@@ -199,7 +199,9 @@ fn run_inner(args: &OffloadArgs) -> Result<ExitCode, Error> {
             ratio(seed_iops / SEED_DIRECT[0].0),
         ]);
     }
-    table.print(&format!("write amplification, median IOPS of {rounds} round(s), direct-IO seed values beside"));
+    table.print(&format!(
+        "write amplification, median IOPS of {rounds} round(s), the published direct-IO values beside"
+    ));
     let extra = |i: usize| (summary[i].1.data_bytes - summary[i].1.app_bytes) as f64;
     let extra_ratio = extra(2) / extra(0);
     let highest = summary[2].0 > summary[0].0 && summary[2].0 > summary[1].0;
@@ -211,7 +213,7 @@ fn run_inner(args: &OffloadArgs) -> Result<ExitCode, Error> {
     );
     println!(
         "model: only the checksum tree and a superblock per commit are metadata here; btrfs also copies its fs and \
-         extent trees on every write, which is the seed's 9 GB in config 3"
+         extent trees on every write, which is the published 9 GB in config 3"
     );
     pi_speed(args.quick);
     Ok(ExitCode::SUCCESS)

@@ -187,7 +187,7 @@ pub fn run(args: &PipelineArgs) -> ExitCode {
     rates.row(vec!["C64".into(), format!("CRC64-NVMe of {} blocks (reference)", size(bs)), num(c64)]);
     rates.print("Rates measured on this machine, in the same turns as the writes of each target");
     models.print(&format!(
-        "Model: before = 1/(1/M + 1/C + 1/S), after = 1/(1/M + max(1/C, 1/S)) (CRC32C), GiB/s; seed example M={sm} C={sc} S={ss}"
+        "Model: before = 1/(1/M + 1/C + 1/S), after = 1/(1/M + max(1/C, 1/S)) (CRC32C), GiB/s; the patch series' example M={sm} C={sc} S={ss}"
     ));
     measured.print("Measured writes (GiB/s); target: async >= 90% of the model's after and never slower than sync");
     let summary: Vec<String> = MODES

@@ -288,8 +288,8 @@ fn measure(image: &Path, runs: usize) -> Result<(), Error> {
         "ls -lR pass without ms",
         "with ms",
         "speedup",
-        "seed ls -lR ms",
-        "seed speedup",
+        "published ls -lR ms",
+        "published speedup",
     ]);
     for (cache, name) in ["cold", "warm"].iter().enumerate() {
         let look = [median(&mut lookups[cache][0]), median(&mut lookups[cache][1])];

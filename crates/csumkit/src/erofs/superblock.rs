@@ -100,7 +100,13 @@ impl Superblock {
         }
         let sb = &image[SUPER_OFFSET..SUPER_OFFSET + 128];
         if le32(sb, 0) != MAGIC {
-            return Err(corrupt("superblock", format!("magic {:#010x} is not erofs ({MAGIC:#010x})", le32(sb, 0))));
+            let ext4 = image.len() >= SUPER_OFFSET + 0x3A && le16(&image[SUPER_OFFSET..], 0x38) == 0xEF53;
+            let detail = if ext4 {
+                "an ext4 image, not erofs: use `csumkit ext4`".to_string()
+            } else {
+                format!("not an erofs image (superblock magic {:#010x}; erofs has {MAGIC:#010x})", le32(sb, 0))
+            };
+            return Err(Error::Invalid { what: "image", detail });
         }
         let blkszbits = sb[12];
         if !(9..=16).contains(&blkszbits) {

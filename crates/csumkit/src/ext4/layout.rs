@@ -172,7 +172,13 @@ impl Layout {
     pub fn parse(image: &[u8]) -> Result<Layout, Error> {
         let sb = bytes(image, SUPER_OFFSET, 1024, &|| "superblock".into())?;
         if le16(sb, 0x38) != MAGIC {
-            return Err(corrupt("superblock", format!("magic {:#06x} is not ext2/3/4 ({MAGIC:#06x})", le16(sb, 0x38))));
+            // erofs keeps its magic where ext4's superblock starts.
+            let detail = if le32(sb, 0) == crate::erofs::MAGIC {
+                "an erofs image, not ext4: use `csumkit erofs`".to_string()
+            } else {
+                format!("not an ext4 image (superblock magic {:#06x}; ext2/3/4 have {MAGIC:#06x})", le16(sb, 0x38))
+            };
+            return Err(Error::Invalid { what: "image", detail });
         }
         let (incompat, ro_compat, compat) = (le32(sb, 0x60), le32(sb, 0x64), le32(sb, 0x5C));
         if ro_compat & RO_COMPAT_METADATA_CSUM == 0 {
