@@ -403,6 +403,14 @@ fn check(args: &CheckArgs) -> Result<ExitCode, Error> {
     let io = |source| Error::Io { context: args.image.display().to_string(), source };
     // (Opened for writing above, with the lock: a repair gets here only.)
     let file = &held;
+    // A sound MMP block with only its checksum wrong is fixed first (as
+    // e2fsck fixes it): multiple-mount protection cannot read it before.
+    for finding in report.findings.iter().filter(|f| f.what == "MMP block" && f.repairable()) {
+        for (at, bytes) in &finding.fix {
+            file.write_all_at(bytes, *at).map_err(io)?;
+        }
+        file.sync_data().map_err(io)?;
+    }
     // On an image with the mmp feature, not while the kernel (or another
     // node) has it mounted, as e2fsck.
     let _mmp = csumfs::MultiMountProtection::take(file, &args.image, &crate::files::map_input(&args.image)?)

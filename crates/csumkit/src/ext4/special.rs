@@ -22,6 +22,8 @@ const JBD2_CSUM_V2: u32 = 0x8;
 const JBD2_CSUM_V3: u32 = 0x10;
 const ORPHAN_MAGIC: u32 = 0x0B10_CA04;
 const MMP_MAGIC: u32 = 0x004D_4D50;
+/// `orphan_present`: inodes are recorded in the orphan file.
+const RO_COMPAT_ORPHAN_PRESENT: u32 = 0x1_0000;
 
 fn be32(b: &[u8], at: usize) -> u32 {
     u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
@@ -116,7 +118,11 @@ impl Checker<'_> {
                 let computed = crc32c::raw_update(crc, &data[..bs - 8]);
                 self.report.checked.orphan_blocks += 1;
                 let magic = le32(data, bs - 8);
-                let damage = (magic != ORPHAN_MAGIC).then(|| format!("orphan block tail magic {magic:#010x}"));
+                let damage = if magic != ORPHAN_MAGIC {
+                    Some(format!("orphan block tail magic {magic:#010x}"))
+                } else {
+                    self.orphan_entries(&data[..bs - 8])
+                };
                 if let Some(f) = self.finding(
                     "orphan file block",
                     format!("block {block} (inode {inum}, logical {})", u64::from(first) + k),
@@ -133,6 +139,24 @@ impl Checker<'_> {
     }
 
     /// The multiple-mount-protection block (`s_mmp_block`).
+    /// An orphan block's entries as e2fsck judges them: all zero unless
+    /// the superblock says orphans are recorded (`orphan_present`), and
+    /// then each 0 or an inode number of the filesystem.
+    fn orphan_entries(&self, entries: &[u8]) -> Option<String> {
+        let present = self.layout.features.ro_compat & RO_COMPAT_ORPHAN_PRESENT != 0;
+        let inodes = self.layout.inodes_count;
+        let (k, inode) = entries
+            .chunks_exact(4)
+            .map(|e| u64::from(le32(e, 0)))
+            .enumerate()
+            .find(|&(_, inode)| inode != 0 && (!present || inode > inodes))?;
+        Some(if present {
+            format!("orphan entry {k} names inode {inode}, beyond the filesystem's {inodes}")
+        } else {
+            format!("orphan entry {k} names inode {inode}, but no orphan is recorded (the block is not clean)")
+        })
+    }
+
     pub(super) fn mmp(&mut self) -> Result<(), Error> {
         if self.layout.features.incompat & Features::INCOMPAT_MMP == 0 {
             return Ok(());
