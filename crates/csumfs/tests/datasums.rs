@@ -283,7 +283,7 @@ fn scrub_names_each_damaged_block_by_path_file_block_and_disk_block() {
     report.bad.sort();
     let g_path = if report.bad[0].0 == "/d/g" { "/d/g" } else { "/d/h" };
     assert_eq!(report.bad, [(g_path.to_string(), 1, pg + 1), ("/f".to_string(), 5, pf + 5)]);
-    assert_eq!((report.files, report.blocks), (2, 16));
+    assert_eq!((report.files, report.blocks, report.verified), (2, 18, 16));
     // A read verifies the blocks it reads, those alone: past the damaged
     // block of the same extent it reads; touching it, EIO.
     let inode = v.inode(f).unwrap();

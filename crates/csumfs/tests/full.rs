@@ -84,10 +84,14 @@ fn a_zero_range_or_punch_that_fails_for_space_changes_nothing() {
     }
     let scratch = Scratch::new("full");
     type Op = fn(&mut Volume, u32) -> Result<csumfs::Inode, Error>;
-    let ops: [(&str, Op); 3] = [
+    let ops: [(&str, Op); 5] = [
         ("zero range", |v, f| v.zero_range(f, 100, 12288, true)),
         ("zero range past the size", |v, f| v.zero_range(f, 100, 12288, false)),
         ("punch hole", |v, f| v.punch_hole(f, 100, 12288)),
+        // Into the hole after the first extent: it needs new blocks.
+        ("write into a hole", |v, f| v.write(f, 16384 + 100, &[0xC3; 9000])),
+        // Over the first extent's last block, on into that hole.
+        ("write over data into a hole", |v, f| v.write(f, 16000, &[0xC3; 9000])),
     ];
     for logged in [true, false] {
         for (name, op) in ops {
