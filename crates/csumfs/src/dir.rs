@@ -148,8 +148,38 @@ impl Volume {
     /// [`Error::NotFound`], [`Error::NotDir`] naming the path; as
     /// [`lookup`](Self::lookup).
     pub fn resolve(&self, path: &str) -> Result<Inode, Error> {
+        match self.walk(path, false)? {
+            Walked::At(inode) => Ok(inode),
+            Walked::Link(_) => unreachable!("symlinks are followed only when asked"),
+        }
+    }
+
+    /// The inode at `path` with every symlink on it followed, the last
+    /// component's too (relative targets from the link's directory), as
+    /// the kernel's path walk does for `open`.
+    ///
+    /// # Errors
+    /// As [`resolve`](Self::resolve); `ELOOP` past [`SYMLINK_HOPS_MAX`] links.
+    pub fn resolve_following(&self, path: &str) -> Result<Inode, Error> {
+        let mut path = path.to_string();
+        for _ in 0..=SYMLINK_HOPS_MAX {
+            match self.walk(&path, true)? {
+                Walked::At(inode) => return Ok(inode),
+                Walked::Link(next) => path = next,
+            }
+        }
+        Err(Error::Io {
+            context: format!("{path}: more than {SYMLINK_HOPS_MAX} symlinks"),
+            source: std::io::Error::from_raw_os_error(libc::ELOOP),
+        })
+    }
+
+    /// Walks `path` from the root; with `follow`, stops at the first
+    /// symlink and says where it leads (the rest of the path appended).
+    fn walk(&self, path: &str, follow: bool) -> Result<Walked, Error> {
         let mut inode = self.inode(crate::inode::ROOT)?;
-        for component in path.split('/').filter(|c| !c.is_empty() && *c != ".") {
+        let components: Vec<&str> = path.split('/').filter(|c| !c.is_empty() && *c != ".").collect();
+        for (k, component) in components.iter().enumerate() {
             if !inode.is_dir() {
                 return Err(Error::NotDir(path.to_string()));
             }
@@ -158,8 +188,13 @@ impl Volume {
                 other => other,
             })?;
             inode = self.inode(entry.ino)?;
+            if follow && inode.is_symlink() {
+                let target = String::from_utf8_lossy(&self.read_link(&inode)?).into_owned();
+                let base = if target.starts_with('/') { String::new() } else { components[..k].join("/") };
+                return Ok(Walked::Link(format!("/{base}/{target}/{}", components[k + 1..].join("/"))));
+            }
         }
-        Ok(inode)
+        Ok(Walked::At(inode))
     }
 
     /// `name` through the htree index: the leaf for its hash, then the
@@ -330,6 +365,16 @@ pub(crate) fn find_record<'a>(
 
 fn entry_of(record: Record<'_>) -> DirEntry {
     DirEntry { name: record.name.to_vec(), ino: record.ino, file_type: record.file_type }
+}
+
+/// Symlinks followed in one path before it is `ELOOP` (the kernel's 40).
+pub const SYMLINK_HOPS_MAX: usize = 40;
+
+/// Where a walk of a path ended.
+enum Walked {
+    At(Inode),
+    /// At a symlink: the path it leads to.
+    Link(String),
 }
 
 #[cfg(test)]

@@ -68,7 +68,7 @@ mod xattr_write;
 pub use acl::InheritedAcls;
 pub use attr::SetAttr;
 pub use datasum::{forget_data_checksums, ScrubReport};
-pub use dir::DirEntry;
+pub use dir::{DirEntry, SYMLINK_HOPS_MAX};
 pub use error::Error;
 pub use image_lock::ImageLock;
 pub use inode::{Inode, Timespec, ROOT};

@@ -50,9 +50,6 @@ pub enum Read<'a> {
     Getfattr(&'a GetfattrArgs),
 }
 
-/// Symlinks followed in one path before it is `ELOOP` (the kernel's 40).
-const SYMLINK_HOPS_MAX: usize = 40;
-
 pub fn run(command: Read<'_>) -> ExitCode {
     let (image, path, no_verify) = match &command {
         Read::Ls(a) | Read::Stat(a) => (&a.image, &a.path, a.no_verify),
@@ -170,44 +167,8 @@ fn escaped(name: &[u8]) -> String {
     out
 }
 
-/// `path` with every symlink on it followed (relative targets from the
-/// link's directory), as the kernel's path walk does for `cat`.
-fn follow(volume: &Volume, path: &str) -> Result<Inode, Error> {
-    let mut path = path.to_string();
-    for _ in 0..=SYMLINK_HOPS_MAX {
-        let mut inode = volume.inode(csumfs::ROOT)?;
-        let components: Vec<&str> = path.split('/').filter(|c| !c.is_empty() && *c != ".").collect();
-        let mut redirected = None;
-        for (k, component) in components.iter().enumerate() {
-            if !inode.is_dir() {
-                return Err(Error::NotDir(path.clone()));
-            }
-            let entry = volume.lookup(&inode, component.as_bytes()).map_err(|e| match e {
-                Error::NotFound(_) => Error::NotFound(path.clone()),
-                other => other,
-            })?;
-            inode = volume.inode(entry.ino)?;
-            if inode.is_symlink() {
-                let target = String::from_utf8_lossy(&volume.read_link(&inode)?).into_owned();
-                let rest = components[k + 1..].join("/");
-                let base = if target.starts_with('/') { String::new() } else { components[..k].join("/") };
-                redirected = Some(format!("/{base}/{target}/{rest}"));
-                break;
-            }
-        }
-        match redirected {
-            Some(next) => path = next,
-            None => return Ok(inode),
-        }
-    }
-    Err(Error::Io {
-        context: format!("{path}: more than {SYMLINK_HOPS_MAX} symlinks"),
-        source: std::io::Error::from_raw_os_error(libc::ELOOP),
-    })
-}
-
 fn cat(volume: &Volume, path: &str) -> Result<(), Error> {
-    let inode = follow(volume, path)?;
+    let inode = volume.resolve_following(path)?;
     if inode.is_dir() {
         return Err(Error::IsDir(path.to_string()));
     }

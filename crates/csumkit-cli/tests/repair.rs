@@ -12,7 +12,19 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 /// Kernel-made images of the corpus (tests/data/ext4/VERDICTS: e2fsck clean).
-const IMAGES: [&str; 6] = ["4k", "1k", "inline-4k", "largedir-1k", "4k-inode128", "noextent-4k"];
+const IMAGES: [&str; 11] = [
+    "4k",
+    "1k",
+    "inline-4k",
+    "largedir-1k",
+    "4k-inode128",
+    "noextent-4k",
+    "bigalloc-4k",
+    "eainode-4k",
+    "metabg-1k",
+    "seed-4k",
+    "orphan-mmp-4k",
+];
 
 fn le16(b: &[u8], at: usize) -> u16 {
     u16::from_le_bytes([b[at], b[at + 1]])
@@ -163,6 +175,8 @@ proptest! {
             bytes[target.range.start + at % target.range.len()] ^= mask;
         }
         let (code, text, repaired) = repair(&bytes, "corrupt.img");
+        // Damage is a finding or an error, never a panic (101) or a signal.
+        prop_assert!(matches!(code, Some(0..=2)), "{} of {}: exit {code:?}: {text}", target.what, IMAGES[image]);
         if let Err(e2fsck_says) = e2fsck(&repaired) {
             prop_assert!(code != Some(0), "{} of {}: repair exited 0, e2fsck -fn: {e2fsck_says}\nrepair: {text}", target.what, IMAGES[image]);
             for &(start, end) in &target.checksum {

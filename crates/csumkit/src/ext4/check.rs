@@ -39,6 +39,14 @@ pub(super) struct HtreeIndex {
     ranges: HashMap<u64, (u32, u32)>,
 }
 
+/// A block-mapped inode's blocks as an [`ExtentWalk`]: one-block leaves
+/// in logical order, `indirect` blocks of the map.
+fn block_mapped_walk(leaves: Vec<(u32, u64, u16)>, indirect: u64) -> ExtentWalk {
+    let end = leaves.iter().map(|&(first, _, len)| u64::from(first) + u64::from(len)).max().unwrap_or(0);
+    let mapped = leaves.iter().map(|&(_, _, len)| u64::from(len)).sum();
+    ExtentWalk { leaves, tree_blocks: indirect, mapped, end, written_end: end, next: end, ..ExtentWalk::default() }
+}
+
 /// What an inode's extent tree holds, gathered as it is walked.
 #[derive(Default)]
 pub(super) struct ExtentWalk {
@@ -534,21 +542,18 @@ impl<'a> Checker<'a> {
             let root = &raw[rules::I_BLOCK..rules::I_BLOCK + 60];
             self.extent_node(inum, seed, root, None, (0, LOGICAL_BLOCKS), &mut walk)?;
             walk
-        } else if is_dir || special {
+        } else if is_dir
+            || special
+            || (!reserved && (file_type == Some(S_IFREG) || (file_type == Some(S_IFLNK) && rules::size(raw) >= 60)))
+        {
             // Block-mapped (no `extents`): indirect blocks carry no
-            // checksum, but the directory blocks they reach do.
-            let leaves = self.block_map(inum, raw)?;
-            if !reserved {
-                self.damage(inum, "block-mapped: its block counts are not judged here".into());
-            }
-            ExtentWalk { leaves, ..ExtentWalk::default() }
+            // checksum, but they count, and the directory blocks they
+            // reach carry theirs.
+            let (leaves, indirect) = self.block_map(inum, raw, is_dir || special)?;
+            self.claim_leaves(inum, &indirect.iter().map(|&b| (0, b, 1)).collect::<Vec<_>>())?;
+            block_mapped_walk(leaves, indirect.len() as u64)
         } else {
-            let maps_blocks = (0..15).any(|i| le32(raw, rules::I_BLOCK + 4 * i) != 0);
-            let fast_symlink = file_type == Some(S_IFLNK) && rules::size(raw) < 60;
-            if !reserved && maps_blocks && matches!(file_type, Some(S_IFREG | S_IFLNK)) && !fast_symlink {
-                // Their blocks are not walked, so nothing about them is proven sound.
-                self.damage(inum, "block-mapped: its blocks are not judged here".into());
-            } else if !reserved {
+            if !reserved {
                 self.judge_blocks(inum, raw, None);
             }
             return Ok(());

@@ -29,6 +29,9 @@ fn be32(b: &[u8], at: usize) -> u32 {
     u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
 
+/// A run of blocks an inode maps: (logical, physical, length).
+pub(super) type Leaf = (u32, u64, u16);
+
 /// The physical block of `logical` among leaf runs (logical, physical, length).
 pub(super) fn physical(leaves: &[(u32, u64, u16)], logical: u64) -> Option<u64> {
     leaves.iter().find_map(|&(first, start, len)| {
@@ -184,20 +187,22 @@ impl Checker<'_> {
     }
 
     /// The data blocks of a block-mapped inode (`i_block`: 12 direct, then
-    /// single, double and triple indirect), as leaf runs of one block, up
-    /// to its size. Holes are skipped.
-    pub(super) fn block_map(&self, inum: u64, raw: &[u8]) -> Result<Vec<(u32, u64, u16)>, Error> {
+    /// single, double and triple indirect), as leaf runs of one block, and
+    /// the indirect blocks met on the way. Holes are skipped. `to_size`:
+    /// only up to its size (a directory's, the journal's), which must fit
+    /// the filesystem; otherwise every pointer, as e2fsck follows them.
+    pub(super) fn block_map(&self, inum: u64, raw: &[u8], to_size: bool) -> Result<(Vec<Leaf>, Vec<u64>), Error> {
         let bs = self.layout.block_size;
         let size = u64::from(le32(raw, 0x04)) | u64::from(le32(raw, 0x6C)) << 32;
-        let blocks = size.div_ceil(bs);
-        if blocks > self.layout.blocks_count || blocks > u64::from(u32::MAX) {
+        let blocks = if to_size { size.div_ceil(bs) } else { u64::from(u32::MAX) };
+        if blocks > u64::from(u32::MAX) || (to_size && blocks > self.layout.blocks_count) {
             return Err(super::corrupt(
                 &format!("inode {inum}"),
                 format!("size {size} is more blocks than the filesystem has"),
             ));
         }
         let pointer = |i: usize| u64::from(le32(raw, 0x28 + 4 * i));
-        let mut leaves = Vec::new();
+        let (mut leaves, mut indirect) = (Vec::new(), Vec::new());
         for i in 0..12u64 {
             if i < blocks && pointer(i as usize) != 0 {
                 leaves.push((i as u32, pointer(i as usize), 1));
@@ -209,12 +214,13 @@ impl Checker<'_> {
             if first >= blocks {
                 break;
             }
-            self.indirect(inum, pointer(11 + level as usize), level, first, blocks, &mut leaves)?;
+            self.indirect(inum, pointer(11 + level as usize), level, first, blocks, &mut leaves, &mut indirect)?;
             first += per.pow(level);
         }
-        Ok(leaves)
+        Ok((leaves, indirect))
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn indirect(
         &self,
         inum: u64,
@@ -223,11 +229,13 @@ impl Checker<'_> {
         first: u64,
         blocks: u64,
         leaves: &mut Vec<(u32, u64, u16)>,
+        indirect: &mut Vec<u64>,
     ) -> Result<(), Error> {
         if block == 0 {
             return Ok(());
         }
         let data = self.block(block, &|| format!("inode {inum} indirect block {block}"))?;
+        indirect.push(block);
         let per = self.layout.block_size / 4;
         let span = per.pow(level - 1);
         for k in 0..per {
@@ -242,7 +250,7 @@ impl Checker<'_> {
             if level == 1 {
                 leaves.push((logical as u32, child, 1));
             } else {
-                self.indirect(inum, child, level - 1, logical, blocks, leaves)?;
+                self.indirect(inum, child, level - 1, logical, blocks, leaves, indirect)?;
             }
         }
         Ok(())
