@@ -3,9 +3,8 @@
 //!
 //! The helper lives as long as the volume's data checksums, so a piece
 //! costs the helper a wake-up and the request thread a notify, not a
-//! thread's start and join (30–50 µs with `std::thread::scope`, which is
-//! why pieces were checksummed in line before the 35th session: see
-//! `write.rs`'s `overlap_pays`).
+//! thread's start and join per piece (tens of µs with
+//! `std::thread::scope`; `write.rs`'s `overlap_pays` says when it pays).
 
 use csumkit::crc32c;
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};

@@ -3,8 +3,7 @@
 //! — so that a second `csumkit mount`, `ext4 put`, `ext4 checkpoint` or
 //! `scrub` of an image that another process has open for writing is
 //! refused, rather than two processes each writing (or judging) their own
-//! view of it. (Until the 36th session a second mount of a mounted image
-//! started and served it.) The kernel's ext4 does not take the lock: the
+//! view of it. The kernel's ext4 does not take the lock: the
 //! incompat marks a csumfs mount sets keep the kernel off the image
 //! (`redo.rs`, `undo.rs`), `mmp.rs` too where the image has ext4's
 //! multiple-mount protection; a lock for writing is refused while the

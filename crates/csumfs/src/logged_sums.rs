@@ -3,10 +3,9 @@
 //!
 //! A write's blocks arrive in order, so they are appended to a vector; a
 //! change out of order marks it unsorted, and it is sorted (last change
-//! wins) when read or when it has doubled since its last sort. It was a
-//! `BTreeMap`, whose insert per block cost 3% of a 512 MiB sequential
-//! write at 4 KiB blocks (35th session: 0.302 s against 0.293 without the
-//! inserts, `datasum=off` 0.278; medians of six runs).
+//! wins) when read or when it has doubled since its last sort: a
+//! `BTreeMap` insert per block cost a measurable share of a large
+//! sequential write at 4 KiB blocks.
 
 /// Below this many entries an unsorted vector is not sorted on insert.
 const SORT_FLOOR: usize = 4096;

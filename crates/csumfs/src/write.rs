@@ -1302,13 +1302,10 @@ impl Volume {
 /// Whether the checksums of `bytes` whole blocks are worth computing on the
 /// helper thread while the piece is written (`crc_helper.rs`): handing a
 /// piece over costs this thread a notify and a lock, and the helper needs
-/// a CPU the write leaves idle. On the portable engine (2–3 GB/s, ~400 µs
-/// per MiB) it pays from a few blocks: 512 MiB in 1 MiB `write`s + fsync
-/// through the mount, 4 KiB blocks, 2-vCPU AMD EPYC, four alternating runs
-/// (35th session): 0.425 s against 0.484 in line (medians). With CRC
-/// instructions (~22 GB/s here: 48 µs per MiB) it did not pay on that
-/// machine — helper 0.314 s, in line 0.303, `datasum=off` 0.279, six runs:
-/// the host's writeback of the image takes the other vCPU — so there
+/// a CPU the write leaves idle. On the portable engine (~400 µs per MiB)
+/// it pays from a few blocks; with CRC instructions (~48 µs per MiB) it
+/// does not on a 2-vCPU machine, where the host's writeback of the image
+/// takes the other vCPU (docs/mount.md has the measurements) — so there
 /// only pieces of 8 MiB and more (library writes; FUSE hands over at most
 /// 1 MiB) go to the helper, as they went to a scoped thread (30–50 µs to
 /// start and join) before.

@@ -493,7 +493,7 @@ fn removing_from_kernel_made_images_keeps_them_clean() {
         assert!(report.clean(), "{name}: {:?}", report.findings);
         done += 1;
     }
-    // orphan-mmp-4k since the 37th session (csumfs keeps its multiple-mount protection).
+    // orphan-mmp-4k included: csumfs keeps its multiple-mount protection.
     assert_eq!(done, 13, "layouts accepted for writing");
 }
 
