@@ -84,7 +84,26 @@ fn parent_of(volume: &Volume, path: &str) -> Result<(u32, String), Error> {
     if name.is_empty() || name == "." || name == ".." {
         return Err(Error::Invalid(format!("{path}: not a name that can be created, moved or removed")));
     }
-    Ok((volume.resolve(if parent.is_empty() { "/" } else { parent })?.ino, name.to_string()))
+    let parent = if parent.is_empty() { "/" } else { parent };
+    let dir = volume.resolve(parent)?;
+    if !dir.is_dir() {
+        return Err(Error::NotDir(parent.to_string()));
+    }
+    Ok((dir.ino, name.to_string()))
+}
+
+/// `e` naming `path` where the library named an inode number ("inode
+/// 456: not a directory"): the user gave a path, and knows it.
+fn naming_path(e: Error, path: &str) -> Error {
+    let rename = |what: String| if what.starts_with("inode ") { path.to_string() } else { what };
+    match e {
+        Error::NotDir(what) => Error::NotDir(rename(what)),
+        Error::IsDir(what) => Error::IsDir(rename(what)),
+        Error::NotFound(what) => Error::NotFound(rename(what)),
+        Error::Exists(what) => Error::Exists(rename(what)),
+        Error::NotEmpty(what) => Error::NotEmpty(rename(what)),
+        other => other,
+    }
 }
 
 fn finish(image: &Path, result: Result<(), Error>) -> ExitCode {
@@ -112,7 +131,7 @@ pub fn mkdir(args: &MkdirArgs) -> ExitCode {
         volume.mkdir(parent, name.as_bytes(), NewInode { mode: 0o755, uid: 0, gid: 0 })?;
         volume.sync()
     });
-    finish(&args.image, result)
+    finish(&args.image, result.map_err(|e| naming_path(e, &args.path)))
 }
 
 pub fn mv(args: &MvArgs) -> ExitCode {
@@ -129,7 +148,7 @@ pub fn mv(args: &MvArgs) -> ExitCode {
         volume.rename(from_dir, from_name.as_bytes(), to_dir, to_name.as_bytes(), mode)?;
         volume.sync()
     });
-    finish(&args.image, result)
+    finish(&args.image, result.map_err(|e| naming_path(e, &args.to)))
 }
 
 pub fn rm(args: &RmArgs) -> ExitCode {
@@ -149,7 +168,7 @@ pub fn rm(args: &RmArgs) -> ExitCode {
         volume.unlink(parent, name.as_bytes())?;
         volume.sync()
     });
-    finish(&args.image, result)
+    finish(&args.image, result.map_err(|e| naming_path(e, &args.path)))
 }
 
 /// Removes everything below directory `dir`; returns how many names.

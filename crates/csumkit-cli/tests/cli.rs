@@ -884,6 +884,11 @@ fn ext4_put_mkdir_mv_rm_build_an_image_e2fsck_accepts() {
     assert!(v.resolve("/partial/inner.img").is_err());
     drop(v);
     assert_eq!(csumkit(&["ext4", "mkdir", img, "/made"], None).status.code(), Some(1));
+    // Errors name the path given, not an inode number.
+    let out = csumkit(&["ext4", "mkdir", img, "/put-tree/a.txt/x"], None);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("/put-tree/a.txt: not a directory") && !stderr.contains("inode"), "{stderr}");
     let e2fsck = ["/usr/sbin/e2fsck", "/sbin/e2fsck"].into_iter().find(|p| std::path::Path::new(p).exists()).unwrap();
     let clean = || {
         let check = Command::new(e2fsck).arg("-fn").arg(&image).output().unwrap();
