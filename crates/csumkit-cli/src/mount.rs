@@ -158,7 +158,8 @@ fn mountpoint_problem(mountpoint: &Path, nonempty: bool) -> Option<String> {
     let shown = mountpoint.display();
     let meta = match std::fs::metadata(mountpoint) {
         Ok(meta) => meta,
-        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
+        // ENOTCONN through /dev/fuse; ECANCELED or ECONNABORTED through FUSE over io_uring.
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTCONN | libc::ECANCELED | libc::ECONNABORTED)) => {
             return Some(format!(
                 "mountpoint {shown}: a FUSE mount whose daemon stopped (killed, or crashed) is still there: \
                  run `fusermount3 -u {shown}`, then mount again (the next mount replays what the log holds)"
@@ -407,7 +408,7 @@ fn read_stats(dir: &Path) -> Result<String, String> {
         let e = std::io::Error::last_os_error();
         return Err(match e.raw_os_error() {
             Some(libc::ENOENT) => format!("{}: no such directory", dir.display()),
-            Some(libc::ENOTCONN) => format!(
+            Some(libc::ENOTCONN | libc::ECANCELED | libc::ECONNABORTED) => format!(
                 "{}: its csumkit mount stopped (killed, or crashed): run `fusermount3 -u {}`",
                 dir.display(),
                 dir.display()
