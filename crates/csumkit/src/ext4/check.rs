@@ -540,7 +540,7 @@ impl<'a> Checker<'a> {
         let walk = if flags & INODE_FLAG_EXTENTS != 0 {
             let mut walk = ExtentWalk::default();
             let root = &raw[rules::I_BLOCK..rules::I_BLOCK + 60];
-            self.extent_node(inum, seed, root, None, (0, LOGICAL_BLOCKS), &mut walk)?;
+            self.extent_node(inum, seed, root, None, None, (0, LOGICAL_BLOCKS), &mut walk)?;
             walk
         } else if is_dir
             || special
@@ -558,26 +558,25 @@ impl<'a> Checker<'a> {
             }
             return Ok(());
         };
-        let leaves = walk.leaves.clone();
+        let leaves = &walk.leaves;
         // Blocks outside the filesystem or free first: the most specific damage is named.
-        self.claim_leaves(inum, &leaves)?;
+        self.claim_leaves(inum, leaves)?;
         if !reserved {
             self.judge_blocks(inum, raw, Some(&walk));
         }
         if Some(inum) == self.journal_inum {
-            self.journal_superblock(inum, &leaves)?;
+            self.journal_superblock(inum, leaves)?;
         }
         if Some(inum) == self.orphan_inum {
-            self.orphan_blocks(inum, seed, &leaves)?;
+            self.orphan_blocks(inum, seed, leaves)?;
         }
         if is_dir {
             // As the kernel's __ext4_read_dirblock: in an indexed directory
             // the root (logical block 0) and the interior nodes are index
             // blocks whatever their last bytes say (a root the kernel made
             // by make_indexed_dir keeps the old leaf's dirent tail).
-            let htree =
-                if flags & INODE_FLAG_INDEX != 0 { Some(self.htree_index_blocks(inum, &leaves)?) } else { None };
-            for (logical, physical, len) in leaves {
+            let htree = if flags & INODE_FLAG_INDEX != 0 { Some(self.htree_index_blocks(inum, leaves)?) } else { None };
+            for &(logical, physical, len) in leaves {
                 for k in 0..u64::from(len) {
                     let logical = u64::from(logical) + k;
                     self.dir_block(inum, seed, htree.as_ref(), logical, physical + k)?;
@@ -712,22 +711,11 @@ impl<'a> Checker<'a> {
     }
 
     /// An extent tree node (the 60-byte root in the inode when `block` is
-    /// `None`) whose entries must lie in `range` of logical blocks; its
-    /// leaves and shape go into `walk`.
-    fn extent_node(
-        &mut self,
-        inum: u64,
-        seed: u32,
-        node: &[u8],
-        block: Option<u64>,
-        range: (u64, u64),
-        walk: &mut ExtentWalk,
-    ) -> Result<(), Error> {
-        self.extent_node_at(inum, seed, node, block, None, range, walk)
-    }
-
+    /// `None`, of any depth; below it, one level less than its parent's)
+    /// whose entries must lie in the range of logical blocks `start..end`;
+    /// its leaves and shape go into `walk`.
     #[allow(clippy::too_many_arguments)]
-    fn extent_node_at(
+    fn extent_node(
         &mut self,
         inum: u64,
         seed: u32,
@@ -822,7 +810,7 @@ impl<'a> Checker<'a> {
                     continue;
                 }
                 let data = self.block(child, &where_)?;
-                self.extent_node_at(inum, seed, data, Some(child), Some(depth - 1), (logical, child_end), walk)?;
+                self.extent_node(inum, seed, data, Some(child), Some(depth - 1), (logical, child_end), walk)?;
             }
         }
         Ok(())
