@@ -25,6 +25,9 @@ fn exercise(bytes: &[u8]) {
         let _ = image.xattrs(inode);
         let _ = image.getxattr(inode, "security.capability", true);
         let _ = image.computed_filter(inode);
+        if inode.size <= 1 << 20 {
+            let _ = image.data(inode);
+        }
     }
     let _ = image.check_filters();
     if let Ok(plan) = image.plan_filters() {

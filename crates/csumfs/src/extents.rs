@@ -38,10 +38,13 @@ impl Volume {
         }
         let bs = self.layout.block_size;
         if size < inode.size {
-            if !size.is_multiple_of(bs) {
-                self.zero_in_place(&inode, size, size.next_multiple_of(bs), true)?;
-            }
+            // The last block's tail is verified first and zeroed once the
+            // unmap (which may fail) is done: a failed truncate changes nothing.
+            let edges = self.partial_edges(&inode, size, size.next_multiple_of(bs))?;
             inode = self.unmap(&inode, size.div_ceil(bs), u64::MAX)?;
+            for (from, to) in edges {
+                self.zero_in_place(&inode, from, to, true)?;
+            }
         } else {
             self.zero_past_end(&inode, size)?;
         }

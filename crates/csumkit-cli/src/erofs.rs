@@ -1,5 +1,5 @@
-//! `csumkit erofs ls|getxattr|check|add-filter`: erofs images and their
-//! xattr name filters (seed 003).
+//! `csumkit erofs ls|cat|getxattr|check|add-filter`: erofs images and
+//! their xattr name filters.
 
 use clap::{Args, Subcommand};
 use csumkit::erofs::{Image, Inode, Lookup};
@@ -11,6 +11,8 @@ use std::process::ExitCode;
 pub enum ErofsCommand {
     /// List a directory (or one inode): mode, nid, size, xattr count, name.
     Ls(LsArgs),
+    /// Write a regular file's data to standard output (flat, chunked, LZ4 or stored compression).
+    Cat(CatArgs),
     /// Print one xattr's value; "absent" (exit 1) says whether the name filter answered.
     Getxattr(GetxattrArgs),
     /// Check every inode's name filter against its xattrs; exit 1 on a mismatch.
@@ -44,6 +46,14 @@ pub struct LsArgs {
 }
 
 #[derive(Args)]
+pub struct CatArgs {
+    /// The erofs image.
+    image: PathBuf,
+    /// Path of a regular file inside the image.
+    path: String,
+}
+
+#[derive(Args)]
 pub struct GetxattrArgs {
     /// The erofs image.
     image: PathBuf,
@@ -59,6 +69,7 @@ pub struct GetxattrArgs {
 pub fn run(command: ErofsCommand) -> ExitCode {
     let (result, image) = match &command {
         ErofsCommand::Ls(args) => (ls(args), &args.image),
+        ErofsCommand::Cat(args) => (cat(args), &args.image),
         ErofsCommand::Getxattr(args) => (getxattr(args), &args.image),
         ErofsCommand::Check(args) => (check(&args.image, args.json), &args.image),
         ErofsCommand::AddFilter(args) => (add_filter(&args.image), &args.image),
@@ -95,7 +106,7 @@ fn ls(args: &LsArgs) -> Result<ExitCode, Error> {
     let entries: Vec<(String, Inode)> = if inode.is_dir() {
         let mut v = Vec::new();
         for e in image.read_dir(&inode)? {
-            v.push((String::from_utf8_lossy(e.name).into_owned(), image.inode(e.nid)?));
+            v.push((String::from_utf8_lossy(&e.name).into_owned(), image.inode(e.nid)?));
         }
         v
     } else {
@@ -114,6 +125,29 @@ fn ls(args: &LsArgs) -> Result<ExitCode, Error> {
             xattrs
         );
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn cat(args: &CatArgs) -> Result<ExitCode, Error> {
+    use std::io::Write;
+    /// Bytes read and written at a time.
+    const PIECE: u64 = 8 << 20;
+    let bytes = map(&args.image)?;
+    let image = Image::open(&bytes)?;
+    let inode = image.lookup(&args.path)?;
+    if inode.mode & 0o170_000 != 0o100_000 {
+        let what = if inode.is_dir() { "a directory" } else { "not a regular file" };
+        return Err(Error::Invalid { what: "path", detail: format!("{} is {what}", args.path) });
+    }
+    let mut out = std::io::stdout().lock();
+    let io = |e: std::io::Error| Error::Io { context: "standard output".into(), source: e };
+    let mut offset = 0;
+    while offset < inode.size {
+        let piece = image.read(&inode, offset, PIECE)?;
+        out.write_all(&piece).map_err(io)?;
+        offset += piece.len() as u64;
+    }
+    out.flush().map_err(io)?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -240,6 +240,7 @@ fn print(path: &Path, report: &Report) {
         format!("{} xattr blocks", c.xattr_blocks),
     ];
     for (count, what) in [
+        (c.ea_inode_values, "ea_inode values"),
         (c.journal_superblocks, "journal superblock"),
         (c.orphan_blocks, "orphan file blocks"),
         (c.mmp_blocks, "MMP block"),
@@ -257,6 +258,10 @@ fn print(path: &Path, report: &Report) {
         let location = f.location.strip_prefix(f.what).map_or(f.location.as_str(), str::trim_start);
         print!("BAD {} {location}: stored {:#010x}, computed {:#010x}", f.what, f.stored, f.computed);
         match &f.damage {
+            // No checksum to rewrite: the data is what is wrong.
+            Some(why) if f.fix.is_empty() => {
+                println!(" (data damage: {why}; e2fsck does not check it: restore it from a backup)");
+            }
             Some(why) => println!(" (structural damage: {why}; not repairable here, run e2fsck -f)"),
             None => println!(),
         }
@@ -295,6 +300,7 @@ fn print_json(path: &Path, report: &Report) {
         ("directory_blocks", number(c.dir_blocks)),
         ("htree_blocks", number(c.htree_blocks)),
         ("xattr_blocks", number(c.xattr_blocks)),
+        ("ea_inode_values", number(c.ea_inode_values)),
         ("journal_superblocks", number(c.journal_superblocks)),
         ("orphan_blocks", number(c.orphan_blocks)),
         ("mmp_blocks", number(c.mmp_blocks)),

@@ -1687,6 +1687,58 @@ fn copy_file_range_copies_as_a_model_says_and_refuses_damage() {
     assert_eq!(size, 0, "nothing copied");
 }
 
+/// `copy_file_range` at a full filesystem copies what fits, at most, and
+/// leaves the rest of the destination as it was: its bytes read back
+/// through the mount and by the kernel, scrub and `e2fsck -fn` clean.
+#[test]
+fn copy_file_range_at_a_full_filesystem_changes_only_what_it_copied() {
+    use std::os::fd::AsRawFd;
+    if cannot_mount() {
+        return;
+    }
+    let scratch = Scratch::new("copy-range-full");
+    let image = scratch.image("16M", "4096");
+    let mnt = scratch.mnt();
+    let child = mount_foreground(&image, &mnt, &[]);
+    let (src_bytes, old) = (pattern(2 << 20, 3), pattern(8192, 4));
+    std::fs::write(mnt.join("src"), &src_bytes).unwrap();
+    std::fs::write(mnt.join("dst"), &old).unwrap();
+    let out = Command::new("dd")
+        .arg("if=/dev/zero")
+        .arg(format!("of={}", mnt.join("fill").display()))
+        .args(["bs=64k", "status=none"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("No space left on device"), "dd filled the filesystem");
+    let (src, dst) = (
+        std::fs::File::open(mnt.join("src")).unwrap(),
+        std::fs::OpenOptions::new().write(true).open(mnt.join("dst")).unwrap(),
+    );
+    let (mut at, mut to_at) = (0i64, 8192i64);
+    // SAFETY: valid descriptors and offsets the call updates.
+    let n = unsafe { libc::copy_file_range(src.as_raw_fd(), &mut at, dst.as_raw_fd(), &mut to_at, src_bytes.len(), 0) };
+    let copied = if n < 0 {
+        assert_eq!(std::io::Error::last_os_error().raw_os_error(), Some(libc::ENOSPC));
+        0
+    } else {
+        assert!((n as usize) < src_bytes.len(), "a full filesystem took all {n} bytes");
+        n as usize
+    };
+    drop((src, dst));
+    let want = [&old[..], &src_bytes[..copied]].concat();
+    assert!(std::fs::read(mnt.join("dst")).unwrap() == want, "dst through the mount ({copied} bytes copied)");
+    unmount_and_wait(child, &mnt);
+    e2fsck_clean(&image);
+    let scrub = Command::new(env!("CARGO_BIN_EXE_csumkit")).arg("scrub").arg(&image).output().unwrap();
+    assert!(scrub.status.success(), "{}", String::from_utf8_lossy(&scrub.stdout));
+    let kernel = scratch.0.join("kernel");
+    if kernel_mount(&image, &kernel, "loop,ro") {
+        let got = std::fs::read(kernel.join("dst")).unwrap();
+        unmount_kernel(&kernel);
+        assert!(got == want, "dst read by the kernel");
+    }
+}
+
 /// A listing with a damaged inode in it: the kernel lists directories with
 /// READDIRPLUS (each entry's attributes in the listing); the damaged one is
 /// still listed, and its stat fails with the damage named (`EBADMSG`: its

@@ -18,27 +18,28 @@ const DIRENT: usize = 12;
 
 /// One directory entry.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DirEntry<'a> {
+pub struct DirEntry {
     /// Name bytes (no NUL).
-    pub name: &'a [u8],
+    pub name: Vec<u8>,
     /// Target nid.
     pub nid: u64,
     /// `EROFS_FT_*` file type.
     pub file_type: u8,
 }
 
-impl<'a> Image<'a> {
+impl Image<'_> {
     /// Every entry of directory `dir`, in on-media order (with `.` and `..`).
     ///
     /// # Errors
     /// [`Error::Invalid`] if `dir` is not a directory; [`Error::Corrupt`] for
     /// malformed blocks.
-    pub fn read_dir(&self, dir: &Inode) -> Result<Vec<DirEntry<'a>>, Error> {
+    pub fn read_dir(&self, dir: &Inode) -> Result<Vec<DirEntry>, Error> {
         if !dir.is_dir() {
             return Err(Error::Invalid { what: "path", detail: format!("nid {} is not a directory", dir.nid) });
         }
         let mut entries = Vec::new();
-        for (b, block) in self.data_pieces(dir)?.into_iter().enumerate() {
+        let data = self.data(dir)?;
+        for (b, block) in data.chunks(self.sb.block_size as usize).enumerate() {
             let where_ = format!("directory nid {} block {b}", dir.nid);
             if block.len() < DIRENT {
                 return Err(corrupt(&where_, format!("{} bytes, shorter than one dirent", block.len())));
@@ -60,7 +61,7 @@ impl<'a> Image<'a> {
                 if start < first || end < start || end > block.len() || end - start > 255 || end == start {
                     return Err(corrupt(&where_, format!("dirent {i} name [{start}, {end}) is invalid")));
                 }
-                entries.push(DirEntry { name: &block[start..end], nid: le64(d, 0), file_type: d[10] });
+                entries.push(DirEntry { name: block[start..end].to_vec(), nid: le64(d, 0), file_type: d[10] });
             }
         }
         Ok(entries)
@@ -110,7 +111,7 @@ impl<'a> Image<'a> {
                     if entry.name == b"." || entry.name == b".." || !seen.insert(entry.nid) {
                         continue;
                     }
-                    let name = String::from_utf8_lossy(entry.name);
+                    let name = String::from_utf8_lossy(&entry.name);
                     let child_path = if path == "/" { format!("/{name}") } else { format!("{path}/{name}") };
                     children.push((child_path, self.inode(entry.nid)?));
                 }

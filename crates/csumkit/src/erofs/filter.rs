@@ -84,6 +84,13 @@ impl Image<'_> {
     /// [`Error::Corrupt`] for a damaged image; [`Error::Invalid`] when
     /// `xattr_filter_reserved` is nonzero (the kernel would ignore filters).
     pub fn plan_filters(&self) -> Result<FilterRetrofit, Error> {
+        if self.has_metabox() {
+            // Its inodes are bytes of the metabox inode's (maybe compressed) data.
+            return Err(Error::Invalid {
+                what: "erofs image",
+                detail: "filters of inodes kept in a metabox are not rewritten by this command".into(),
+            });
+        }
         if self.sb.xattr_filter_reserved != 0 {
             return Err(Error::Invalid {
                 what: "erofs image",

@@ -1,5 +1,6 @@
 //! erofs inodes: 32-byte compact and 64-byte extended, at
-//! `meta_blkaddr * block size + nid * 32`.
+//! `meta_blkaddr * block size + nid * 32` — or, for a nid with bit 63 set
+//! (metabox images), at `(nid & !(1 << 63)) * 32` of the metabox's data.
 //!
 //! | compact | extended | field                                        |
 //! |--------:|---------:|----------------------------------------------|
@@ -22,6 +23,8 @@ use crate::Error;
 
 /// Size of a compact inode; nids count slots of this size.
 pub const SLOT: u64 = 32;
+/// `EROFS_DIRENT_NID_METABOX_BIT`: the inode is in the metabox.
+pub(super) const NID_METABOX_BIT: u32 = 63;
 
 /// How an inode's data is stored (`EROFS_INODE_*`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,7 +46,9 @@ pub enum Layout {
 pub struct Inode {
     /// Its nid.
     pub nid: u64,
-    /// Byte offset in the image.
+    /// Whether it lives in the metabox (its nid's bit 63).
+    pub in_metabox: bool,
+    /// Byte offset in the image, or in the metabox's data.
     pub offset: u64,
     /// 64-byte extended inode (else 32-byte compact).
     pub extended: bool,
@@ -123,12 +128,16 @@ impl<'a> Image<'a> {
     /// [`Error::Corrupt`] when it lies outside the image or is malformed.
     pub fn inode(&self, nid: u64) -> Result<Inode, Error> {
         let where_ = || format!("inode nid {nid}");
-        let base = u64::from(self.sb.meta_blkaddr) * u64::from(self.sb.block_size);
-        let offset = nid
+        let in_metabox = nid >> NID_METABOX_BIT != 0;
+        if in_metabox && !self.has_metabox() {
+            return Err(super::corrupt(&where_(), "a metabox nid in an image without a metabox".into()));
+        }
+        let base = if in_metabox { 0 } else { u64::from(self.sb.meta_blkaddr) * u64::from(self.sb.block_size) };
+        let offset = (nid & !(1 << NID_METABOX_BIT))
             .checked_mul(SLOT)
             .and_then(|o| o.checked_add(base))
             .ok_or_else(|| super::corrupt(&where_(), "nid overflows the image offset".into()))?;
-        let head = self.bytes(offset, 32, &where_)?;
+        let head = self.meta_bytes(in_metabox, offset, 32, &where_)?;
         let format = le16(head, 0);
         let extended = format & 1 != 0;
         let layout = match (format >> 1) & 0x7 {
@@ -151,9 +160,10 @@ impl<'a> Image<'a> {
         // Of a directory: its `.` entry is omitted (nothing to do here).
         let nlink_is_1 = !extended && format & I_BIT_4 != 0 && le16(head, 4) & S_IFMT != S_IFDIR;
         let mut inode = if extended {
-            let raw = self.bytes(offset, 64, &where_)?;
+            let raw = self.meta_bytes(in_metabox, offset, 64, &where_)?;
             Inode {
                 nid,
+                in_metabox,
                 offset,
                 extended,
                 layout,
@@ -169,6 +179,7 @@ impl<'a> Image<'a> {
         } else {
             Inode {
                 nid,
+                in_metabox,
                 offset,
                 extended,
                 layout,
@@ -183,58 +194,10 @@ impl<'a> Image<'a> {
             }
         };
         // The ibody must be in the image too.
-        let whole = self.bytes(offset, (inode.inode_size() + inode.xattr_size()) as usize, &where_)?;
+        let whole = self.meta_bytes(in_metabox, offset, (inode.inode_size() + inode.xattr_size()) as usize, &where_)?;
         if inode.xattr_icount > 0 {
             inode.name_filter = Some(Filter(le32(whole, inode.inode_size() as usize)));
         }
         Ok(inode)
-    }
-
-    /// The data of a flat inode as block-sized pieces (the last may be
-    /// shorter): what directories and symlinks need.
-    ///
-    /// # Errors
-    /// [`Error::Invalid`] for compressed or chunked data; [`Error::Corrupt`]
-    /// when the data lies outside the image.
-    pub fn data_pieces(&self, inode: &Inode) -> Result<Vec<&'a [u8]>, Error> {
-        let bs = u64::from(self.sb.block_size);
-        let where_ = || format!("data of nid {}", inode.nid);
-        let (whole_blocks, tail) = match inode.layout {
-            Layout::FlatPlain => (inode.size.div_ceil(bs), 0),
-            Layout::FlatInline => (inode.size / bs, inode.size % bs),
-            other => {
-                let what = if inode.is_dir() {
-                    "a compressed or chunked directory"
-                } else if inode.is_symlink() {
-                    "a compressed or chunked symlink"
-                } else {
-                    "compressed or chunked data"
-                };
-                return Err(Error::Invalid {
-                    what: "erofs inode",
-                    detail: format!("nid {}: {what} ({other:?}) is not read by this reader", inode.nid),
-                });
-            }
-        };
-        // Bounded by the image itself before anything is allocated per block.
-        if whole_blocks > self.data.len() as u64 / bs {
-            return Err(super::corrupt(&where_(), format!("size {} exceeds the image", inode.size)));
-        }
-        let mut pieces = Vec::with_capacity(whole_blocks as usize + 1);
-        let mut left = inode.size;
-        for i in 0..whole_blocks {
-            let len = left.min(bs);
-            let at = inode.raw_blkaddr.saturating_add(i).saturating_mul(bs);
-            pieces.push(self.bytes(at, len as usize, &where_)?);
-            left -= len;
-        }
-        if tail > 0 {
-            let at = inode.offset + inode.inode_size() + inode.xattr_size();
-            if at % bs + tail > bs {
-                return Err(super::corrupt(&where_(), "inline tail crosses a block boundary".into()));
-            }
-            pieces.push(self.bytes(at, tail as usize, &where_)?);
-        }
-        Ok(pieces)
     }
 }

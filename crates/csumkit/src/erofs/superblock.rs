@@ -20,6 +20,7 @@
 //! | 96     | 8    | `packed_nid`                            |
 //! | 104    | 1    | `xattr_filter_reserved`                 |
 //! | 112    | 8    | `rootnid_8b` (48bit, when nonzero)      |
+//! | 128    | 8    | `metabox_nid` (metabox; `sb_extslots` ≥ 1) |
 //!
 //! With `SB_CHKSUM` (compat 0x1), `checksum` is the raw CRC32C (seed
 //! `!0`, no final inversion: the kernel's `crc32c()`) of the bytes from
@@ -43,16 +44,18 @@ pub const COMPAT_SB_CHKSUM: u32 = 0x1;
 pub const COMPAT_PLAIN_XATTR_PFX: u32 = 0x10;
 /// Incompat features whose metadata this reader understands (zero padding,
 /// compression configs, chunked files, device table, tail packing,
-/// fragments, dedupe, long xattr prefixes, the 48-bit layout). Later ones
-/// move inodes or names, so images with them are refused, by name
-/// ([`INCOMPAT_NAMES`]).
-pub const INCOMPAT_KNOWN: u32 = 0xFF;
+/// fragments, dedupe, long xattr prefixes, the 48-bit layout, metabox).
+/// Later ones move inodes or names, so images with them are refused.
+pub const INCOMPAT_KNOWN: u32 = 0x1FF;
 /// `EROFS_FEATURE_INCOMPAT_48BIT`: an 8-byte root nid (`rootnid_8b`), block
 /// counts and start blocks with 16 more high bits.
 pub const INCOMPAT_48BIT: u32 = 0x80;
-/// Incompat features this reader refuses, with mkfs.erofs's names for them.
-pub const INCOMPAT_NAMES: [(u32, &str); 1] =
-    [(0x100, "metabox (inode metadata kept in a metabox inode, mkfs.erofs -m)")];
+/// `EROFS_FEATURE_INCOMPAT_METABOX`: inodes whose nid has bit 63 set live
+/// in the data of the metabox inode (`mkfs.erofs -m`).
+pub const INCOMPAT_METABOX: u32 = 0x100;
+/// `EROFS_FEATURE_COMPAT_SHARED_EA_IN_METABOX`: the shared xattr area is
+/// in the metabox too.
+pub const COMPAT_SHARED_EA_IN_METABOX: u32 = 0x8;
 const CHECKSUM_AT: usize = 4;
 
 /// The fields csumkit uses.
@@ -84,6 +87,8 @@ pub struct Superblock {
     pub packed_nid: u64,
     /// Nonzero makes the kernel ignore the name filter.
     pub xattr_filter_reserved: u8,
+    /// The metabox inode's nid (metabox images; else 0).
+    pub metabox_nid: u64,
     /// Stored checksum.
     pub checksum: u32,
 }
@@ -131,23 +136,24 @@ impl Superblock {
             xattr_prefix_start: le32(sb, 92),
             packed_nid: le64(sb, 96),
             xattr_filter_reserved: sb[104],
+            metabox_nid: 0,
             checksum: le32(sb, CHECKSUM_AT),
         };
         let unknown = parsed.feature_incompat & !INCOMPAT_KNOWN;
         if unknown != 0 {
-            let mut names: Vec<String> =
-                INCOMPAT_NAMES.iter().filter(|(bit, _)| unknown & bit != 0).map(|(_, name)| (*name).into()).collect();
-            let named = INCOMPAT_NAMES.iter().fold(0, |bits, (bit, _)| bits | bit);
-            if unknown & !named != 0 {
-                names.push(format!("unknown bits {:#x}", unknown & !named));
-            }
             return Err(Error::Invalid {
                 what: "erofs image",
                 detail: format!(
-                    "incompatible feature {} is not supported by this reader (make the image without it)",
-                    names.join(", ")
+                    "incompatible feature bits {unknown:#x} are not supported by this reader (make the image without them)"
                 ),
             });
+        }
+        let mut parsed = parsed;
+        if parsed.feature_incompat & INCOMPAT_METABOX != 0 {
+            // Its nid is in the first extension slot.
+            let extended = image.get(SUPER_OFFSET + 128..SUPER_OFFSET + 144).filter(|_| sb[13] >= 1);
+            let slot = extended.ok_or_else(|| corrupt("superblock", "metabox without an extension slot".into()))?;
+            parsed.metabox_nid = le64(slot, 0);
         }
         if sb[90] != 0 {
             return Err(Error::Invalid { what: "erofs image", detail: "directory blocks larger than blocks".into() });

@@ -102,10 +102,10 @@ struct Ibody<'a> {
 }
 
 impl<'a> Image<'a> {
-    fn ibody(&self, inode: &Inode) -> Result<Option<Ibody<'a>>, Error> {
+    fn ibody(&self, inode: &Inode) -> Result<Option<Ibody<'_>>, Error> {
         let Some(at) = inode.xattr_offset() else { return Ok(None) };
         let where_ = || format!("xattrs of nid {}", inode.nid);
-        let body = self.bytes(at, inode.xattr_size() as usize, &where_)?;
+        let body = self.meta_bytes(inode.in_metabox, at, inode.xattr_size() as usize, &where_)?;
         let shared = usize::from(body[4]) * 4;
         if IBODY_HEADER as usize + shared > body.len() {
             return Err(corrupt(&where_(), format!("{} shared ids overflow the ibody", body[4])));
@@ -171,13 +171,14 @@ impl<'a> Image<'a> {
             at += size;
         }
         let area = u64::from(self.sb.xattr_blkaddr) * u64::from(self.sb.block_size);
+        let in_metabox = self.sb.feature_compat & super::superblock::COMPAT_SHARED_EA_IN_METABOX != 0;
         for id in body.shared_ids.chunks_exact(4) {
             let id = u64::from(le32(id, 0));
             let start = area + 4 * id;
             let where_ = || format!("shared xattr {id} of nid {}", inode.nid);
-            let rest = self.bytes(start, 4, &where_)?;
+            let rest = self.meta_bytes(in_metabox, start, 4, &where_)?;
             let len = 4 + usize::from(rest[0]) + usize::from(le16(rest, 2));
-            let bytes = self.bytes(start, len, &where_)?;
+            let bytes = self.meta_bytes(in_metabox, start, len, &where_)?;
             let (xattr, _) = self.entry(bytes, 0, true, &where_)?;
             if xattr.is_known() && visit(xattr) {
                 return Ok(true);
@@ -263,21 +264,17 @@ pub(super) fn long_prefixes(image: &Image<'_>) -> Result<Vec<LongPrefix>, Error>
         return Ok(Vec::new());
     }
     let plain = sb.feature_compat & super::superblock::COMPAT_PLAIN_XATTR_PFX != 0 || sb.packed_nid == 0;
+    let mut at = sb.xattr_prefix_start as usize * 4;
     let table: std::borrow::Cow<'_, [u8]> = if plain {
         image.data.into()
     } else {
+        // In the packed inode (compressed or not): each prefix is at most
+        // 2 + 256 bytes, so the table is no longer than this.
         let packed = image.inode(sb.packed_nid)?;
-        if !matches!(packed.layout, super::Layout::FlatPlain | super::Layout::FlatInline) {
-            return Err(Error::Invalid {
-                what: "erofs image",
-                detail: "long xattr prefixes kept in the compressed packed inode (mkfs.erofs -Efragments without \
-                         plain prefixes) are not supported by this reader"
-                    .into(),
-            });
-        }
-        image.data_pieces(&packed)?.concat().into()
+        let table = image.read(&packed, at as u64, u64::from(sb.xattr_prefix_count) * 260)?;
+        at = 0;
+        table.into()
     };
-    let mut at = sb.xattr_prefix_start as usize * 4;
     let mut prefixes = Vec::with_capacity(usize::from(sb.xattr_prefix_count));
     for i in 0..sb.xattr_prefix_count {
         let where_ = format!("long xattr prefix {i}");

@@ -7,6 +7,7 @@ use super::layout::{superblock_checksum, Features, Group, Layout, SUPER_OFFSET};
 use super::special;
 use super::structure::{self, Claim};
 use super::tree_rules::{self, Tree, ROOT};
+use super::xattr;
 use super::{bytes, corrupt};
 use crate::le::{le16, le32};
 use crate::{crc32c, Error};
@@ -72,7 +73,8 @@ pub(super) struct ExtentWalk {
 pub struct Finding {
     /// The structure: `superblock`, `group descriptor`, `block bitmap`,
     /// `inode bitmap`, `inode`, `extent block`, `directory block`,
-    /// `htree block`.
+    /// `htree block`, `xattr block`, `ea_inode value`, `journal
+    /// superblock`, `orphan file block`, `MMP block`.
     pub what: &'static str,
     /// Which one: group, inode, block.
     pub location: String,
@@ -81,6 +83,7 @@ pub struct Finding {
     /// Checksum recomputed from the bytes.
     pub computed: u32,
     /// Writes that store the computed checksum: (byte offset, bytes).
+    /// None for a hash over data (an ea_inode value): the data is wrong.
     pub fix: Vec<(u64, Vec<u8>)>,
     /// Why the structure's content is itself wrong, if it is: then the
     /// checksum is wrong because the content is, and rewriting it would
@@ -117,6 +120,8 @@ pub struct Checked {
     pub htree_blocks: u64,
     /// External xattr blocks (`i_file_acl`; a shared block once).
     pub xattr_blocks: u64,
+    /// Values held in ea_inodes (their bytes against their hash).
+    pub ea_inode_values: u64,
     /// The jbd2 superblock (checksum v2/v3).
     pub journal_superblocks: u64,
     /// Blocks of the orphan file.
@@ -166,15 +171,13 @@ pub(super) struct Checker<'a> {
     claims: Vec<Claim>,
     /// Inodes whose extents are out of range or not marked in use.
     pub(super) inode_damage: HashMap<u64, String>,
-    /// External xattr blocks already checked (they may be shared).
-    pub(super) xattr_seen: HashSet<u64>,
+    /// External xattr blocks, checked once each (they may be shared).
+    pub(super) xattr_blocks: xattr::XattrBlocks,
     /// The journal inode (an internal journal) and the orphan file's.
     journal_inum: Option<u64>,
     orphan_inum: Option<u64>,
-    /// Inodes holding one large xattr value each (`ea_inode`).
-    ea_inodes: u64,
     /// `s_first_ino`: inodes below it (but the root) are the kernel's own.
-    first_ino: u64,
+    pub(super) first_ino: u64,
     /// Inodes not named by any directory: journal, orphan file, quota files.
     unnamed: HashSet<u64>,
     /// The directory tree, for the link-count judgement after the scan.
@@ -212,10 +215,9 @@ pub fn check(image: &[u8]) -> Result<Report, Error> {
         report: Report::default(),
         claims: Vec::new(),
         inode_damage: HashMap::new(),
-        xattr_seen: HashSet::new(),
+        xattr_blocks: xattr::XattrBlocks::new(),
         journal_inum,
         orphan_inum,
-        ea_inodes: 0,
         first_ino,
         unnamed,
         tree: Tree::default(),
@@ -228,6 +230,7 @@ pub fn check(image: &[u8]) -> Result<Report, Error> {
         checker.group(&group)?;
     }
     checker.note_unchecked(sb);
+    checker.xattr_refcounts();
     let mut damage = structure::shared_blocks(&mut checker.claims);
     for (inode, why) in checker.inode_damage {
         damage.entry(inode).or_insert(why);
@@ -329,11 +332,6 @@ impl<'a> Checker<'a> {
                 self.report.unchecked.push(Unchecked { what, count, why });
             }
         };
-        note(
-            "ea_inode values",
-            self.ea_inodes,
-            "a large xattr value's hash in its inode and entry is not verified: e2fsck -fn checks it",
-        );
         let recover = features.incompat & Features::INCOMPAT_RECOVER != 0;
         note(
             "journal awaiting replay",
@@ -522,10 +520,7 @@ impl<'a> Checker<'a> {
             }
         }
 
-        self.xattr_block(inum, raw)?;
-        if flags & INODE_FLAG_EA_INODE != 0 {
-            self.ea_inodes += 1;
-        }
+        let xattr_clusters = self.xattr_charge(inum, raw)?;
         let is_dir = file_type == Some(S_IFDIR);
         if flags & INODE_FLAG_INLINE_DATA != 0 {
             // Inline data (a small file or directory) lives in the inode
@@ -533,7 +528,7 @@ impl<'a> Checker<'a> {
             if is_dir && !reserved {
                 self.inline_dir(inum, raw);
             }
-            self.judge_blocks(inum, raw, None);
+            self.judge_blocks(inum, raw, xattr_clusters, None);
             return Ok(());
         }
         let special = Some(inum) == self.journal_inum || Some(inum) == self.orphan_inum;
@@ -554,7 +549,7 @@ impl<'a> Checker<'a> {
             block_mapped_walk(leaves, indirect.len() as u64)
         } else {
             if !reserved {
-                self.judge_blocks(inum, raw, None);
+                self.judge_blocks(inum, raw, xattr_clusters, None);
             }
             return Ok(());
         };
@@ -562,7 +557,10 @@ impl<'a> Checker<'a> {
         // Blocks outside the filesystem or free first: the most specific damage is named.
         self.claim_leaves(inum, leaves)?;
         if !reserved {
-            self.judge_blocks(inum, raw, Some(&walk));
+            self.judge_blocks(inum, raw, xattr_clusters, Some(&walk));
+        }
+        if flags & INODE_FLAG_EA_INODE != 0 {
+            self.ea_inode_value(inum, raw, leaves)?;
         }
         if Some(inum) == self.journal_inum {
             self.journal_superblock(inum, leaves)?;
@@ -599,7 +597,8 @@ impl<'a> Checker<'a> {
             Err(why) => return self.damage(inum, why),
         };
         let parent = u64::from(le32(&data, 0));
-        let mut why = None;
+        let mut why = (parent == 0 || parent > self.layout.inodes_count || !self.inode_in_use(parent))
+            .then(|| format!("its parent, inode {parent}, is not in use"));
         for region in [&data[4..60], &data[60..]] {
             match tree_rules::entries(region, region.len(), "the end of the inline data") {
                 Ok(list) => {
@@ -631,13 +630,13 @@ impl<'a> Checker<'a> {
     /// `i_size` and `i_blocks` against the blocks the inode maps, as
     /// e2fsck's `check_blocks` (`walk`: the extent tree; `None`: no
     /// blocks — inline data, a fast symlink, a device).
-    fn judge_blocks(&mut self, inum: u64, raw: &[u8], walk: Option<&ExtentWalk>) {
+    /// `xattr_clusters`: what its xattr block and ea_inode values charge.
+    fn judge_blocks(&mut self, inum: u64, raw: &[u8], xattr_clusters: u64, walk: Option<&ExtentWalk>) {
         let l = &self.layout;
         let (bs, features) = (l.block_size, l.features);
         let (mode, flags) = (le16(raw, 0), le32(raw, 0x20));
         let file_type = rules::file_type(mode);
         let size = rules::size(raw);
-        let xattr_block = u64::from(le32(raw, 0x68) != 0 || le16(raw, 0x76) != 0);
         let empty = ExtentWalk::default();
         let w = walk.unwrap_or(&empty);
         if let Some(why) = &w.damage {
@@ -646,7 +645,7 @@ impl<'a> Checker<'a> {
         let huge = features.ro_compat & RO_COMPAT_HUGE_FILE != 0;
         let stored = u64::from(le32(raw, 0x1C)) | if huge { u64::from(le16(raw, 0x74)) << 32 } else { 0 };
         // Bigalloc charges whole clusters: each one the leaves touch, each
-        // tree block's and the xattr block's.
+        // tree block's and the xattrs'.
         let ratio = l.blocks_per_group / l.clusters_per_group;
         let blocks = if features.ro_compat & RO_COMPAT_BIGALLOC != 0 && ratio > 1 {
             let mut clusters = HashSet::new();
@@ -655,13 +654,12 @@ impl<'a> Checker<'a> {
                     clusters.extend(start / ratio..=(start + u64::from(len) - 1) / ratio);
                 }
             }
-            (clusters.len() as u64 + w.tree_blocks + xattr_block) * ratio
+            (clusters.len() as u64 + w.tree_blocks + xattr_clusters) * ratio
         } else {
-            w.tree_blocks + w.mapped + xattr_block
+            w.tree_blocks + w.mapped + xattr_clusters
         };
         let counted = if huge && flags & rules::FLAG_HUGE_FILE != 0 { blocks } else { blocks * (bs / 512) };
-        // ea_inode values are charged to their owner's i_blocks: not judged.
-        if stored != counted && features.incompat & Features::INCOMPAT_EA_INODE == 0 {
+        if stored != counted {
             return self.damage(inum, format!("i_blocks {stored}, but it maps {counted} 512-byte sectors"));
         }
         let why = match file_type {
@@ -818,7 +816,7 @@ impl<'a> Checker<'a> {
 
     /// Records the blocks of `inum`'s leaf extents and notes the first one
     /// outside the filesystem or not marked in use in its block bitmap.
-    fn claim_leaves(&mut self, inum: u64, leaves: &[(u32, u64, u16)]) -> Result<(), Error> {
+    pub(super) fn claim_leaves(&mut self, inum: u64, leaves: &[(u32, u64, u16)]) -> Result<(), Error> {
         for &(_, start, len) in leaves {
             let len = u64::from(len);
             if let Some(why) = structure::out_of_range(&self.layout, start, len) {

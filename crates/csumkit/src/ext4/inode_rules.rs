@@ -6,6 +6,7 @@
 //! checksum to rewrite. Each rule returns why, or `None`.
 
 use super::layout::Features;
+use super::xattr;
 use crate::le::{le16, le32};
 
 pub(super) const MODE_TYPE: u16 = 0xF000;
@@ -42,7 +43,6 @@ const INCOMPAT_INLINE_DATA: u32 = 0x8000;
 /// `i_block`: 60 bytes at 0x28.
 pub(super) const I_BLOCK: usize = 0x28;
 const I_BLOCK_LEN: usize = 60;
-const XATTR_MAGIC: u32 = 0xEA02_0000;
 /// Name index and name of the xattr that holds the rest of inline data.
 const SYSTEM_DATA: (u8, &[u8]) = (7, b"data");
 
@@ -197,133 +197,16 @@ fn extra_space(inode_size: usize, raw: &[u8]) -> Option<String> {
     if extra + 4 >= max {
         return None;
     }
-    let header = 128 + extra;
-    if le32(raw, header) != XATTR_MAGIC {
-        return None;
-    }
-    xattr_entries(&raw[header + 4..inode_size]).err()
-}
-
-/// An xattr entry of an in-inode region or an xattr block.
-pub(super) struct XattrEntry<'a> {
-    pub name_index: u8,
-    pub name: &'a [u8],
-    /// The value, when stored in the region (not in an ea_inode).
-    pub value: Option<&'a [u8]>,
-}
-
-/// The entries of an in-inode xattr region (`region`: from the first
-/// entry to the end of the inode; values are offset from its start), each
-/// inside the region, not overlapping, its hash matching
-/// (`check_ea_in_inode`).
-pub(super) fn xattr_entries(region: &[u8]) -> Result<Vec<XattrEntry<'_>>, String> {
-    let mut entries = Vec::new();
-    let mut taken: Vec<(usize, usize)> = Vec::new();
-    let mut take = |start: usize, len: usize, what: &str| -> Result<(), String> {
-        let end = start.checked_add(len).filter(|&e| e <= region.len());
-        let Some(end) = end else {
-            return Err(format!("an in-inode xattr {what} at {start} runs past the inode"));
-        };
-        if taken.iter().any(|&(s, e)| start < e && s < end) {
-            return Err(format!("in-inode xattr {what} at {start} overlaps another"));
-        }
-        taken.push((start, end));
-        Ok(())
-    };
-    let mut at = 0usize;
-    // Each entry is at least 16 bytes: the walk is bounded by the region.
-    while at + 4 <= region.len() && le32(region, at) != 0 {
-        if at + 16 > region.len() {
-            return Err(format!("an in-inode xattr entry at {at} runs past the inode"));
-        }
-        let name_len = usize::from(region[at]);
-        let entry_len = (16 + name_len + 3) & !3;
-        take(at, entry_len, "entry")?;
-        let (offs, inum, size, hash) =
-            (usize::from(le16(region, at + 2)), le32(region, at + 4), le32(region, at + 8), le32(region, at + 12));
-        let name = &region[at + 16..at + 16 + name_len];
-        let value = if inum == 0 {
-            let size = size as usize;
-            if size > 0 {
-                take(offs, (size + 3) & !3, "value")?;
-            }
-            let value = &region[offs.min(region.len())..(offs + size).min(region.len())];
-            if hash != 0 && hash != xattr_hash(name, Some(value), false) && hash != xattr_hash(name, Some(value), true)
-            {
-                return Err(format!("in-inode xattr entry at {at}: its hash {hash:#010x} does not match its value"));
-            }
-            Some(value)
-        } else {
-            None
-        };
-        entries.push(XattrEntry { name_index: region[at + 1], name, value });
-        at += entry_len;
-    }
-    Ok(entries)
-}
-
-/// `ext2fs_ext_attr_hash_entry` (and its signed-char twin, which e2fsck
-/// also accepts): the name, then the value's little-endian words.
-pub(super) fn xattr_hash(name: &[u8], value: Option<&[u8]>, signed: bool) -> u32 {
-    let mut hash = 0u32;
-    for &c in name {
-        let c = if signed { c as i8 as i32 as u32 } else { u32::from(c) };
-        hash = (hash << 5) ^ (hash >> 27) ^ c;
-    }
-    if let Some(value) = value.filter(|v| !v.is_empty()) {
-        for word in value.chunks(4) {
-            let mut w = [0u8; 4];
-            w[..word.len()].copy_from_slice(word);
-            hash = (hash << 16) ^ (hash >> 16) ^ u32::from_le_bytes(w);
-        }
-    }
-    hash
+    xattr::in_inode(inode_size, raw).err()
 }
 
 /// The bytes of an inline-data inode: `i_block`, then the `system.data`
 /// xattr's value.
 pub(super) fn inline_data(inode_size: usize, raw: &[u8]) -> Result<Vec<u8>, String> {
     let mut data = raw[I_BLOCK..I_BLOCK + I_BLOCK_LEN].to_vec();
-    if inode_size <= 128 {
-        return Ok(data);
-    }
-    let header = 128 + usize::from(le16(raw, 0x80));
-    if header + 4 > inode_size || le32(raw, header) != XATTR_MAGIC {
-        return Ok(data);
-    }
-    let entries = xattr_entries(&raw[header + 4..inode_size])?;
+    let entries = xattr::in_inode(inode_size, raw)?;
     if let Some(rest) = entries.iter().find(|e| (e.name_index, e.name) == SYSTEM_DATA).and_then(|e| e.value) {
         data.extend_from_slice(rest);
     }
     Ok(data)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The hash of a kernel-made `user.a` = "b" entry, as e2fsprogs'
-    /// `ext2fs_ext_attr_hash_entry` computes it by hand: name "a" → 0x61,
-    /// then the padded value word 0x62 → (0x61 << 16) ^ 0x62.
-    #[test]
-    fn xattr_hash_is_e2fsprogs_hash() {
-        assert_eq!(xattr_hash(b"a", Some(b"b"), false), 0x0061_0062);
-        assert_eq!(xattr_hash(b"a", None, false), 0x61);
-        // A high name byte differs between the two signednesses.
-        assert_ne!(xattr_hash(&[0xE9], None, false), xattr_hash(&[0xE9], None, true));
-    }
-
-    #[test]
-    fn overlapping_or_overrunning_entries_are_refused() {
-        let mut region = vec![0u8; 64];
-        // name_len 1, index 1, value at 40, size 4 (hash 0: not checked).
-        region[..4].copy_from_slice(&[1, 1, 40, 0]);
-        region[8..12].copy_from_slice(&4u32.to_le_bytes());
-        region[16] = b'a';
-        assert_eq!(xattr_entries(&region).unwrap().len(), 1);
-        region[2] = 62; // the value runs past the region
-        assert!(xattr_entries(&region).is_err());
-        region[2] = 8; // the value overlaps the entry
-        assert!(xattr_entries(&region).is_err());
-    }
 }

@@ -2,8 +2,9 @@
 //! carries, recomputed from the bytes and compared with what is stored —
 //! superblock, group descriptors, block and inode bitmaps, inodes, extent
 //! tree blocks, directory leaf blocks and htree index blocks (extent-mapped
-//! and block-mapped directories), external xattr blocks, the jbd2
-//! superblock, the orphan file's blocks and the MMP block.
+//! and block-mapped directories), external xattr blocks, the values held
+//! in ea_inodes (their hash), the jbd2 superblock, the orphan file's blocks
+//! and the MMP block.
 //!
 //! All of them but the superblock's and the journal's are the raw CRC32C
 //! (Linux `crc32c()`: no final inversion) seeded with the volume's
@@ -14,8 +15,8 @@
 //! generation. Block sizes 1–64 KiB, 32- and 64-byte descriptors,
 //! `meta_bg`, `sparse_super2`, bigalloc (cluster bitmaps) and uninitialised
 //! groups are handled; images without `metadata_csum` are refused with a
-//! clear error. What is found but not verified (ea_inode value hashes, a
-//! journal awaiting replay, an external journal) is listed in
+//! clear error. What is found but not verified (a journal awaiting
+//! replay, an external journal) is listed in
 //! [`Report::unchecked`], never passed over in silence.
 //!
 //! A damaged image never panics: every read is bounds-checked and reported
@@ -29,6 +30,7 @@ mod layout;
 mod special;
 mod structure;
 mod tree_rules;
+mod xattr;
 
 pub use check::{check, Checked, Finding, Report, Unchecked};
 pub use layout::{Features, Group, Layout};

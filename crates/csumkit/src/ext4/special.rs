@@ -1,10 +1,9 @@
-//! The checksummed structures outside the inode/extent/directory tree:
-//! external xattr blocks, the jbd2 superblock, the orphan file's blocks and
-//! the MMP block. Each is checked as the kernel verifies it:
+//! The checksummed structures outside the inode/extent/directory tree
+//! (xattr blocks aside: `xattr.rs`): the jbd2 superblock, the orphan
+//! file's blocks and the MMP block. Each is checked as the kernel verifies it:
 //!
 //! | structure | checksum | covers |
 //! |---|---|---|
-//! | xattr block (`ext4_xattr_block_csum`) | le32 at 0x10 | fs seed, le64 block number, the block with 0x10..0x14 read as zero |
 //! | jbd2 superblock (`jbd2_superblock_csum`, v2/v3) | **be32** at 0xFC | `!0`, 1024 bytes with 0xFC..0x100 read as zero |
 //! | orphan file block (`ext4_orphan_file_block_csum_verify`) | le32 at bs-4 | the orphan inode's seed, le64 block number, bytes 0..bs-8 |
 //! | MMP block (`ext4_mmp_csum`) | le32 at 0x3FC | fs seed, bytes 0..0x3FC |
@@ -13,10 +12,9 @@ use super::check::Checker;
 use super::layout::Features;
 use super::structure;
 use crate::crc32c;
-use crate::le::{le16, le32};
+use crate::le::le32;
 use crate::Error;
 
-const XATTR_MAGIC: u32 = 0xEA02_0000;
 const JBD2_MAGIC: u32 = 0xC03B_3998;
 const JBD2_CSUM_V2: u32 = 0x8;
 const JBD2_CSUM_V3: u32 = 0x10;
@@ -41,43 +39,6 @@ pub(super) fn physical(leaves: &[(u32, u64, u16)], logical: u64) -> Option<u64> 
 }
 
 impl Checker<'_> {
-    /// The inode's external xattr block (`i_file_acl`), once per block.
-    pub(super) fn xattr_block(&mut self, inum: u64, raw: &[u8]) -> Result<(), Error> {
-        let hi = if self.layout.features.incompat & Features::INCOMPAT_64BIT != 0 { le16(raw, 0x76) } else { 0 };
-        let block = u64::from(le32(raw, 0x68)) | u64::from(hi) << 32;
-        if block == 0 {
-            return Ok(());
-        }
-        if let Some(why) = structure::out_of_range(&self.layout, block, 1) {
-            self.inode_damage.entry(inum).or_insert(format!("xattr block: {why}"));
-            return Ok(());
-        }
-        if !self.xattr_seen.insert(block) {
-            return Ok(());
-        }
-        let bs = self.layout.block_size;
-        let data = self.block(block, &|| format!("inode {inum} xattr block {block}"))?;
-        let (magic, blocks) = (le32(data, 0), le32(data, 8));
-        let crc = crc32c::raw_update(self.layout.csum_seed, &block.to_le_bytes());
-        let crc = crc32c::raw_update(crc, &data[..0x10]);
-        let crc = crc32c::raw_update(crc, &[0; 4]);
-        let computed = crc32c::raw_update(crc, &data[0x14..]);
-        self.report.checked.xattr_blocks += 1;
-        let damage = (magic != XATTR_MAGIC || blocks != 1)
-            .then(|| format!("not an xattr block (magic {magic:#010x}, h_blocks {blocks}): run e2fsck"));
-        if let Some(f) = self.finding(
-            "xattr block",
-            format!("block {block} (inode {inum})"),
-            le32(data, 0x10),
-            computed,
-            vec![(block * bs + 0x10, computed.to_le_bytes().to_vec())],
-        ) {
-            f.damage = damage;
-            f.inode = Some(inum);
-        }
-        Ok(())
-    }
-
     /// The jbd2 superblock: the journal inode's first block.
     pub(super) fn journal_superblock(&mut self, inum: u64, leaves: &[(u32, u64, u16)]) -> Result<(), Error> {
         let where_ = || format!("journal (inode {inum})");

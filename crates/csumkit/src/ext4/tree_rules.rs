@@ -21,6 +21,8 @@ pub(super) struct Entry<'a> {
     pub rec_len: usize,
     pub name: &'a [u8],
     pub file_type: u8,
+    /// The byte after the name in its record (0 when the record ends there).
+    pub after_name: u8,
 }
 
 /// The entries of `data[..end]`: each record inside the region, 4-aligned,
@@ -46,10 +48,19 @@ pub(super) fn entries<'a>(data: &'a [u8], end: usize, end_name: &str) -> Result<
             return Err(format!("directory entry at byte {at}: a {name_len}-byte name in a {rec_len}-byte record"));
         }
         let name = &data[at + 8..at + 8 + name_len];
-        list.push(Entry { at, inode: u64::from(le32(data, at)), rec_len, name, file_type: data[at + 7] });
+        let after_name = if 8 + name_len < rec_len { data[at + 8 + name_len] } else { 0 };
+        let (inode, file_type) = (u64::from(le32(data, at)), data[at + 7]);
+        list.push(Entry { at, inode, rec_len, name, file_type, after_name });
         at += rec_len;
     }
     Ok(list)
+}
+
+/// A name held by two entries of one block (e2fsck: "Duplicate entry").
+fn duplicate_name(list: &[Entry]) -> Option<String> {
+    let mut names = std::collections::HashSet::new();
+    let twice = list.iter().filter(|e| e.inode != 0).find(|e| !names.insert(e.name))?;
+    Some(format!("the name at byte {} is already in the block", twice.at))
 }
 
 /// What the scan learns of the tree.
@@ -78,10 +89,13 @@ impl Tree {
     /// Takes the entries of one directory block (`logical` 0 holds `.`
     /// and `..`). Returns why the block's own content is wrong.
     pub(super) fn block(&mut self, dir: u64, logical: u64, list: &[Entry], first_ino: u64) -> Option<String> {
-        let mut damage = None;
+        let mut damage = duplicate_name(list);
         for (k, e) in list.iter().enumerate() {
-            let why =
-                if logical == 0 && k < 2 { self.dot_entry(dir, k, e) } else { self.named_entry(dir, e, first_ino) };
+            let why = if logical == 0 && k < 2 {
+                self.dot_entry(dir, k, e, first_ino)
+            } else {
+                self.named_entry(dir, e, first_ino)
+            };
             damage = damage.or(why);
         }
         if logical == 0 && list.len() < 2 {
@@ -91,17 +105,30 @@ impl Tree {
     }
 
     /// `.` (entry 0: this directory, a 12-byte record) or `..` (entry 1).
-    fn dot_entry(&mut self, dir: u64, k: usize, e: &Entry) -> Option<String> {
+    fn dot_entry(&mut self, dir: u64, k: usize, e: &Entry, first_ino: u64) -> Option<String> {
         let want: &[u8] = if k == 0 { b"." } else { b".." };
         if e.name != want {
             return Some(format!("entry {k} of block 0 is not '{}'", String::from_utf8_lossy(want)));
         }
-        if k == 0 {
-            return (e.inode != dir || e.rec_len != 12).then(|| {
-                format!("'.' names inode {} in a {}-byte record (this directory: {dir}, 12 bytes)", e.inode, e.rec_len)
-            });
+        if e.after_name != 0 {
+            return Some(format!("'{}' is not NUL-terminated", String::from_utf8_lossy(want)));
         }
-        self.dotdot.insert(dir, e.inode);
+        if k == 0 {
+            if e.inode != dir || e.rec_len != 12 {
+                return Some(format!(
+                    "'.' names inode {} in a {}-byte record (this directory: {dir}, 12 bytes)",
+                    e.inode, e.rec_len
+                ));
+            }
+        } else if e.inode != ROOT && e.inode < first_ino {
+            return Some(format!("'..' names reserved inode {}", e.inode));
+        } else if dir == ROOT && e.inode != ROOT {
+            return Some(format!("the root's '..' names inode {}", e.inode));
+        } else {
+            self.dotdot.insert(dir, e.inode);
+        }
+        // e2fsck judges the file type of `.` and `..` as of any entry.
+        self.types.push((dir, e.inode, e.file_type));
         None
     }
 
@@ -131,7 +158,9 @@ impl Tree {
     /// An inline directory's parent (its first four bytes) and entries.
     pub(super) fn inline(&mut self, dir: u64, parent: u64, list: &[Entry], first_ino: u64) -> Option<String> {
         self.dotdot.insert(dir, parent);
-        list.iter().map(|e| self.named_entry(dir, e, first_ino)).fold(None, Option::or)
+        let reserved = (parent != ROOT && parent < first_ino).then(|| format!("its parent is reserved inode {parent}"));
+        let damage = reserved.or_else(|| duplicate_name(list));
+        list.iter().map(|e| self.named_entry(dir, e, first_ino)).fold(damage, Option::or)
     }
 
     /// The tree against the inodes, once every block was fed: file types
@@ -240,5 +269,24 @@ mod tests {
         let block = [record(13, 12, b".", 2), record(2, 12, b"..", 2)].concat();
         let list = entries(&block, block.len(), "the end").unwrap();
         assert!(t.block(12, 0, &list, 11).unwrap().contains("'.' names inode 13"));
+    }
+
+    /// As e2fsck's pass 2: `.` and `..` end in a NUL, the root's `..` is
+    /// the root, a `..` never names a reserved inode, a name is in a block once.
+    #[test]
+    fn dots_and_duplicate_names_are_judged() {
+        let judge = |dir: u64, block: Vec<u8>| {
+            let list = entries(&block, block.len(), "the end").unwrap();
+            Tree::default().block(dir, 0, &list, 11)
+        };
+        let dot = record(12, 12, b".", 2);
+        let mut unterminated = dot.clone();
+        unterminated[9] = b'x';
+        assert!(judge(12, [unterminated, record(2, 12, b"..", 2)].concat()).unwrap().contains("NUL"));
+        assert!(judge(12, [dot.clone(), record(7, 12, b"..", 2)].concat()).unwrap().contains("reserved inode 7"));
+        let root = [record(2, 12, b".", 2), record(12, 12, b"..", 2)].concat();
+        assert!(judge(2, root).unwrap().contains("the root's '..'"));
+        let twice = [dot, record(2, 12, b"..", 2), record(13, 12, b"f", 1), record(14, 12, b"f", 1)].concat();
+        assert!(judge(12, twice).unwrap().contains("already in the block"));
     }
 }

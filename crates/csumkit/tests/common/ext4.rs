@@ -182,8 +182,7 @@ pub fn counts_match_the_image(report: &Report, image: &[u8], label: &str) {
     } else {
         assert!(c.htree_blocks > htree_blocks && c.htree_blocks < layout.blocks_count, "{label}: {c:?}");
     }
-    let listed = report.unchecked.iter().find(|u| u.what == "ea_inode values").map_or(0, |u| u.count);
-    assert_eq!(listed, ea_inodes, "{label}: {:?}", report.unchecked);
+    assert_eq!(c.ea_inode_values, ea_inodes, "{label}: {c:?}");
     let orphan_blocks = match le32(image, 1024 + 0x5C) & 0x1000 {
         0 => 0,
         _ => u64::from(le32(image, inode_at(u64::from(le32(image, 1024 + 0x280))) + 4)) / layout.block_size,
