@@ -5,7 +5,8 @@
 # Debian's mkfs.erofs 1.5 and by upstream erofs-utils 1.7.1 and 1.9.3 with
 # every metadata option the reader must handle or refuse by name; the
 # kernel mounts each image and its view (every path's type, mode, owner,
-# size, link count, symlink target and xattrs) is recorded as the oracle.
+# size, link count, symlink target, xattrs, file CRC-32s) is recorded as
+# the oracle; scripts/erofs-corpus-views.sh then adds fsck.erofs's verdict.
 # Needs root (loop mounts), python3, attr/acl for the tree.
 #
 #   scripts/erofs-corpus.sh [OUTDIR]

@@ -11,7 +11,7 @@ use std::process::ExitCode;
 pub enum ErofsCommand {
     /// List a directory (or one inode): mode, nid, size, xattr count, name.
     Ls(LsArgs),
-    /// Write a regular file's data to standard output (flat, chunked, LZ4 or stored compression).
+    /// Write a regular file's data to standard output (any layout, any compression).
     Cat(CatArgs),
     /// Print one xattr's value; "absent" (exit 1) says whether the name filter answered.
     Getxattr(GetxattrArgs),

@@ -1,11 +1,12 @@
-//! An inode's data: flat blocks and an inline tail, or compressed extents
-//! decoded as erofs-utils' `z_erofs_read_data` does — from the end of the
-//! range back, one extent at a time, each pcluster decoded (LZ4, or stored
-//! shifted or interlaced) or read from the packed inode (a fragment).
+//! An inode's data: flat blocks and an inline tail, chunks, or compressed
+//! extents decoded as erofs-utils' `z_erofs_read_data` does — from the end
+//! of the range back, one extent at a time, each pcluster decoded
+//! (`codec.rs`), stored (shifted or interlaced) or read from the packed
+//! inode (a fragment).
 
 use super::inode::{Inode, Layout};
 use super::zmap::{self, Source, ZMap};
-use super::{corrupt, lz4, Image};
+use super::{codec, corrupt, Image};
 use crate::Error;
 
 /// The most [`Image::data`] reads at once: directories, symlinks, the
@@ -30,9 +31,8 @@ impl Image<'_> {
     /// Bytes `offset..offset + len` of `inode`'s data, cut at its size.
     ///
     /// # Errors
-    /// [`Error::Invalid`] for compression other than LZ4 (and stored
-    /// pclusters); [`Error::Corrupt`] when an index, a pcluster or the data
-    /// lies outside the image or does not decode.
+    /// [`Error::Corrupt`] when an index, a pcluster or the data lies
+    /// outside the image or does not decode.
     pub fn read(&self, inode: &Inode, offset: u64, len: u64) -> Result<Vec<u8>, Error> {
         let end = offset.saturating_add(len).min(inode.size);
         if offset >= end {
@@ -189,27 +189,10 @@ impl Image<'_> {
                 out.extend_from_slice(&raw[..count - right]);
                 Ok(out)
             }
-            0 => {
-                // Zero padding ahead of the stream (`LZ4_0PADDING`).
-                let margin = raw.iter().position(|&b| b != 0).unwrap_or(raw.len());
-                if margin == raw.len() {
-                    return Err(corrupt(&where_(), "an all-zero LZ4 pcluster".into()));
-                }
-                let decoded = lz4::decompress(&raw[margin..], length as usize, partial)
-                    .map_err(|why| corrupt(&where_(), format!("LZ4: {why}")))?;
+            format => {
+                let decoded = codec::decode(format, raw, length as usize, partial)
+                    .map_err(|why| corrupt(&where_(), format!("{} pcluster: {why}", codec::name(format))))?;
                 Ok(decoded[skip as usize..].to_vec())
-            }
-            other => {
-                let name = match other {
-                    1 => "LZMA",
-                    2 => "DEFLATE",
-                    3 => "Zstandard",
-                    _ => return Err(corrupt(&where_(), format!("unknown compression algorithm {other}"))),
-                };
-                Err(Error::Invalid {
-                    what: "erofs inode",
-                    detail: format!("nid {}: data compressed with {name} is not read by this reader", inode.nid),
-                })
             }
         }
     }

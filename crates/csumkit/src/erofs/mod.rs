@@ -2,15 +2,14 @@
 //! compact and extended inodes (in the metadata area or a metabox),
 //! directories, inline and shared xattrs, long xattr prefixes, and the
 //! per-inode xattr name filter — checked against it, or retrofitted onto
-//! images built without it. Data is read from flat layouts and from
-//! compressed ones (LZ4 or stored pclusters, tail packing, fragments in the
-//! packed inode): what compressed directories, a compressed metabox or
-//! packed inode need.
+//! images built without it. Data is read from every layout: flat, inline,
+//! chunked, and compressed (LZ4, MicroLZMA, DEFLATE, Zstandard or stored
+//! pclusters, tail packing, fragments in the packed inode) — so compressed
+//! directories, a compressed metabox and a compressed packed inode read.
 //!
 //! Everything is read from one byte slice (a file's `mmap`): a truncated or
 //! corrupt image is an [`Error::Corrupt`] naming what and where, never a
-//! panic (the `erofs_image` fuzz target checks that). Data compressed with
-//! LZMA, DEFLATE or Zstandard, and chunked data, are refused by name.
+//! panic (the `erofs_image` fuzz target checks that).
 //!
 //! ```no_run
 //! let bytes = std::fs::read("image.erofs")?;
@@ -20,6 +19,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod codec;
 mod data;
 mod dir;
 mod filter;
