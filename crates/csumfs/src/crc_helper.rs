@@ -1,4 +1,4 @@
-//! Seed 002's overlap: the CRC32Cs of a write's whole blocks computed on a
+//! The async-checksum overlap: the CRC32Cs of a write's whole blocks computed on a
 //! helper thread while the request thread writes those blocks to the image.
 //!
 //! The helper lives as long as the volume's data checksums, so a piece

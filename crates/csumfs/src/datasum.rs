@@ -1,4 +1,4 @@
-//! Data checksums (seed 002's store): a CRC32C of every file data block
+//! Data checksums (the async data checksums' store): a CRC32C of every file data block
 //! csumfs writes, kept in `csumkit::csum_tree`'s copy-on-write tree in a
 //! file beside the image (`IMAGE.csums`), committed at every sync after
 //! the image's own data is durable — or, with a ByteLog, carried by its

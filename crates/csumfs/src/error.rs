@@ -64,7 +64,7 @@ pub enum Error {
         /// Recomputed.
         computed: u32,
     },
-    /// `EIO`: a file data block does not match its checksum (seed 002).
+    /// `EIO`: a file data block does not match its checksum.
     #[error("inode {ino} block {logical} (disk block {physical}): data checksum {stored:#010x} stored, {computed:#010x} read")]
     DataChecksum {
         /// The file.
@@ -79,7 +79,7 @@ pub enum Error {
         computed: u32,
     },
     /// `EIO`: the PI device found a file data block that does not match
-    /// its protection information (seed 004).
+    /// its protection information.
     #[error("inode {ino} block {logical} (disk block {physical}): {detail}")]
     DataPi {
         /// The file.

@@ -1,4 +1,4 @@
-//! Group commit of `fsync`s (seed 001: "group commit across threads").
+//! Group commit of `fsync`s ("group commit across threads").
 //!
 //! A sync makes every change made before it began durable, whoever made
 //! it — one ByteLog commit and its flushes. So `fsync`s that arrive while

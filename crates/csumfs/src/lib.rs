@@ -8,8 +8,8 @@
 //! directory leaf blocks, xattr blocks — as the kernel verifies them.
 //! Lookups in indexed directories hash the name (half-MD4, TEA or the
 //! legacy hash, signed or unsigned) and read one leaf. Absent-xattr
-//! lookups are answered from a per-inode name filter kept in memory
-//! (seed 003). Errors carry the errno a filesystem call reports.
+//! lookups are answered from a per-inode name filter kept in memory.
+//! Errors carry the errno a filesystem call reports.
 //!
 //! ```no_run
 //! use csumfs::{Options, Volume};

@@ -8,7 +8,7 @@
 //! of a damaged page fails the same way).
 //!
 //! The new checksum then comes from the old one and the changed bytes
-//! alone (seed 000's `splice`): 4 KiB of CRC for a 4 KiB write into a 64
+//! alone (`splice`): 4 KiB of CRC for a 4 KiB write into a 64
 //! KiB block, where the whole block cost 64 KiB. A splice is exact only
 //! when the old checksum matched the block, so it is taken only for
 //! blocks in the known-good record: blocks whose checksum this process

@@ -1,4 +1,4 @@
-//! Data integrity inline in protection information (seed 004: btrfs's
+//! Data integrity inline in protection information (btrfs's
 //! checksum offload, the cover letter's config 3): the image is the data
 //! of an emulated PI-formatted namespace (`csumkit::pi::Device`, split
 //! storage: the image stays a plain ext4 image, the PI is in a file beside

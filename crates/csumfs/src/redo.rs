@@ -1,4 +1,4 @@
-//! Metadata made durable through a ByteLog (seed 001): an operation's
+//! Metadata made durable through a ByteLog: an operation's
 //! metadata bytes change only the volume's private copy of the image (a
 //! `MAP_PRIVATE` map, or bytes in memory); `sync` appends the byte ranges
 //! changed since the last commit to the log, as records of

@@ -5,19 +5,19 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// Counters, updated with relaxed atomics (they are reports, not locks).
 #[derive(Debug, Default)]
 pub struct Stats {
-    /// Metadata checksum updates moved by `flip_range`/`splice` (seed 000).
+    /// Metadata checksum updates moved by `flip_range`/`splice`.
     pub csum_incremental: AtomicU64,
     /// Metadata checksums recomputed over all their bytes (`csum=full`;
     /// group descriptors, which keep 16 bits of their CRC; a bitmap whose
     /// descriptor keeps 16 bits).
     pub csum_full: AtomicU64,
-    /// Data blocks checksummed as they were written (seed 002).
+    /// Data blocks checksummed as they were written.
     pub data_checksummed: AtomicU64,
     /// Of those, blocks checksummed on a second thread while their write
-    /// was under way (seed 002's overlap).
+    /// was under way (the async checksums' overlap).
     pub data_overlapped: AtomicU64,
     /// Of those, blocks written in part whose checksum was spliced from
-    /// their old one and the bytes changed (seed 000 on seed 002).
+    /// their old one and the bytes changed.
     pub data_spliced: AtomicU64,
     /// Checksum-tree commits.
     pub datasum_commits: AtomicU64,
@@ -31,21 +31,21 @@ pub struct Stats {
     /// write over blocks whose checksums may be durable.
     pub datasum_intent_flushes: AtomicU64,
     /// `getxattr` calls the in-memory name filter answered "absent" without
-    /// reading any xattr (seed 003).
+    /// reading any xattr.
     pub filter_hits: AtomicU64,
     /// `getxattr` calls that searched the xattrs.
     pub xattr_searches: AtomicU64,
     /// External xattr blocks read.
     pub xattr_block_reads: AtomicU64,
-    /// Data blocks verified against their checksum on read (seed 002).
+    /// Data blocks verified against their checksum on read.
     pub data_verified: AtomicU64,
     /// Data blocks whose checksum did not match (each an `EIO`).
     pub data_mismatches: AtomicU64,
-    /// ByteLog commits of metadata (seed 001).
+    /// ByteLog commits of metadata.
     pub log_commits: AtomicU64,
     /// Records those commits appended.
     pub log_records: AtomicU64,
-    /// Data checksum changes those commits carried (seed 002 on seed 001).
+    /// Data checksum changes those commits carried.
     pub log_datasums: AtomicU64,
     /// Bytes those commits made durable (whole 64-byte lines).
     pub log_commit_bytes: AtomicU64,

@@ -29,7 +29,7 @@ pub struct Options {
 /// How the writer keeps metadata checksums current.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Checksums {
-    /// Moved by `flip_range` and `splice` over what changed (seed 000).
+    /// Moved by `flip_range` and `splice` over what changed.
     #[default]
     Incremental,
     /// Recomputed over every byte each covers, as e2fsprogs and the kernel
@@ -140,7 +140,7 @@ pub struct Volume {
     pub(crate) options: Options,
     /// `s_hash_seed`, `s_def_hash_version` and whether hashes are unsigned.
     pub(crate) hash: crate::hash::HashSetup,
-    /// Per-inode xattr name filters (seed 003), built on first use.
+    /// Per-inode xattr name filters, built on first use.
     pub(crate) filters: Mutex<HashMap<u32, csumkit::xattr_filter::Filter>>,
     /// Directory blocks (leaves and index nodes) whose checksum has been verified, as
     /// (block, directory's seed): not verified again on every lookup (the
@@ -167,7 +167,7 @@ pub struct Volume {
     pub(crate) mmp: Option<crate::mmp::MultiMountProtection>,
     /// The image file's lock while the volume is open (none in memory).
     pub(crate) image_lock: Option<crate::image_lock::ImageLock>,
-    /// Free-space trees (seed 000, `csumkit::alloc`) of the groups blocks
+    /// Free-space trees (`csumkit::alloc`) of the groups blocks
     /// were allocated from, built from their bitmaps on first use and kept
     /// in step by every bit the allocator flips; dropped when a bitmap
     /// changes otherwise (initialised, rolled back).
@@ -176,7 +176,7 @@ pub struct Volume {
     /// bitmap, kept in step by every inode bit flipped.
     pub(crate) free_inodes: HashMap<u64, csumkit::alloc::FreeSpace>,
     /// The PI device the image is on, when data integrity is kept in PI
-    /// ([`Volume::enable_pi`], seed 004).
+    /// ([`Volume::enable_pi`]).
     pub(crate) pi: Option<std::sync::Arc<csumkit::pi::Device>>,
     /// An inode marked for synchronous updates (`chattr +S`, a directory's
     /// `+D`) changed since [`Volume::take_synchronous`] last looked.

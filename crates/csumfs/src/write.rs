@@ -1132,7 +1132,7 @@ impl Volume {
                 let bytes = &data[(from - offset) as usize..(to - offset) as usize];
                 // The whole blocks of the piece: checksummed from the bytes
                 // at hand — on a second thread while this one writes them
-                // (seed 002) when there are enough to pay for the thread.
+                // when there are enough to pay for the thread.
                 let whole = (from.div_ceil(bs) * bs).min(to)..(to / bs * bs).max(from.div_ceil(bs) * bs).min(to);
                 let whole_bytes = &bytes[(whole.start - from) as usize..(whole.end - from) as usize];
                 let at = run.physical * bs + (from - start);

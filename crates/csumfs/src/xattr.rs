@@ -2,7 +2,7 @@
 //! external block (its checksum verified; possibly shared), values of
 //! `ea_inode` entries in inodes of their own. POSIX ACLs are returned in
 //! the VFS's xattr encoding, as the kernel's getxattr returns them. The
-//! seed-003 name filter is kept per inode in memory, so a lookup of an
+//! xattr name filter is kept per inode in memory, so a lookup of an
 //! absent name (the ACL probes of `ls -l`) reads no xattr block.
 
 use crate::acl::Acl;

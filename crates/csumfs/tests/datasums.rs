@@ -1,4 +1,4 @@
-//! Data checksums kept by `Volume::write` (seed 002): random writes and
+//! Data checksums kept by `Volume::write`: random writes and
 //! fallocates — unaligned offsets, lengths from 0 to past a megabyte, over
 //! holes, written blocks and unwritten extents — and afterwards every
 //! written block of the file has a checksum, and it is the checksum of the

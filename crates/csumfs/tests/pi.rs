@@ -1,4 +1,4 @@
-//! csumfs on an emulated PI device (seed 004): file data written through
+//! csumfs on an emulated PI device: file data written through
 //! the device (in place, or at checkpoints when it rode in the ByteLog),
 //! read back checked by it; what it refuses. e2fsck judges the image, which
 //! stays plain ext4.

@@ -15,7 +15,7 @@
 //! with what the log carried, no file block may fail its checksum — good
 //! data is never `EIO` — and blocks must still be verified.
 //!
-//! The same on a PI device (seed 004): the image and its PI file are the
+//! The same on a PI device: the image and its PI file are the
 //! split device's two simulated disks, cut at every log fence and before
 //! each of their flushes lands; the replay runs through a device opened on
 //! what the cut left, and every file block read is checked against its PI.

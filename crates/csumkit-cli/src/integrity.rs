@@ -1,5 +1,5 @@
 //! Where an image's data integrity lives beside it — data checksums in
-//! `IMAGE.csums` (seed 002) or PI in `IMAGE.pi` (seed 004) — and keeping
+//! `IMAGE.csums` or PI in `IMAGE.pi` — and keeping
 //! whichever one a writer does not maintain from going stale unnoticed.
 
 use csumkit::pi::{GuardSize, LbaFormat, PiFormat, PiLocation, PiType, Protection};

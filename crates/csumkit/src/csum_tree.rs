@@ -3,7 +3,7 @@
 //! in memory and dirties that leaf; a commit writes every dirty leaf and
 //! every ancestor to a fresh location (never over a live node), flushes,
 //! then writes the superblock pointing at the new root and flushes again.
-//! This is what seed 004 removes by keeping the checksum in the drive's PI
+//! This is what PI offload removes by keeping the checksum in the drive's PI
 //! instead.
 //!
 //! Power cuts: the superblock alternates between two slots (even

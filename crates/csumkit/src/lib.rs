@@ -3,8 +3,8 @@
 //! Three CRC engines with run-time selected hardware paths — [`crc32c`]
 //! (Castagnoli; iSCSI, ext4, btrfs), [`crc64nvme`] (NVMe 64-bit guard, S3
 //! `x-amz-checksum-crc64nvme`) and [`crc16t10dif`] (T10 DIF / NVMe 16-bit
-//! guard) — each with the same API, including the incremental algebra of
-//! seed 000: [`crc32c::combine`], [`crc32c::zero_extend`],
+//! guard) — each with the same API, including the incremental algebra:
+//! [`crc32c::combine`], [`crc32c::zero_extend`],
 //! [`crc32c::flip_range`] and [`crc32c::splice`].
 //!
 //! ```

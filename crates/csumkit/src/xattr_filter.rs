@@ -1,4 +1,4 @@
-//! The erofs xattr name filter (seed 003): a 32-bit Bloom filter per inode,
+//! The erofs xattr name filter: a 32-bit Bloom filter per inode,
 //! stored in `h_name_filter` of the inode's xattr ibody header, that lets a
 //! lookup of an absent xattr answer "absent" without reading any xattr.
 //!

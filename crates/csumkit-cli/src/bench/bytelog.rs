@@ -1,4 +1,4 @@
-//! `csumkit bench bytelog`: seed 001 — ByteLog against a block-granular
+//! `csumkit bench bytelog`: ByteLog against a block-granular
 //! commit log (every commit written as whole 4 KiB blocks, the way the ext4
 //! fast-commit area is), side by side: bytes persisted per commit, commit
 //! latency and rate with 1–16 writers, on a memory-mapped file in /dev/shm

@@ -1,4 +1,4 @@
-//! `csumkit bench crc`: the seed-000 micro table (flip_range vs full CRC),
+//! `csumkit bench crc`: the incremental-checksum micro table (flip_range vs full CRC),
 //! splice, combine/zero_extend, and bulk throughput against crc-fast and the
 //! `crc32c` crate — all in one run.
 
@@ -27,7 +27,7 @@ enum Part {
     Bulk,
 }
 
-/// Seed 000's published micro-benchmark (Intel Xeon Ice Lake, kernel crc32c).
+/// The incremental-checksum patch series' published micro-benchmark (Intel Xeon Ice Lake, kernel crc32c).
 const SEED_BITMAP_BYTES: [u64; 7] = [1024, 2048, 4096, 8192, 16384, 32768, 65536];
 const SEED_FLIP_NS: [f64; 7] = [48.0, 53.0, 57.0, 63.0, 68.0, 73.0, 78.0];
 const SEED_FULL_NS: [f64; 7] = [45.0, 88.0, 182.0, 357.0, 709.0, 1421.0, 2853.0];

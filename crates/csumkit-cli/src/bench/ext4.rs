@@ -1,4 +1,4 @@
-//! `csumkit bench ext4`: seed 000 at filesystem level — csumfs's writer on
+//! `csumkit bench ext4`: incremental bitmap checksums at filesystem level — csumfs's writer on
 //! images mke2fs made, every metadata checksum moved incrementally
 //! (`flip_range`, `splice`) against the same writer recomputing each in
 //! full (`Checksums::Full`, what e2fsprogs and the kernel do), side by side
@@ -10,7 +10,7 @@
 //!
 //! Blocks per group stop at 65 528 (`EXT2_MAX_BLOCKS_PER_GROUP`): mke2fs
 //! lowers a larger `-g` to it and e2fsck refuses a superblock with more, so
-//! a block bitmap's checksum covers at most 8 KiB here. The seed's 524 288
+//! a block bitmap's checksum covers at most 8 KiB here. The patch series' 524 288
 //! per group (its "limit lifted" table) exists only in the allocator model
 //! (`csumkit bench alloc`); the table prints the geometry each image has.
 

@@ -1,4 +1,4 @@
-//! `csumkit bench fallocate`: seed 000's two fallocate tables on the
+//! `csumkit bench fallocate`: the incremental bitmap checksums' two fallocate tables on the
 //! `csumkit::alloc` allocator — a file grown by sequential fallocate calls of
 //! one chunk (64 KiB by default) each, at every block size, for mke2fs's
 //! blocks-per-group cap and for the lifted one, with the four strategy
@@ -29,7 +29,7 @@ pub struct FallocateArgs {
     block_sizes: Vec<u64>,
 }
 
-/// Seed 000's published tables, GB/s: Before, +crc_flip_range, +crc_splice,
+/// The incremental-checksum patch series' published tables, GB/s: Before, +crc_flip_range, +crc_splice,
 /// +free_space_tree for 1k … 64k blocks.
 const SEED_CAPPED: [[f64; 4]; 7] = [
     [14.9, 15.0, 15.2, 15.3],
@@ -198,7 +198,7 @@ pub fn run(args: &FallocateArgs) -> ExitCode {
         );
         // The checksum cost per allocation, not its share: the user-space
         // call is ~150 ns against the kernel's ~4 us, so three CRC updates
-        // are a large share of little. What the seed's algebra promises is
+        // are a large share of little. What the patch series' algebra promises is
         // that the cost does not grow with the block (bitmap) size.
         all_ok &= verdict(
             &format!(

@@ -8,7 +8,7 @@
 //! Workloads are ordinary file calls on the mountpoint:
 //! (1) create + 4 KiB write + fsync + unlink (and (1') with 100 B), (2) 1 MiB sequential writes,
 //! (3) 4 KiB random writes (csumfs with its data integrity in the PI of an
-//! emulated device instead of a checksum tree: seed 004), (4) `ls -lR` with an ACL probe per file after a
+//! emulated device instead of a checksum tree: PI offload), (4) `ls -lR` with an ACL probe per file after a
 //! remount (cold), (5) fallocate of a large file. Bytes written to the disk
 //! under the images are read from /sys/dev/block for (1) and (3).
 //! Needs root, /dev/fuse, fuse2fs, e2fsprogs; a system that cannot be
@@ -328,7 +328,7 @@ fn disk_floor(dir: &Path, rounds: usize) -> Result<(f64, f64), String> {
     measured
 }
 
-/// Workers of (1) run together: the seed-001 fio meta jobs' 15.
+/// Workers of (1) run together: the ByteLog fio meta jobs' 15.
 const META_JOBS: usize = 15;
 
 /// (1) with [`META_JOBS`] threads at once, each doing `ops_per_job` rounds
@@ -557,7 +557,7 @@ fn measure(system: System, bs: u32, root: &Path, sizes: &Sizes, workloads: &[u8]
     let result = (|| {
         let m = plan.run(1, "(1)", || {
             let m = meta(&mnt, root, sizes.meta_ops, 4096)?;
-            // The seed-001 fio meta job's size (ANCHORS.md): a write under a page.
+            // The ByteLog fio meta job's size (ANCHORS.md): a write under a page.
             let small = meta(&mnt, root, sizes.meta_ops, 100)?;
             Ok((m, small, meta_jobs(&mnt, root, sizes.meta_ops / 5)?))
         })?;

@@ -1,4 +1,4 @@
-//! `csumkit bench offload`: seed 004 on the emulated PI device — 4 KiB
+//! `csumkit bench offload`: PI offload on the emulated PI device — 4 KiB
 //! random writes with data checksums kept in a copy-on-write checksum tree
 //! (configs 1 and 2) or inline in the drive's PI (config 3) — and PI
 //! generate/verify speed next to a plain CRC of the same bytes.
@@ -17,21 +17,21 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 const BLOCK_BYTES: usize = 4096;
-/// The seed's fio job: 4 jobs × 30 GiB of 4 KiB random writes.
+/// The patch series' fio job: 4 jobs × 30 GiB of 4 KiB random writes.
 const SEED_APP_BYTES: u64 = 120 << 30;
 /// btrfs writes dirty tree blocks back once 32 MiB of them pile up
 /// (BTRFS_DIRTY_METADATA_THRESH); a block written back is copied again on
 /// its next change.
 const SEED_DIRTY_METADATA_BYTES: u64 = 32 << 20;
-/// btrfs commits at least every 30 s; at the seed's 144K IOPS that is this many writes.
+/// btrfs commits at least every 30 s; at the patch series' 144K IOPS that is this many writes.
 const SEED_COMMIT_WRITES: u64 = 30 * 144_000;
-/// The seed's direct-IO table: (IOPS K, FsW GB, ExtraW GB) per config.
+/// The patch series' direct-IO table: (IOPS K, FsW GB, ExtraW GB) per config.
 const SEED_DIRECT: [(f64, f64, f64); 3] = [(144.0, 186.0, 66.0), (141.0, 181.0, 61.0), (172.0, 129.0, 9.0)];
 const SEED_APP_GB: f64 = 120.0;
 
 #[derive(Args)]
 pub struct OffloadArgs {
-    /// Bytes the application writes in total, split over the writers (the seed: 120G).
+    /// Bytes the application writes in total, split over the writers (the patch series: 120G).
     #[arg(long, default_value = "1G", value_parser = parse_size)]
     size: u64,
     /// Writer threads (fio numjobs).
@@ -73,7 +73,7 @@ impl Config {
     }
 }
 
-/// The commit policy, scaled from the seed's run to this run's size so that
+/// The commit policy, scaled from the patch series' run to this run's size so that
 /// the share of the tree dirtied between commits is the same.
 #[derive(Clone, Copy, Debug)]
 struct Policy {

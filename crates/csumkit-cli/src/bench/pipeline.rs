@@ -1,4 +1,4 @@
-//! `csumkit bench pipeline`: seed 002's model against measurement. Writes
+//! `csumkit bench pipeline`: the async data checksum model against measurement. Writes
 //! the same data with checksums computed before the write (`sync`) and
 //! during it (`async`), and measures the model's three rates (memory copy
 //! M, checksum C, storage write S) in the same run, all taking turns, then
@@ -47,10 +47,10 @@ const POOL_BYTES: u64 = 64 << 20;
 /// S measured in 64 MiB turns came out 1.6-2.5x what 8 MiB turns gave
 /// minutes apart, and above the checksummed modes of the same turns.
 const TURN_BYTES: u64 = 8 << 20;
-/// The seed's example: M, C, S in GiB/s and its before/after.
+/// The patch series' example: M, C, S in GiB/s and its before/after.
 const SEED_RATES: (f64, f64, f64) = (50.0, 45.0, 8.0);
 
-/// The seed's model, rates in any one unit.
+/// The patch series' model, rates in any one unit.
 fn model(m: f64, c: f64, s: f64) -> (f64, f64) {
     (1.0 / (1.0 / m + 1.0 / c + 1.0 / s), 1.0 / (1.0 / m + (1.0 / c).max(1.0 / s)))
 }
@@ -472,7 +472,7 @@ fn raw_write(sink: &mut FileSink, source: &[u8], at: u64, len: u64, ws: u64) -> 
     Ok(())
 }
 
-/// The seed's write of `[at, at + len)`: copy each piece into the next
+/// The patch series' write of `[at, at + len)`: copy each piece into the next
 /// write buffer of `pool` (M), then checksum and write it (C and S, in
 /// sequence or overlapped), with up to the writer's depth in flight; every
 /// write is complete when the turn ends.

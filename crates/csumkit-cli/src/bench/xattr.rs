@@ -1,4 +1,4 @@
-//! `csumkit bench xattr`: seed 003 — negative xattr lookups with and
+//! `csumkit bench xattr`: the xattr name filter — negative xattr lookups with and
 //! without the erofs name filter, as `ls -l` does them with ACLs enabled
 //! (`system.posix_acl_access` and `security.capability` on every inode),
 //! over an image of many files, page cache cold and warm.
@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::Instant;
 
-/// The seed's `ls -lR` times (ms): uncached without/with, cached without/with.
+/// The patch series' `ls -lR` times (ms): uncached without/with, cached without/with.
 const SEED_LS_MS: [(f64, f64); 2] = [(468.0, 370.0), (264.0, 254.0)];
 /// The two names `ls -l` asks for on every file.
 const LOOKUPS: [&str; 2] = ["system.posix_acl_access", "security.capability"];

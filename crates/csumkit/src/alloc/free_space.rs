@@ -1,4 +1,4 @@
-//! The per-group free-space tree of seed 000's third step: the group's free
+//! The per-group free-space tree of the incremental bitmap checksums: the group's free
 //! extents indexed by start (to find the run at or after a goal) and by
 //! length (to know at once whether any run can satisfy a request), so that a
 //! search costs O(log n) instead of a bitmap scan. Positions are

@@ -1,14 +1,14 @@
 //! A checksummed block-group allocator with ext4's geometry and on-media
-//! formats (seed 000): per-group block bitmaps whose CRC32C is kept current
+//! formats: per-group block bitmaps whose CRC32C is kept current
 //! after every change, group descriptors with their own checksums, per-file
 //! extent trees whose leaf blocks carry a checksum tail, and an optional
 //! per-group free-space tree.
 //!
-//! The seed's three techniques are independent switches of a [`Strategy`];
+//! The patch series' three techniques are independent switches of a [`Strategy`];
 //! every strategy produces byte-identical media (tests compare them):
 //!
 //! - bitmap checksum: recomputed over the whole bitmap ([`BitmapCsum::Full`],
-//!   the kernel before the seed) or updated with [`crc32c::flip_range`]
+//!   the kernel before the incremental bitmap checksums) or updated with [`crc32c::flip_range`]
 //!   ([`BitmapCsum::FlipRange`]);
 //! - extent leaf checksum: recomputed ([`LeafCsum::Full`]) or updated with
 //!   [`crc32c::splice`] over the 12–264 changed bytes ([`LeafCsum::Splice`]);
@@ -87,7 +87,7 @@ pub struct Strategy {
 }
 
 impl Strategy {
-    /// The kernel before the seed: full recomputes, linear search.
+    /// The kernel before the incremental bitmap checksums: full recomputes, linear search.
     pub const BEFORE: Strategy =
         Strategy { bitmap_csum: BitmapCsum::Full, leaf_csum: LeafCsum::Full, search: Search::Linear };
     /// `+crc_flip_range`.
@@ -97,7 +97,7 @@ impl Strategy {
     /// `+free_space_tree` (on top of both).
     pub const FREE_SPACE_TREE: Strategy = Strategy { search: Search::FreeSpaceTree, ..Strategy::CRC_SPLICE };
 
-    /// The seed's columns, each adding one technique to the previous.
+    /// The patch series' columns, each adding one technique to the previous.
     pub const LADDER: [(&'static str, Strategy); 4] = [
         ("Before", Strategy::BEFORE),
         ("+crc_flip_range", Strategy::FLIP_RANGE),

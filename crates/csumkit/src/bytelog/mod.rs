@@ -1,4 +1,4 @@
-//! ByteLog (seed 001): a byte-granular, 64-byte-aligned, CRC32C-protected
+//! ByteLog: a byte-granular, 64-byte-aligned, CRC32C-protected
 //! record log for small metadata commits on byte-addressable media (DAX
 //! persistent memory, or a memory-mapped file), replacing block-granular
 //! commit writes.

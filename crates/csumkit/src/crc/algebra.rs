@@ -1,4 +1,4 @@
-//! Incremental checksum algebra (seed 000): combine, zero-extend, flip a run
+//! Incremental checksum algebra: combine, zero-extend, flip a run
 //! of bits, splice a changed region — each in O(log n) multiplications by
 //! `x^k mod G`, never touching the unchanged data.
 //!

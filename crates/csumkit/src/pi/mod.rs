@@ -1,4 +1,4 @@
-//! End-to-end protection information (T10 DIF / NVMe PI, seed 004): the
+//! End-to-end protection information (T10 DIF / NVMe PI): the
 //! 8- or 16-byte tuple a PI-formatted drive keeps beside every logical
 //! block — a guard CRC of the block, an application tag and a reference
 //! (and storage) tag — so that data is checked from host memory to the

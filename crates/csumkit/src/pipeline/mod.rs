@@ -1,4 +1,4 @@
-//! Asynchronous data checksums (seed 002): a write path that computes the
+//! Asynchronous data checksums: a write path that computes the
 //! per-block checksums of a large write while the write itself is in
 //! flight, and completes the write only when both are done.
 //!
@@ -20,7 +20,7 @@
 //! # Ok::<(), csumkit::Error>(())
 //! ```
 //!
-//! The model of the seed: with memory-copy, checksum and storage
+//! The model of the async data checksum patch series: with memory-copy, checksum and storage
 //! bandwidths M, C and S, a write costs `1/M + 1/C + 1/S` per byte when the
 //! checksum comes first ([`Mode::Sync`]) and `1/M + max(1/C, 1/S)` when it
 //! overlaps the write ([`Mode::Async`] on a worker thread, [`Mode::Uring`]

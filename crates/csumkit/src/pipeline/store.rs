@@ -3,7 +3,7 @@
 //! had, because the media under them may have changed.
 //!
 //! The [`ChecksumTree`](crate::csum_tree::ChecksumTree) of the offload
-//! model (seed 004's "before") is a store too, for CRC32C: its items change
+//! model (what PI offload replaces) is a store too, for CRC32C: its items change
 //! in memory and reach the medium at the tree's next commit.
 //!
 //! [`ChecksumFile`] layout: entry `i` (block `i`) is 16 bytes at `16 i`:

@@ -1,5 +1,5 @@
 //! Writes submitted through io_uring, so that the submitting thread itself
-//! checksums a buffer while the device reads it (seed 002 without a worker
+//! checksums a buffer while the device reads it (async data checksums without a worker
 //! thread), and can go on to fill the next buffer while up to `depth`
 //! writes are in flight.
 //!

@@ -1,5 +1,5 @@
 //! The write path: per-block checksums computed before the write (`Sync`),
-//! or while the write is in flight (seed 002): by a worker thread (`Async`)
+//! or while the write is in flight: by a worker thread (`Async`)
 //! or by the writing thread itself while io_uring carries the write (`Uring`).
 
 use super::{AlignedBuf, ChecksumStore, Sink};
@@ -118,7 +118,7 @@ fn block_checksums(data: &[u8], block_size: usize, algorithm: Algorithm) -> Vec<
 /// Writes whole blocks to a [`Sink`] and records one checksum per block in
 /// a [`ChecksumStore`].
 ///
-/// Why the seed's use-after-free cannot happen here: [`write`](Self::write)
+/// Why the patch series' use-after-free cannot happen here: [`write`](Self::write)
 /// and [`submit`](Self::submit) take the buffer by value, so the caller
 /// cannot touch or free it while the write is in flight. In `Async` mode the
 /// buffer is shared with the checksum worker through an `Arc`; the worker
