@@ -276,15 +276,8 @@ pub(crate) fn visible_flags(inode: &Inode) -> u32 {
     let on_file = if inode.mode & 0o170_000 == 0o100_000 { 0x2000_0000 } else { 0 };
     inode.flags & FLAGS_USER_VISIBLE & !on_file
 }
-/// `chattr +S` (`EXT4_SYNC_FL`): every change to the inode is durable
-/// before the call that made it returns.
-pub(crate) const FLAG_SYNC: u32 = 0x8;
-/// `chattr +D` (`EXT4_DIRSYNC_FL`): the same for a directory's entries.
-pub(crate) const FLAG_DIRSYNC: u32 = 0x1_0000;
-/// `chattr +j` (`EXT4_JOURNAL_DATA_FL`).
-pub(crate) const FLAG_JOURNAL_DATA: u32 = 0x4000;
-/// `chattr +x` (`EXT4_DAX_FL`).
-const FLAG_DAX: u32 = 0x200_0000;
+use csumkit::ext4::format::FLAG_DAX;
+pub(crate) use csumkit::ext4::format::{FLAG_DIRSYNC, FLAG_JOURNAL_DATA, FLAG_SYNC};
 /// `chattr +C` (`FS_NOCOW_FL`): a btrfs flag, not ext4's.
 const FLAG_NOCOW: u32 = 0x80_0000;
 /// `EXT4_FL_USER_MODIFIABLE`: the flags a caller may ask to change.
@@ -349,7 +342,7 @@ pub(crate) fn is_synchronous(mode: u16, flags: u32) -> bool {
 
 /// Flags a caller may ask to change that csumfs refuses to, by `chattr`'s
 /// names.
-const FLAG_NAMES: [(u32, &str); 1] = [(0x4000_0000, "the casefold flag (F)")];
+const FLAG_NAMES: [(u32, &str); 1] = [(csumkit::ext4::format::FLAG_CASEFOLD, "the casefold flag (F)")];
 
 #[cfg(test)]
 mod tests {

@@ -22,10 +22,7 @@
 use crate::error::Error;
 use crate::inode::Inode;
 
-/// `EXT4_IMMUTABLE_FL`.
-pub(crate) const FLAG_IMMUTABLE: u32 = 0x10;
-/// `EXT4_APPEND_FL`.
-pub(crate) const FLAG_APPEND: u32 = 0x20;
+pub(crate) use csumkit::ext4::format::{FLAG_APPEND, FLAG_IMMUTABLE};
 
 impl Inode {
     /// `chattr +i`: nothing of it changes, and no name of it.

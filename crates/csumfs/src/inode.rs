@@ -7,10 +7,7 @@ use crate::volume::Volume;
 use csumkit::ext4::checksum;
 
 /// `i_flags` bits this code looks at.
-pub(crate) const FLAG_INDEX: u32 = 0x1000;
-pub(crate) const FLAG_EXTENTS: u32 = 0x8_0000;
-pub(crate) const FLAG_EA_INODE: u32 = 0x20_0000;
-pub(crate) const FLAG_INLINE_DATA: u32 = 0x1000_0000;
+pub(crate) use csumkit::ext4::format::{FLAG_EA_INODE, FLAG_EXTENTS, FLAG_INDEX, FLAG_INLINE_DATA};
 
 /// The root directory's inode number.
 pub const ROOT: u32 = 2;

@@ -9,26 +9,11 @@ use super::layout::Features;
 use super::xattr;
 use crate::le::{le16, le32};
 
-pub(super) const MODE_TYPE: u16 = 0xF000;
-pub(super) const S_IFIFO: u16 = 0x1000;
-pub(super) const S_IFCHR: u16 = 0x2000;
-pub(super) const S_IFDIR: u16 = 0x4000;
-pub(super) const S_IFBLK: u16 = 0x6000;
-pub(super) const S_IFREG: u16 = 0x8000;
-pub(super) const S_IFLNK: u16 = 0xA000;
-pub(super) const S_IFSOCK: u16 = 0xC000;
-
-pub(super) const FLAG_IMMUTABLE: u32 = 0x10;
-pub(super) const FLAG_APPEND: u32 = 0x20;
-pub(super) const FLAG_INDEX: u32 = 0x1000;
-pub(super) const FLAG_IMAGIC: u32 = 0x2000;
-pub(super) const FLAG_ENCRYPT: u32 = 0x800;
-pub(super) const FLAG_HUGE_FILE: u32 = 0x4_0000;
-pub(super) const FLAG_EXTENTS: u32 = 0x8_0000;
-pub(super) const FLAG_VERITY: u32 = 0x10_0000;
-pub(super) const FLAG_EA_INODE: u32 = 0x20_0000;
-pub(super) const FLAG_INLINE_DATA: u32 = 0x1000_0000;
-pub(super) const FLAG_CASEFOLD: u32 = 0x4000_0000;
+pub(super) use super::format::{
+    FLAG_APPEND, FLAG_CASEFOLD, FLAG_EA_INODE, FLAG_ENCRYPT, FLAG_EXTENTS, FLAG_HUGE_FILE, FLAG_IMAGIC, FLAG_IMMUTABLE,
+    FLAG_INDEX, FLAG_INLINE_DATA, FLAG_VERITY, MODE_TYPE, S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK, S_IFREG,
+    S_IFSOCK,
+};
 
 const COMPAT_IMAGIC_INODES: u32 = 0x2;
 const COMPAT_DIR_INDEX: u32 = 0x20;

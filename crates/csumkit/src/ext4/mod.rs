@@ -24,6 +24,7 @@
 
 mod check;
 pub mod checksum;
+pub mod format;
 pub mod hash;
 mod inode_rules;
 mod layout;
