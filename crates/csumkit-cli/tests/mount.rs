@@ -1601,6 +1601,35 @@ fn seek_data_and_seek_hole_answer_as_the_kernel_does() {
     }
 }
 
+/// `copy_file_range(2)` of `len` bytes: the count copied, or the errno.
+fn copy_range(from: &std::fs::File, at: i64, to: &std::fs::File, to_at: i64, len: usize) -> Result<usize, i32> {
+    use std::os::fd::AsRawFd;
+    let (mut at, mut to_at) = (at, to_at);
+    // SAFETY: valid descriptors and offsets the call updates.
+    let n = unsafe { libc::copy_file_range(from.as_raw_fd(), &mut at, to.as_raw_fd(), &mut to_at, len, 0) };
+    if n < 0 {
+        Err(std::io::Error::last_os_error().raw_os_error().unwrap())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// The unmounted image judged: e2fsck clean, scrub clean (every copy has
+/// its checksums), and each file of `model` read back so by the kernel.
+fn judged_with_files(scratch: &Scratch, image: &Path, model: &BTreeMap<&str, Vec<u8>>) {
+    e2fsck_clean(image);
+    let scrub = Command::new(env!("CARGO_BIN_EXE_csumkit")).arg("scrub").arg(image).output().unwrap();
+    assert!(scrub.status.success(), "{}", String::from_utf8_lossy(&scrub.stdout));
+    let kernel = scratch.0.join("kernel");
+    if kernel_mount(image, &kernel, "loop,ro") {
+        let read: Vec<_> = model.keys().map(|name| std::fs::read(kernel.join(name)).unwrap()).collect();
+        unmount_kernel(&kernel);
+        for ((name, want), got) in model.iter().zip(read) {
+            assert!(got == *want, "{name} read by the kernel");
+        }
+    }
+}
+
 /// `copy_file_range` through the mount, done in the daemon: whole files,
 /// unaligned ranges, a length past the source's end (short), from its end
 /// (0), within one file, past the destination's end (a hole before it) —
@@ -1609,7 +1638,6 @@ fn seek_data_and_seek_hole_answer_as_the_kernel_does() {
 /// source block fails the copy with `EIO`, nothing copied over it.
 #[test]
 fn copy_file_range_copies_as_a_model_says_and_refuses_damage() {
-    use std::os::fd::AsRawFd;
     if cannot_mount() {
         return;
     }
@@ -1622,16 +1650,7 @@ fn copy_file_range_copies_as_a_model_says_and_refuses_damage() {
     let open = |name: &str| {
         std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(mnt.join(name)).unwrap()
     };
-    let copy = |from: &std::fs::File, at: i64, to: &std::fs::File, to_at: i64, len: usize| {
-        let (mut at, mut to_at) = (at, to_at);
-        // SAFETY: valid descriptors and offsets the call updates.
-        let n = unsafe { libc::copy_file_range(from.as_raw_fd(), &mut at, to.as_raw_fd(), &mut to_at, len, 0) };
-        if n < 0 {
-            Err(std::io::Error::last_os_error().raw_os_error().unwrap())
-        } else {
-            Ok(n as usize)
-        }
-    };
+    let copy = copy_range;
     let mut model: BTreeMap<&str, Vec<u8>> = BTreeMap::new();
     let mut apply = |name: &'static str, at: usize, bytes: &[u8]| {
         let file = model.entry(name).or_default();
@@ -1660,17 +1679,7 @@ fn copy_file_range_copies_as_a_model_says_and_refuses_damage() {
         assert!(std::fs::read(mnt.join(name)).unwrap() == *want, "{name} through the mount");
     }
     unmount_and_wait(child, &mnt);
-    e2fsck_clean(&image);
-    let scrub = Command::new(env!("CARGO_BIN_EXE_csumkit")).arg("scrub").arg(&image).output().unwrap();
-    assert!(scrub.status.success(), "{}", String::from_utf8_lossy(&scrub.stdout));
-    let kernel = scratch.0.join("kernel");
-    if kernel_mount(&image, &kernel, "loop,ro") {
-        let read: Vec<_> = model.keys().map(|name| std::fs::read(kernel.join(name)).unwrap()).collect();
-        unmount_kernel(&kernel);
-        for ((name, want), got) in model.iter().zip(read) {
-            assert!(got == *want, "{name} read by the kernel");
-        }
-    }
+    judged_with_files(&scratch, &image, &model);
     // One flipped byte in the source's block 3: the copy fails there.
     let out = Command::new("/usr/sbin/debugfs").args(["-R", "bmap /src 3"]).arg(&image).output().unwrap();
     let block: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
@@ -1692,7 +1701,6 @@ fn copy_file_range_copies_as_a_model_says_and_refuses_damage() {
 /// through the mount and by the kernel, scrub and `e2fsck -fn` clean.
 #[test]
 fn copy_file_range_at_a_full_filesystem_changes_only_what_it_copied() {
-    use std::os::fd::AsRawFd;
     if cannot_mount() {
         return;
     }
@@ -1714,29 +1722,21 @@ fn copy_file_range_at_a_full_filesystem_changes_only_what_it_copied() {
         std::fs::File::open(mnt.join("src")).unwrap(),
         std::fs::OpenOptions::new().write(true).open(mnt.join("dst")).unwrap(),
     );
-    let (mut at, mut to_at) = (0i64, 8192i64);
-    // SAFETY: valid descriptors and offsets the call updates.
-    let n = unsafe { libc::copy_file_range(src.as_raw_fd(), &mut at, dst.as_raw_fd(), &mut to_at, src_bytes.len(), 0) };
-    let copied = if n < 0 {
-        assert_eq!(std::io::Error::last_os_error().raw_os_error(), Some(libc::ENOSPC));
-        0
-    } else {
-        assert!((n as usize) < src_bytes.len(), "a full filesystem took all {n} bytes");
-        n as usize
+    let copied = match copy_range(&src, 0, &dst, 8192, src_bytes.len()) {
+        Err(errno) => {
+            assert_eq!(errno, libc::ENOSPC);
+            0
+        }
+        Ok(n) => {
+            assert!(n < src_bytes.len(), "a full filesystem took all {n} bytes");
+            n
+        }
     };
     drop((src, dst));
     let want = [&old[..], &src_bytes[..copied]].concat();
     assert!(std::fs::read(mnt.join("dst")).unwrap() == want, "dst through the mount ({copied} bytes copied)");
     unmount_and_wait(child, &mnt);
-    e2fsck_clean(&image);
-    let scrub = Command::new(env!("CARGO_BIN_EXE_csumkit")).arg("scrub").arg(&image).output().unwrap();
-    assert!(scrub.status.success(), "{}", String::from_utf8_lossy(&scrub.stdout));
-    let kernel = scratch.0.join("kernel");
-    if kernel_mount(&image, &kernel, "loop,ro") {
-        let got = std::fs::read(kernel.join("dst")).unwrap();
-        unmount_kernel(&kernel);
-        assert!(got == want, "dst read by the kernel");
-    }
+    judged_with_files(&scratch, &image, &BTreeMap::from([("dst", want)]));
 }
 
 /// A listing with a damaged inode in it: the kernel lists directories with
