@@ -6,9 +6,9 @@
 //! in, no final inversion comes out. That is [`raw_update`];
 //! `update(crc, d) == !raw_update(!crc, d)`.
 
-use crate::crc::spec::{Algorithm, Spec};
+use crate::crc::spec::Algorithm;
 
 /// The CRC-32C parameter set.
-pub static SPEC: Spec = Spec::new(Algorithm::Crc32c, "crc32c", 32, 0x1EDC_6F41, true, 0xFFFF_FFFF, 0xE306_9283);
+pub use crate::crc::spec::CRC32C as SPEC;
 
 crate::crc::crc_api!(u32, SPEC, Algorithm::Crc32c, crc32c, 0xE306_9283);

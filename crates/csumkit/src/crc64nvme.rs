@@ -2,10 +2,9 @@
 //! all-ones, check value 0xAE8B14860A799888. The NVMe 64-bit guard and S3's
 //! `x-amz-checksum-crc64nvme`.
 
-use crate::crc::spec::{Algorithm, Spec};
+use crate::crc::spec::Algorithm;
 
 /// The CRC-64/NVME parameter set.
-pub static SPEC: Spec =
-    Spec::new(Algorithm::Crc64Nvme, "crc64nvme", 64, 0xAD93_D235_94C9_3659, true, u64::MAX, 0xAE8B_1486_0A79_9888);
+pub use crate::crc::spec::CRC64NVME as SPEC;
 
 crate::crc::crc_api!(u64, SPEC, Algorithm::Crc64Nvme, crc64nvme, 0xAE8B_1486_0A79_9888);

@@ -28,9 +28,9 @@ impl Algorithm {
     /// The parameter set.
     pub fn spec(self) -> &'static Spec {
         match self {
-            Algorithm::Crc32c => &crc32c::SPEC,
-            Algorithm::Crc64Nvme => &crc64nvme::SPEC,
-            Algorithm::Crc16T10Dif => &crc16t10dif::SPEC,
+            Algorithm::Crc32c => &super::spec::CRC32C,
+            Algorithm::Crc64Nvme => &super::spec::CRC64NVME,
+            Algorithm::Crc16T10Dif => &super::spec::CRC16T10DIF,
         }
     }
 

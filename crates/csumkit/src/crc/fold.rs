@@ -93,7 +93,7 @@ mod tests {
         #[test]
         fn generic_folding_matches_tables(len in 0usize..3000, seed: u8, state: u64) {
             let data: Vec<u8> = (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect();
-            for spec in [&crate::crc32c::SPEC, &crate::crc64nvme::SPEC, &crate::crc16t10dif::SPEC] {
+            for spec in [&crate::crc::spec::CRC32C, &crate::crc::spec::CRC64NVME, &crate::crc::spec::CRC16T10DIF] {
                 let state = state & spec.mask();
                 prop_assert_eq!(update::<PortableClmul>(spec, state, &data), spec.update_portable(state, &data));
             }

@@ -1,6 +1,7 @@
 //! CRC parameter sets and everything derived from them at compile time:
 //! slicing tables, fold keys for the carry-less-multiply kernels, and the
-//! `x^k` tables of the algebra. One `static Spec` per algorithm.
+//! `x^k` tables of the algebra. One `static Spec` per algorithm, here,
+//! below both the public API and the `arch` kernels that use them.
 
 use super::gf2::{Modulus, XpowTable};
 
@@ -264,3 +265,11 @@ const fn fold_key(m: &Modulus, reflected: bool, distance: u128) -> FoldKey {
         [m.pow_x_slow(distance), m.pow_x_slow(64 + distance)]
     }
 }
+
+/// The CRC-32C parameter set.
+pub static CRC32C: Spec = Spec::new(Algorithm::Crc32c, "crc32c", 32, 0x1EDC_6F41, true, 0xFFFF_FFFF, 0xE306_9283);
+/// The CRC-64/NVME parameter set.
+pub static CRC64NVME: Spec =
+    Spec::new(Algorithm::Crc64Nvme, "crc64nvme", 64, 0xAD93_D235_94C9_3659, true, u64::MAX, 0xAE8B_1486_0A79_9888);
+/// The CRC-16/T10-DIF parameter set.
+pub static CRC16T10DIF: Spec = Spec::new(Algorithm::Crc16T10Dif, "crc16t10dif", 16, 0x8BB7, false, 0, 0xD0DB);

@@ -36,7 +36,7 @@ pub(super) const HYBRID_MIN_BYTES: usize = 4096;
 #[inline(always)]
 pub(super) unsafe fn update(state: u64, data: &[u8]) -> u64 {
     assert!(data.len() >= HYBRID_MIN_BYTES);
-    let spec = &crate::crc32c::SPEC;
+    let spec = &crate::crc::spec::CRC32C;
     // Layout: [folded: 64 * (steps + 1)] [stream 0] [stream 1] [tail < STEP_BYTES].
     let steps = (data.len() - 64) / STEP_BYTES;
     let stream_bytes = 8 * steps;

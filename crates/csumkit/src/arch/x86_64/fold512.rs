@@ -188,7 +188,7 @@ pub(super) const CRC32C_HYBRID_MAX_BYTES: usize = 2 << 20;
 /// is compiled with them enabled).
 #[inline(always)]
 pub(super) unsafe fn crc32c_hybrid(state: u64, data: &[u8]) -> (u64, usize) {
-    let spec = &crate::crc32c::SPEC;
+    let spec = &crate::crc::spec::CRC32C;
     let step = STEP_BYTES + STREAMS * WORDS * 8;
     assert!(data.len() >= STEP_BYTES + step);
     let steps = (data.len() - STEP_BYTES) / step;

@@ -48,15 +48,15 @@ macro_rules! with_static_spec {
     ($algorithm:expr, |$spec:ident| $body:expr) => {
         match $algorithm {
             crate::crc::Algorithm::Crc32c => {
-                let $spec = &crate::crc32c::SPEC;
+                let $spec = &crate::crc::spec::CRC32C;
                 $body
             }
             crate::crc::Algorithm::Crc64Nvme => {
-                let $spec = &crate::crc64nvme::SPEC;
+                let $spec = &crate::crc::spec::CRC64NVME;
                 $body
             }
             crate::crc::Algorithm::Crc16T10Dif => {
-                let $spec = &crate::crc16t10dif::SPEC;
+                let $spec = &crate::crc::spec::CRC16T10DIF;
                 $body
             }
         }
