@@ -140,7 +140,7 @@ fn random_seq() -> u32 {
         // SAFETY: getrandom writes at most 4 bytes into the 4-byte buffer.
         let got = unsafe { libc::getrandom(seq.as_mut_ptr().cast(), 4, 0) };
         let seq = if got == 4 {
-            u32::from_ne_bytes(seq)
+            u32::from_le_bytes(seq)
         } else {
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.subsec_nanos())
         };

@@ -226,15 +226,17 @@ impl Volume {
         let io = |source| Error::Io { context: path.display().to_string(), source };
         let file = csumkit::file::open_image(path, options.write)?;
         let image_lock = crate::image_lock::ImageLock::take(&file, path, options.write)?;
-        // SAFETY: an image changed underneath by another process gives wrong
-        // bytes, which every read bounds-checks (never undefined behaviour in
-        // safe code here); csumfs is the image's only writer while open.
+        // An image changed underneath by another process gives wrong bytes,
+        // which every read bounds-checks (never undefined behaviour in safe
+        // code here); csumfs is the image's only writer while open.
         let (map, mmp) = if options.write {
+            // SAFETY: as above.
             let mapped = unsafe { memmap2::MmapMut::map_mut(&file) }.map_err(io)?;
             // Another node's hold is named before what its mount left on disk.
             let mmp = crate::MultiMountProtection::take(&file, path, &mapped)?;
             (Bytes::MapMut(mapped, file), mmp)
         } else {
+            // SAFETY: as above.
             (Bytes::Map(unsafe { memmap2::Mmap::map(&file) }.map_err(io)?), None)
         };
         let mut volume = Volume::new(map, options)?;
@@ -432,6 +434,7 @@ mod tests {
         file.sync_all().unwrap();
         // SAFETY: statfs into a zeroed struct of its own type.
         let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+        // SAFETY: an open descriptor and a statfs of the kernel's layout to fill.
         if unsafe { libc::fstatfs(file.as_raw_fd(), &mut fs) } == 0 && fs.f_type == libc::TMPFS_MAGIC {
             assert!(std::env::var_os("CI").is_none(), "CI's temp dir must be on a disk's filesystem");
             eprintln!("SKIPPED in_memory_follows_the_page_cache_and_the_private_copy: the temp dir is tmpfs");

@@ -906,6 +906,7 @@ fn files_end_where_the_kernels_largest_file_ends() {
             let f = open("f");
             let fallocate = |at: u64, len: u64| {
                 use std::os::fd::AsRawFd;
+                // SAFETY: an open descriptor; fallocate takes no pointers.
                 let r = unsafe { libc::fallocate(f.as_raw_fd(), 0, at as i64, len as i64) };
                 if r == 0 {
                     Ok(())

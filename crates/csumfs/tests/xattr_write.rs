@@ -416,8 +416,8 @@ fn in_inode_xattrs_after_a_longer_i_extra_isize_read_as_the_kernels() {
     let set = std::sync::atomic::AtomicBool::new(false);
     common::with_kernel_mount_with(&image, &mnt, "loop", || {
         let (path, name) = (CString::new(mnt.join("t").as_os_str().as_bytes()).unwrap(), c"user.in");
-        // SAFETY: NUL-terminated path and name; a value and its length.
         assert_eq!(
+            // SAFETY: NUL-terminated path and name; a value and its length.
             unsafe { libc::setxattr(path.as_ptr(), name.as_ptr(), b"twenty bytes, inline".as_ptr().cast(), 20, 0) },
             0
         );

@@ -251,6 +251,8 @@ impl Run {
     }
 
     /// One `getdents64` call into `len` bytes: (name, type, offset) each.
+    // `linux_dirent64` is in the host's byte order.
+    #[allow(clippy::host_endian_bytes)]
     fn getdents(fd: i32, len: usize) -> Vec<(String, u8, i64)> {
         let mut buf = vec![0u8; len];
         // SAFETY: a directory descriptor and a buffer of `len` bytes.
@@ -409,7 +411,7 @@ fn script(root: &Path) -> Vec<String> {
     // each fallocate mode FUSE passes on.
     let fd = r.open("data", libc::O_CREAT | libc::O_RDWR, 0o644);
     let pattern_10k = pattern(10_000, 7);
-    // SAFETY (each pwrite/pread): a descriptor this run opened; buffers of the given lengths.
+    // SAFETY: a descriptor this run opened; a buffer of the given length (so each pwrite/pread below).
     let n = unsafe { libc::pwrite(fd, pattern_10k.as_ptr().cast(), pattern_10k.len(), 0) };
     r.said_count("pwrite data 10000 at 0", n as i64);
     // SAFETY: as above.

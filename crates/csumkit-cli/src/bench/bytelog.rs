@@ -65,8 +65,8 @@ impl BlockLog {
         let file =
             std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(path).map_err(io)?;
         file.set_len(REGION_BYTES).map_err(io)?;
-        // SAFETY: a file this process created; only this log writes it.
         let map = match target {
+            // SAFETY: a file this process created; only this log writes it.
             Target::Dax => Some(unsafe { memmap2::MmapMut::map_mut(&file) }.map_err(io)?),
             Target::File => None,
         };
