@@ -30,8 +30,7 @@ use std::sync::Mutex;
 
 /// Largest namespace the emulation creates: 2^40 blocks.
 pub const DEVICE_BLOCKS_MAX: u64 = 1 << 40;
-/// Largest single command: 64 MiB of data (NVMe MDTS is far lower).
-pub const COMMAND_DATA_BYTES_MAX: usize = 64 << 20;
+pub use super::layout::COMMAND_DATA_BYTES_MAX;
 
 /// Per-command PI controls: PRACT, the PRCHK checks and the tags.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -13,6 +13,8 @@ pub const DATA_BYTES_MIN: u32 = 512;
 pub const DATA_BYTES_MAX: u32 = 64 * 1024;
 /// Largest metadata size per block csumkit accepts.
 pub const METADATA_BYTES_MAX: u32 = 4096;
+/// Largest single command: 64 MiB of data (NVMe MDTS is far lower).
+pub const COMMAND_DATA_BYTES_MAX: usize = 64 << 20;
 
 /// Data and metadata bytes of one logical block, written `4096+8`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -206,7 +206,7 @@ impl Storage {
         // The guard alone says whether a cut tore a block from its PI; its
         // tags are the writer's (type 2's reference tag is not the LBA).
         let checks = Checks { guard: true, ..Checks::NONE };
-        let per_piece = (super::device::COMMAND_DATA_BYTES_MAX / p.lba().data_bytes()) as u64;
+        let per_piece = (super::layout::COMMAND_DATA_BYTES_MAX / p.lba().data_bytes()) as u64;
         let mut forgotten = 0;
         for &(first, end) in ranges {
             let mut lba = first;
@@ -263,7 +263,7 @@ impl Storage {
             });
         }
         // Bounded pieces: a command is at most COMMAND_DATA_BYTES_MAX.
-        let per_piece = (super::device::COMMAND_DATA_BYTES_MAX / p.lba().data_bytes()) as u64;
+        let per_piece = (super::layout::COMMAND_DATA_BYTES_MAX / p.lba().data_bytes()) as u64;
         let mut done = 0;
         while done < n {
             let k = per_piece.min(n - done);
