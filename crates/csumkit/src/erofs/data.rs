@@ -9,9 +9,10 @@ use super::zmap::{self, Source, ZMap};
 use super::{codec, corrupt, Image};
 use crate::Error;
 
-/// The most [`Image::data`] reads at once: directories, symlinks, the
-/// packed inode and the metabox are far smaller.
-pub const DATA_MAX: u64 = 1 << 30;
+/// The most [`Image::data`] and one [`Image::read`] return at once:
+/// directories, symlinks and the metabox are far smaller (`erofs cat` reads
+/// a file piece by piece).
+pub const DATA_MAX: u64 = 256 << 20;
 
 impl Image<'_> {
     /// All of `inode`'s data.
@@ -67,7 +68,7 @@ impl Image<'_> {
         }
         let unit = if format & FORMAT_INDEXES != 0 { 8 } else { 4 };
         let table = (inode.offset + inode.inode_size() + inode.xattr_size()).next_multiple_of(unit);
-        let mut out = Vec::with_capacity((end - offset) as usize);
+        let mut out = Vec::new();
         let mut at = offset;
         // One index entry per chunk of the range.
         while at < end {
@@ -101,7 +102,8 @@ impl Image<'_> {
             Layout::FlatInline => inode.size / bs * bs,
             _ => inode.size,
         };
-        let mut out = Vec::with_capacity((end - offset) as usize);
+        // Sized as the reads go: a damaged size allocates nothing.
+        let mut out = Vec::new();
         let blocks_end = end.min(tail_start);
         if offset < blocks_end {
             let at = inode.raw_blkaddr.saturating_mul(bs).saturating_add(offset);
