@@ -3,9 +3,9 @@
 //! directory has one.
 
 use crate::error::{corrupt, Error};
+use crate::format::le::{le16, le32};
 use crate::htree::is_index_block;
 use crate::inode::{Inode, FLAG_INDEX, FLAG_INLINE_DATA};
-use crate::le::{le16, le32};
 use crate::volume::Volume;
 use csumkit::crc32c;
 

@@ -12,11 +12,11 @@
 
 use crate::dir::record_len;
 use crate::error::{corrupt, Error};
+use crate::format::dir_block::new_dir_block;
+use crate::format::le::{le16, le32, put16, put32};
 use crate::htree::{index_csum, index_limit, BadIndex, IndexStep, NODE_COUNT_AT, ROOT_COUNT_AT};
 use crate::inode::{Inode, FLAG_INDEX, FLAG_INLINE_DATA};
 use crate::volume::Volume;
-use crate::write::{le16, le32, put16, put32};
-use csumkit::crc32c;
 
 /// One live entry of a leaf: (inode, file type, name).
 type Entry = (u32, u8, Vec<u8>);
@@ -324,28 +324,6 @@ fn leaf_entries(block: &[u8], dir: u32) -> Result<Vec<Entry>, Error> {
         }
     }
     Ok(out)
-}
-
-/// A new directory leaf block holding `entries` (the last spanning the
-/// rest), with its checksum tail (checksummed in full: it is new).
-pub(crate) fn new_dir_block(bs: usize, seed: u32, entries: &[(u32, u8, &[u8])]) -> Vec<u8> {
-    let mut block = vec![0u8; bs];
-    let mut at = 0;
-    for (i, &(ino, ft, name)) in entries.iter().enumerate() {
-        let rec_len = if i + 1 == entries.len() { bs - 12 - at } else { (8 + name.len()).next_multiple_of(4) };
-        put32(&mut block, at, ino);
-        put16(&mut block, at + 4, rec_len as u16);
-        block[at + 6] = name.len() as u8;
-        block[at + 7] = ft;
-        block[at + 8..at + 8 + name.len()].copy_from_slice(name);
-        at += rec_len;
-    }
-    // The tail: a fake entry of inode 0, rec_len 12, name_len 0, type 0xDE.
-    put16(&mut block, bs - 12 + 4, 12);
-    block[bs - 12 + 7] = 0xDE;
-    let crc = crc32c::raw_update(seed, &block[..bs - 12]);
-    put32(&mut block, bs - 4, crc);
-    block
 }
 
 /// A record length as stored: a 64 KiB record does not fit 16 bits and is

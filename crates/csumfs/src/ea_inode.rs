@@ -8,14 +8,13 @@
 //! quota charge, which e2fsck checks). The count reaching 0 frees it.
 
 use crate::error::{corrupt, Error};
+use crate::format::le::{le32, put32};
+use crate::format::xattr::EA_INODE_HASH;
 use crate::inode::{Inode, FLAG_EA_INODE, FLAG_EXTENTS};
-use crate::le::{le32, put32};
 use crate::volume::Volume;
 use crate::write::NewInode;
 use csumkit::crc32c;
 
-/// `i_atime`: the value's hash.
-pub(crate) const I_ATIME: usize = 0x08;
 /// `i_ctime`: the high half of the reference count.
 const I_CTIME: usize = 0x0C;
 /// `i_ctime_extra`: zero, as `inode_set_ctime(ea_inode, ref >> 32, 0)` leaves it.
@@ -72,7 +71,7 @@ impl Volume {
         let inode = self.write(ino, 0, value)?;
         let hash = self.value_hash(value);
         self.edit_inode(&inode, |r| {
-            put32(r, I_ATIME, hash);
+            put32(r, EA_INODE_HASH, hash);
             put32(r, I_ATIME_EXTRA, 0);
             put32(r, I_CTIME, 0);
             put32(r, I_CTIME_EXTRA, 0);
@@ -84,7 +83,7 @@ impl Volume {
     /// The value inodes the entries in `inode`'s body name.
     pub(crate) fn value_inodes_in_body(&self, inode: &Inode) -> Vec<u32> {
         let (raw, at) = (&inode.raw, 128 + inode.extra_isize());
-        if raw.len() > 128 && at + 4 <= raw.len() && le32(raw, at) == crate::xattr::MAGIC {
+        if raw.len() > 128 && at + 4 <= raw.len() && le32(raw, at) == crate::format::xattr::MAGIC {
             return value_inodes(&raw[at + 4..], 0);
         }
         Vec::new()

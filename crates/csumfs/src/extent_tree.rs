@@ -20,8 +20,8 @@
 //! `ENOSPC` leaves the tree as it was.
 
 use crate::error::{corrupt, Error};
+use crate::format::le::{le16, le32, put16, put32};
 use crate::inode::{Inode, FLAG_EXTENTS, FLAG_INLINE_DATA};
-use crate::le::{le16, le32, put16, put32};
 use crate::map::Run;
 use crate::volume::Volume;
 use crate::write::changes;

@@ -6,11 +6,11 @@
 //! zeroed in place, and blocks that leave the file are freed.
 
 use crate::error::Error;
+use crate::format::le::{put16, put32};
 use crate::immutable;
 use crate::inode::{Inode, FLAG_EXTENTS};
-use crate::le::{put16, put32};
 use crate::map::Run;
-use crate::reserve::Caller;
+use crate::volume::Caller;
 use crate::volume::Volume;
 use crate::write::{encode_time, now, put_time};
 
@@ -242,11 +242,8 @@ impl Volume {
             let physical = r.physical + block - r.logical;
             let (at, zeros) = (physical * bs + from % bs, vec![0u8; (to - from) as usize]);
             let in_block = (from % bs) as usize..(from % bs + to - from) as usize;
-            let part = if in_block.len() as u64 == bs {
-                None
-            } else {
-                self.before_part_write(inode, block, physical, in_block)?
-            };
+            let whole = in_block.len() as u64 == bs;
+            let part = if whole { None } else { self.before_part_write(inode, block, physical, in_block)? };
             if past_end {
                 self.store_data_with_metadata(at, &zeros)?;
             } else {
@@ -254,7 +251,9 @@ impl Volume {
             }
             match part {
                 Some(part) => self.after_part_write(Some(part)),
-                None => self.data_written_from(physical, &zeros),
+                // Without data checksums a part write prepares nothing.
+                None if whole => self.data_written_from(physical, &zeros),
+                None => {}
             }
         }
         Ok(())

@@ -9,8 +9,8 @@
 //! (`default_permissions`, always on); attributes and entries are cached
 //! by the kernel for `Fs::ttl` — csumfs is the image's only writer.
 
-use crate::attr::is_synchronous;
 use crate::error::Error;
+use crate::format::flags::is_synchronous;
 use crate::group_sync::GroupSync;
 use crate::inode::{Inode, Timespec, ROOT};
 use crate::stats::Stats;
@@ -930,7 +930,7 @@ impl Filesystem for Fs {
                 // Data journaling: CAP_SYS_RESOURCE, as ext4_ioctl_setflags
                 // asks (then stored on an image with a journal: attr.rs).
                 Ok(inode)
-                    if (inode.flags ^ flags) & crate::attr::FLAG_JOURNAL_DATA != 0
+                    if (inode.flags ^ flags) & csumkit::ext4::format::FLAG_JOURNAL_DATA != 0
                         && !Self::in_group_or_has(req, None, CAP_SYS_RESOURCE) =>
                 {
                     return reply.error(Errno::EPERM)

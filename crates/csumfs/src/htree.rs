@@ -7,8 +7,8 @@
 //! is an error, never a wrong leaf (a name reported absent, or added twice).
 
 use crate::error::{corrupt, Error};
+use crate::format::le::{le16, le32};
 use crate::inode::Inode;
-use crate::le::{le16, le32};
 use crate::map::Run;
 use crate::volume::Volume;
 use csumkit::crc32c;

@@ -11,8 +11,8 @@
 //! get wrong.
 
 use crate::error::Error;
+use crate::format::le::{le32, put16, put32};
 use crate::inode::{Inode, FLAG_EXTENTS, FLAG_INLINE_DATA};
-use crate::le::{le32, put16, put32};
 use crate::volume::Volume;
 use crate::write::{put_time, Fill};
 
@@ -65,7 +65,7 @@ impl Volume {
             Some(entries) => {
                 let inode = self.grow(inode, 0, 1, Fill::Nothing)?;
                 let list: Vec<(u32, u8, &[u8])> = entries.iter().map(|e| (e.ino, e.file_type, &e.name[..])).collect();
-                let leaf = crate::dir_write::new_dir_block(bs, inode.csum_seed, &list);
+                let leaf = crate::format::dir_block::new_dir_block(bs, inode.csum_seed, &list);
                 let physical = self.runs(&inode)?[0].physical;
                 self.store(physical * bs as u64, &leaf)?;
                 self.edit_inode(&inode, |r| {

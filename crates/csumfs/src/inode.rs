@@ -2,7 +2,7 @@
 //! with the inode checksum verified (as the kernel's `ext4_iget` does).
 
 use crate::error::{corrupt, Error};
-use crate::le::{le16, le32};
+use crate::format::le::{le16, le32};
 use crate::volume::Volume;
 use csumkit::ext4::checksum;
 

@@ -24,7 +24,6 @@
 
 mod acl;
 mod attr;
-mod crc_helper;
 mod data;
 mod datasum;
 mod dir;
@@ -33,57 +32,54 @@ mod ea_inode;
 mod error;
 mod extent_tree;
 mod extents;
+mod format;
 pub mod fuse;
 mod group_sync;
-pub use csumkit::ext4::hash;
 mod htree;
-mod image_lock;
 mod immutable;
 mod inline;
 mod inode;
-mod kernel_mounts;
-mod le;
-mod log_writer;
-mod logged_sums;
 mod map;
 mod migrate;
-mod mmp;
 mod namespace;
 mod orphan;
 mod part_write;
 mod pi;
-mod private_map;
 mod ranges;
 mod redo;
 mod remove;
 mod reserve;
 mod seek;
 mod stats;
+mod store;
 mod undo;
 mod volume;
 mod write;
 mod xattr;
 mod xattr_write;
+pub use csumkit::ext4::hash;
 
 pub use acl::InheritedAcls;
 pub use attr::SetAttr;
-pub use datasum::{forget_data_checksums, ScrubReport};
+pub use datasum::ScrubReport;
 pub use dir::{DirEntry, SYMLINK_HOPS_MAX};
 pub use error::Error;
-pub use image_lock::ImageLock;
+pub use format::features::{cleanly_unmounted, LOG_PENDING, UNDO_PENDING};
 pub use inode::{Inode, Timespec, ROOT};
-pub use log_writer::SyncHandle;
 pub use map::Run;
-pub use mmp::MultiMountProtection;
 pub use namespace::RenameMode;
-pub use pi::PiOpened;
-pub use redo::{
-    log_pending, Backing, DurableSync, LogMedium, LogResize, PendingSync, Replayed, LOG_ON_DAX, LOG_ON_FILE,
-    LOG_ON_FILE_DIRECT, LOG_ON_TMPFS, LOG_PENDING, TAG_LAST, TAG_PART,
-};
-pub use reserve::Caller;
+pub use reserve::StatFs;
 pub use stats::Stats;
-pub use undo::{undo_pending, undone_image, UNDO_PENDING};
-pub use volume::{Checksums, Options, StatFs, Volume};
-pub use write::{cleanly_unmounted, NewInode};
+pub use store::data_sums::forget_data_checksums;
+pub use store::image_lock::ImageLock;
+pub use store::medium::{
+    Backing, LogMedium, SyncHandle, LOG_ON_DAX, LOG_ON_FILE, LOG_ON_FILE_DIRECT, LOG_ON_TMPFS, TAG_LAST, TAG_PART,
+};
+pub use store::mmp::MultiMountProtection;
+pub use store::pi_device::PiOpened;
+pub use store::redo_log::resize::LogResize;
+pub use store::redo_log::{log_pending, DurableSync, PendingSync, Replayed};
+pub use store::undo_log::{undo_pending, undone_image};
+pub use volume::{Caller, Checksums, Options, Volume};
+pub use write::NewInode;
 pub use xattr_write::XattrMode;

@@ -2,8 +2,8 @@
 //! verified) or, without `extents`, its block map.
 
 use crate::error::{corrupt, Error};
+use crate::format::le::le32;
 use crate::inode::{Inode, FLAG_EXTENTS};
-use crate::le::le32;
 use crate::volume::Volume;
 
 /// A run of data blocks.

@@ -9,8 +9,8 @@
 //! of the small files ext4 makes one of (`migrate`).
 
 use crate::error::Error;
+use crate::format::le::{le32, put16, put32};
 use crate::inode::{Inode, FLAG_EXTENTS, FLAG_INLINE_DATA};
-use crate::le::{le32, put16, put32};
 use crate::volume::Volume;
 
 impl Volume {

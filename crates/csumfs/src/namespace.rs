@@ -4,12 +4,13 @@
 //! the leaf's checksum); a directory moved to another parent gets its `..`
 //! patched the same way, and the two parents' link counts follow.
 
-use crate::attr::inherited_flags;
 use crate::error::Error;
+use crate::format::flags::inherited_flags;
+use crate::format::le::{le16, put16, put32};
 use crate::immutable;
 use crate::inode::{Inode, FLAG_EXTENTS, FLAG_INDEX, ROOT};
 use crate::volume::Volume;
-use crate::write::{encode_time, file_type, le16, now, put16, put32, put_time, Fill, NewInode};
+use crate::write::{encode_time, file_type, now, put_time, Fill, NewInode};
 
 /// How `rename` treats an existing target.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

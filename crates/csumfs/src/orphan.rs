@@ -8,8 +8,8 @@
 //! and rolled back like the rest of its operation.
 
 use crate::error::{corrupt, Error};
+use crate::format::le::{le32, put32};
 use crate::inode::{Inode, FLAG_EXTENTS};
-use crate::le::{le32, put32};
 use crate::volume::Volume;
 use csumkit::crc32c;
 

@@ -21,39 +21,6 @@ use crate::stats::Stats;
 use crate::volume::Volume;
 use csumkit::crc32c;
 
-/// Blocks whose recorded checksum this process has seen match their bytes,
-/// with that checksum: an entry counts only while the tree still holds the
-/// same checksum (any other change of the block's checksum, or its
-/// forgetting, ends it without a lookup here). Direct-mapped and bounded:
-/// a block whose slot another took is verified again.
-pub(crate) struct KnownGood {
-    /// `(block + 1, crc)`; `(0, _)` is an empty slot.
-    slots: Vec<(u64, u32)>,
-}
-
-/// Slots at most: 1 MiB of record, every block of a volume of up to 64 Ki
-/// blocks (4 GiB at 64 KiB blocks).
-const KNOWN_GOOD_SLOTS: u64 = 1 << 16;
-
-impl KnownGood {
-    pub(crate) fn new(blocks: u64) -> Self {
-        Self { slots: vec![(0, 0); blocks.clamp(1, KNOWN_GOOD_SLOTS) as usize] }
-    }
-
-    fn slot(&self, block: u64) -> usize {
-        (block % self.slots.len() as u64) as usize
-    }
-
-    pub(crate) fn insert(&mut self, block: u64, crc: u32) {
-        let i = self.slot(block);
-        self.slots[i] = (block + 1, crc);
-    }
-
-    fn holds(&self, block: u64, crc: u32) -> bool {
-        self.slots[self.slot(block)] == (block + 1, crc)
-    }
-}
-
 /// A data block about to be written in part: what its new checksum is
 /// made from.
 pub(crate) struct PartWrite {

@@ -7,10 +7,11 @@
 
 use crate::dir::records;
 use crate::error::Error;
+use crate::format::le::{le16, le32, put16, put32};
 use crate::immutable;
 use crate::inode::{Inode, FLAG_INDEX, FLAG_INLINE_DATA};
 use crate::volume::Volume;
-use crate::write::{encode_time, le16, le32, now, put16, put32, put_time};
+use crate::write::{encode_time, now, put_time};
 
 impl Volume {
     /// Removes the name `name` (not a directory) from `dir`; the inode

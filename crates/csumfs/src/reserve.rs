@@ -9,25 +9,11 @@
 //! who the caller is ([`Volume::set_caller`]; the FUSE layer tells it).
 
 use crate::error::Error;
-use crate::volume::Volume;
+use crate::volume::{Caller, Volume};
 use csumkit::ext4::Features;
 
 /// `EXT4_FEATURE_INCOMPAT_EXTENTS`.
 const INCOMPAT_EXTENTS: u32 = 0x40;
-
-/// Whose allocations the operations under way are.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Caller {
-    /// Every free block (the library's own use; removals, which ext4
-    /// lets dip into its reserve too).
-    #[default]
-    Unrestricted,
-    /// `s_def_resuid`, `s_def_resgid`'s members, `CAP_SYS_RESOURCE`: all
-    /// but ext4's reserve for extent-tree growth.
-    Privileged,
-    /// Anyone else: all but the reserved blocks and that reserve.
-    Unprivileged,
-}
 
 impl Volume {
     /// Whose allocations the next operations are (until set again).
@@ -98,4 +84,68 @@ impl Volume {
         self.caller = caller;
         result
     }
+    /// `statfs`, counted as the kernel's `ext4_statfs` counts: the blocks
+    /// the format's own structures take are not the file system's, and the
+    /// blocks available to users leave out the reserved count and ext4's
+    /// reserve for extent-tree growth (`ext4_calculate_resv_clusters`: 2 %
+    /// of the clusters or 4096, whichever is fewer; none without extents).
+    pub fn statfs(&self) -> StatFs {
+        let l = &self.layout;
+        let free_blocks = self.free_and_reserved_blocks().0;
+        let free_inodes = u32::from_le_bytes(self.map[1024 + 0x10..1024 + 0x14].try_into().expect("4 bytes"));
+        StatFs {
+            block_size: l.block_size,
+            blocks: l.blocks_count.saturating_sub(self.overhead_blocks()),
+            free_blocks,
+            available_blocks: free_blocks.saturating_sub(self.held_back_blocks(Caller::Unprivileged)),
+            inodes: l.inodes_count,
+            free_inodes: u64::from(free_inodes),
+            name_max: 255,
+        }
+    }
+
+    /// Blocks the format's structures take, as `ext4_calculate_overhead`
+    /// counts them: all before the first data block; in each group its
+    /// superblock copy and descriptor blocks, two bitmaps and an inode
+    /// table; an internal journal. Under bigalloc (read-only here) the
+    /// superblock's `s_overhead_clusters` where mke2fs wrote it; elsewhere
+    /// the kernel ignores that field, and so does this.
+    fn overhead_blocks(&self) -> u64 {
+        let l = &self.layout;
+        let sb = &self.map[1024..2048];
+        let le32 = |at: usize| u32::from_le_bytes(sb[at..at + 4].try_into().expect("4 bytes"));
+        let (cluster, stored) = (self.cluster_blocks(), u64::from(le32(0x248)));
+        // The kernel's own test of "ridiculous": clusters against blocks.
+        if cluster > 1 && stored != 0 && stored <= l.blocks_count {
+            return stored * cluster;
+        }
+        let table = (l.inodes_per_group * l.inode_size).div_ceil(l.block_size);
+        let groups: u64 = (0..l.groups).map(|g| l.base_meta_blocks(g) + table + 2).sum();
+        let journal_inode = le32(0xE0);
+        let journal = if l.features.compat & Features::COMPAT_HAS_JOURNAL != 0 && journal_inode != 0 {
+            self.inode(journal_inode).map_or(0, |j| j.size / l.block_size)
+        } else {
+            0
+        };
+        l.first_data_block + groups + journal
+    }
+}
+
+/// What `statfs` reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StatFs {
+    /// Bytes per block.
+    pub block_size: u64,
+    /// Blocks in the filesystem.
+    pub blocks: u64,
+    /// Free blocks (the superblock's count).
+    pub free_blocks: u64,
+    /// Free blocks an unprivileged user may take (`f_bavail`).
+    pub available_blocks: u64,
+    /// Inodes.
+    pub inodes: u64,
+    /// Free inodes.
+    pub free_inodes: u64,
+    /// Longest name.
+    pub name_max: u32,
 }

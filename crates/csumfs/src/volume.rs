@@ -3,10 +3,10 @@
 //! block access.
 
 use crate::error::{corrupt, Error};
-use crate::private_map::PAGE;
-use crate::reserve::Caller;
+use crate::format::features::{KNOWN_INCOMPAT, REFUSED_INCOMPAT};
 use crate::stats::Stats;
-use csumkit::ext4::{Features, Layout};
+use crate::store::bytes::Bytes;
+use csumkit::ext4::Layout;
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::Mutex;
@@ -43,92 +43,18 @@ impl Default for Options {
     }
 }
 
-/// The image's bytes: a map of the file (shared and writable when the
-/// volume is opened for writing), or bytes in memory.
-pub(crate) enum Bytes {
-    Map(memmap2::Mmap),
-    /// A shared writable map and its file: `sync` is the file's
-    /// `fdatasync`, which writes the pages the map dirtied without walking
-    /// the whole map as `msync` does (hundreds of milliseconds at 40 GiB).
-    MapMut(memmap2::MmapMut, std::fs::File),
-    /// A private (copy-on-write) map: stores stay in this process; a
-    /// ByteLog makes them durable and checkpoints put them in the file.
-    Private(crate::private_map::PrivateMap),
-    Owned(Vec<u8>),
-}
-
-impl std::ops::Deref for Bytes {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        match self {
-            Bytes::Map(map) => map,
-            Bytes::MapMut(map, _) => map,
-            Bytes::Private(map) => map.bytes(),
-            Bytes::Owned(bytes) => bytes,
-        }
-    }
-}
-
-impl Bytes {
-    /// Tells the kernel the map is read at random: a page fault reads that
-    /// page, not the device's readahead window around it. Metadata is read
-    /// at random, and a fault in a region never read (new blocks of a
-    /// sparse image) would otherwise zero-fill megabytes (`read_ahead_kb`
-    /// is 8 MiB on this VM's disk: a 1 GiB fallocate took 3–8 ms, most of
-    /// it memset of readahead pages). File data asks for readahead of what
-    /// it is about to copy ([`will_need`](Self::will_need)).
-    pub(crate) fn advise_random(&self) {
-        let _ = match self {
-            Bytes::Map(map) => map.advise(memmap2::Advice::Random),
-            Bytes::MapMut(map, _) => map.advise(memmap2::Advice::Random),
-            Bytes::Private(map) => map.advise_random(),
-            Bytes::Owned(_) => Ok(()),
-        };
-    }
-
-    /// Starts reading `[at, at + len)` of the map in (one request, not a
-    /// fault per page); for file data about to be copied out.
-    pub(crate) fn will_need(&self, at: usize, len: usize) {
-        let (start, end) = (at / PAGE * PAGE, (at + len).min(self.len()));
-        if end <= start {
-            return;
-        }
-        let _ = match self {
-            Bytes::Map(map) => map.advise_range(memmap2::Advice::WillNeed, start, end - start),
-            Bytes::MapMut(map, _) => map.advise_range(memmap2::Advice::WillNeed, start, end - start),
-            Bytes::Private(map) => map.will_need(start, end - start),
-            Bytes::Owned(_) => Ok(()),
-        };
-    }
-
-    /// Whether every page of `[at, at + len)` is in memory (the page cache,
-    /// or this process's copy): touching it reads no device.
-    pub(crate) fn in_memory(&self, at: usize, len: usize) -> bool {
-        if matches!(self, Bytes::Owned(_)) {
-            return true;
-        }
-        let map: &[u8] = self;
-        let (start, end) = (at / PAGE * PAGE, (at + len).min(map.len()));
-        if end <= start {
-            return true;
-        }
-        let mut resident = vec![0u8; (end - start).div_ceil(PAGE)];
-        // SAFETY: a page-aligned range inside this map; `resident` has a
-        // byte per page of it.
-        let r =
-            unsafe { libc::mincore(map.as_ptr().add(start) as *mut libc::c_void, end - start, resident.as_mut_ptr()) };
-        r == 0 && resident.iter().all(|&b| b & 1 == 1)
-    }
-
-    /// The bytes to change; `None` on a read-only map.
-    pub(crate) fn writable(&mut self) -> Option<&mut [u8]> {
-        match self {
-            Bytes::Map(_) => None,
-            Bytes::MapMut(map, _) => Some(map),
-            Bytes::Private(map) => Some(map.bytes_mut()),
-            Bytes::Owned(bytes) => Some(bytes),
-        }
-    }
+/// Whose allocations the operations under way are.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Caller {
+    /// Every free block (the library's own use; removals, which ext4
+    /// lets dip into its reserve too).
+    #[default]
+    Unrestricted,
+    /// `s_def_resuid`, `s_def_resgid`'s members, `CAP_SYS_RESOURCE`: all
+    /// but ext4's reserve for extent-tree growth.
+    Privileged,
+    /// Anyone else: all but the reserved blocks and that reserve.
+    Unprivileged,
 }
 
 /// An ext4 image with `metadata_csum`, opened read-only.
@@ -152,21 +78,21 @@ pub struct Volume {
     /// Held inodes whose last name is gone: freed at their last unhold.
     pub(crate) orphans: HashSet<u32>,
     /// Data checksums, when kept ([`Volume::enable_data_checksums`]).
-    pub(crate) datasums: Option<crate::datasum::DataSums>,
+    pub(crate) datasums: Option<crate::store::data_sums::DataSums>,
     /// Whose allocations the operations are (reserve.rs).
     pub(crate) caller: Caller,
     /// All-or-nothing operations, when on ([`Volume::enable_undo`]).
-    pub(crate) undo: Option<crate::undo::UndoLog>,
+    pub(crate) undo: Option<crate::store::undo_log::UndoLog>,
     /// Metadata made durable through a ByteLog ([`Volume::open_logged`]).
-    pub(crate) redo: Option<crate::redo::Redo>,
+    pub(crate) redo: Option<crate::store::redo_log::Redo>,
     /// Data checksum changes a ByteLog replay found, for the sidecar.
     pub(crate) replayed_sums: Vec<(u64, Option<u32>)>,
     /// ext4's multiple-mount protection while the volume writes an image
     /// with the `mmp` feature (`mmp.rs`). Dropped before the lock: a
     /// process waiting for the lock then finds the sequence `CLEAN`.
-    pub(crate) mmp: Option<crate::mmp::MultiMountProtection>,
+    pub(crate) mmp: Option<crate::store::mmp::MultiMountProtection>,
     /// The image file's lock while the volume is open (none in memory).
-    pub(crate) image_lock: Option<crate::image_lock::ImageLock>,
+    pub(crate) image_lock: Option<crate::store::image_lock::ImageLock>,
     /// Free-space trees (`csumkit::alloc`) of the groups blocks
     /// were allocated from, built from their bitmaps on first use and kept
     /// in step by every bit the allocator flips; dropped when a bitmap
@@ -186,35 +112,6 @@ pub struct Volume {
     pub(crate) mount_sync_flags: u32,
 }
 
-/// (feature bit, name, remedy) of the incompat features this code refuses.
-const REFUSED_INCOMPAT: [(u32, &str, &str); 6] = [
-    (
-        crate::redo::LOG_PENDING,
-        "csumfs_log",
-        "a csumkit mount has it, or stopped before its ByteLog (IMAGE.bytelog) was folded in (the log may hold \
-         changes the image lacks): unmount it, or run `csumkit ext4 checkpoint IMAGE` (or mount it with csumkit \
-         mount again)",
-    ),
-    (
-        crate::undo::UNDO_PENDING,
-        "csumfs_undo",
-        "a csumkit mount -o log=off has it, or stopped with IMAGE.undo in use (an operation may be half done): \
-         unmount it, or run `csumkit ext4 checkpoint IMAGE` (or mount it with csumkit mount again)",
-    ),
-    (
-        Features::INCOMPAT_RECOVER,
-        "needs_recovery",
-        "the kernel has it mounted read-write, or its journal holds transactions not yet replayed: unmount it, or \
-         run e2fsck (or mount it once with the kernel)",
-    ),
-    (0x1000, "dirdata", "directory entries with extra data are not read here"),
-    (0x1_0000, "encrypt", "encrypted names and data are not read here"),
-    (0x2_0000, "casefold", "case-insensitive lookups are not implemented here"),
-];
-/// Incompat features read here: filetype, journal_dev, meta_bg, extents,
-/// 64bit, mmp, flex_bg, ea_inode, csum_seed, large_dir, inline_data.
-const KNOWN_INCOMPAT: u32 = 0x2 | 0x8 | 0x10 | 0x40 | 0x80 | 0x100 | 0x200 | 0x400 | 0x2000 | 0x4000 | 0x8000;
-
 impl Volume {
     /// Opens the image at `path` (a file or block device) read-only.
     ///
@@ -225,7 +122,7 @@ impl Volume {
     pub fn open(path: &Path, options: Options) -> Result<Volume, Error> {
         let io = |source| Error::Io { context: path.display().to_string(), source };
         let file = csumkit::file::open_image(path, options.write)?;
-        let image_lock = crate::image_lock::ImageLock::take(&file, path, options.write)?;
+        let image_lock = crate::store::image_lock::ImageLock::take(&file, path, options.write)?;
         // An image changed underneath by another process gives wrong bytes,
         // which every read bounds-checks (never undefined behaviour in safe
         // code here); csumfs is the image's only writer while open.
@@ -261,7 +158,7 @@ impl Volume {
             // Opened to write in place (a ByteLog's private map is not):
             // `enable_undo` undoes what the mark says a stopped process
             // left, and keeps the mark.
-            incompat &= !crate::undo::UNDO_PENDING;
+            incompat &= !crate::format::features::UNDO_PENDING;
         }
         if let Some((_, feature, remedy)) = REFUSED_INCOMPAT.iter().find(|(bit, _, _)| incompat & bit != 0) {
             return Err(Error::Unsupported { feature, remedy });
@@ -273,7 +170,7 @@ impl Volume {
             });
         }
         if options.write {
-            crate::write::refuse_for_writing(&layout, &map)?;
+            crate::format::features::refuse_for_writing(&layout, &map)?;
         }
         map.advise_random();
         Ok(Volume {
@@ -348,75 +245,10 @@ impl Volume {
         Ok(())
     }
 
-    /// `statfs`, counted as the kernel's `ext4_statfs` counts: the blocks
-    /// the format's own structures take are not the file system's, and the
-    /// blocks available to users leave out the reserved count and ext4's
-    /// reserve for extent-tree growth (`ext4_calculate_resv_clusters`: 2 %
-    /// of the clusters or 4096, whichever is fewer; none without extents).
-    pub fn statfs(&self) -> StatFs {
-        let l = &self.layout;
-        let free_blocks = self.free_and_reserved_blocks().0;
-        let free_inodes = u32::from_le_bytes(self.map[1024 + 0x10..1024 + 0x14].try_into().expect("4 bytes"));
-        StatFs {
-            block_size: l.block_size,
-            blocks: l.blocks_count.saturating_sub(self.overhead_blocks()),
-            free_blocks,
-            available_blocks: free_blocks.saturating_sub(self.held_back_blocks(Caller::Unprivileged)),
-            inodes: l.inodes_count,
-            free_inodes: u64::from(free_inodes),
-            name_max: 255,
-        }
-    }
-
-    /// Blocks the format's structures take, as `ext4_calculate_overhead`
-    /// counts them: all before the first data block; in each group its
-    /// superblock copy and descriptor blocks, two bitmaps and an inode
-    /// table; an internal journal. Under bigalloc (read-only here) the
-    /// superblock's `s_overhead_clusters` where mke2fs wrote it; elsewhere
-    /// the kernel ignores that field, and so does this.
-    fn overhead_blocks(&self) -> u64 {
-        let l = &self.layout;
-        let sb = &self.map[1024..2048];
-        let le32 = |at: usize| u32::from_le_bytes(sb[at..at + 4].try_into().expect("4 bytes"));
-        let (cluster, stored) = (self.cluster_blocks(), u64::from(le32(0x248)));
-        // The kernel's own test of "ridiculous": clusters against blocks.
-        if cluster > 1 && stored != 0 && stored <= l.blocks_count {
-            return stored * cluster;
-        }
-        let table = (l.inodes_per_group * l.inode_size).div_ceil(l.block_size);
-        let groups: u64 = (0..l.groups).map(|g| l.base_meta_blocks(g) + table + 2).sum();
-        let journal_inode = le32(0xE0);
-        let journal = if l.features.compat & Features::COMPAT_HAS_JOURNAL != 0 && journal_inode != 0 {
-            self.inode(journal_inode).map_or(0, |j| j.size / l.block_size)
-        } else {
-            0
-        };
-        l.first_data_block + groups + journal
-    }
-
     /// Blocks per allocation cluster (1 without bigalloc).
     pub(crate) fn cluster_blocks(&self) -> u64 {
         (self.layout.blocks_per_group / self.layout.clusters_per_group.max(1)).max(1)
     }
-}
-
-/// What `statfs` reports.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct StatFs {
-    /// Bytes per block.
-    pub block_size: u64,
-    /// Blocks in the filesystem.
-    pub blocks: u64,
-    /// Free blocks (the superblock's count).
-    pub free_blocks: u64,
-    /// Free blocks an unprivileged user may take (`f_bavail`).
-    pub available_blocks: u64,
-    /// Inodes.
-    pub inodes: u64,
-    /// Free inodes.
-    pub free_inodes: u64,
-    /// Longest name.
-    pub name_max: u32,
 }
 
 #[cfg(test)]
@@ -441,7 +273,7 @@ mod tests {
             let _ = std::fs::remove_file(&path);
             return;
         }
-        let mut bytes = Bytes::Private(crate::private_map::PrivateMap::new(&file).unwrap());
+        let mut bytes = Bytes::Private(crate::store::private_map::PrivateMap::new(&file).unwrap());
         bytes.advise_random();
         // SAFETY: a plain syscall on an open descriptor: drops its clean, unmapped pages.
         unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };

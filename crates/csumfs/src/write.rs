@@ -15,72 +15,20 @@
 //! extents in the inode) and writes through a shared map; `sync` flushes
 //! it. What it does not do yet is refused with an error that says so.
 
-use crate::attr::{inherited_flags, is_synchronous, FLAG_JOURNAL_DATA};
-use crate::dir_write::new_dir_block;
 use crate::error::Error;
+use crate::format::dir_block::new_dir_block;
+use crate::format::flags::{inherited_flags, is_synchronous};
+use crate::format::le::{le16, le32, put16, put32};
 use crate::immutable;
 use crate::inode::{Inode, Timespec, FLAG_EXTENTS};
-pub(crate) use crate::le::{le16, le32, put16, put32};
 use crate::map::Run;
-use crate::private_map::PAGE;
 use crate::stats::Stats;
-use crate::volume::{Bytes, Checksums, Volume};
+use crate::store::bytes::Bytes;
+use crate::store::private_map::PAGE;
+use crate::volume::{Checksums, Volume};
 use csumkit::crc32c;
-use csumkit::ext4::{Group, Layout};
-
-const RO_COMPAT_QUOTA: u32 = 0x100;
-const RO_COMPAT_BIGALLOC: u32 = 0x200;
-const RO_COMPAT_READONLY: u32 = 0x1000;
-const RO_COMPAT_PROJECT: u32 = 0x2000;
-
-/// Refuses, by name, images this writer would damage.
-pub(crate) fn refuse_for_writing(layout: &Layout, image: &[u8]) -> Result<(), Error> {
-    let f = layout.features;
-    let refusals: [(bool, &'static str, &'static str); 6] = [
-        (f.incompat & 0x40 == 0, "^extent", "csumfs writes extent-mapped files only: open it read-only"),
-        (f.ro_compat & RO_COMPAT_QUOTA != 0, "quota", "quota files are not updated by csumfs: open it read-only"),
-        (
-            f.ro_compat & RO_COMPAT_PROJECT != 0,
-            "project",
-            "project quotas are not updated by csumfs: open it read-only",
-        ),
-        (f.ro_compat & RO_COMPAT_BIGALLOC != 0, "bigalloc", "cluster allocation is not implemented: open it read-only"),
-        (f.ro_compat & RO_COMPAT_READONLY != 0, "read-only", "the image is marked read-only"),
-        (
-            layout.inode_size < 256,
-            "128-byte inodes",
-            "no room for 32-bit inode checksums and nanoseconds: open it read-only",
-        ),
-    ];
-    if let Some((_, feature, remedy)) = refusals.iter().find(|r| r.0) {
-        return Err(Error::Unsupported { feature, remedy });
-    }
-    // s_state's EXT2_ERROR_FS (0x2, in its low byte).
-    if image[1024 + 0x3A] & 0x2 != 0 {
-        return Err(Error::Unsupported { feature: "errors", remedy: "the kernel recorded errors: run e2fsck first" });
-    }
-    if !cleanly_unmounted(image) {
-        return Err(Error::Unsupported {
-            feature: "not clean",
-            remedy: "the kernel has it mounted read-write, or stopped without unmounting it: unmount it, or run \
-                     e2fsck first",
-        });
-    }
-    Ok(())
-}
-
-/// Whether `image`'s superblock has `s_state`'s `EXT2_VALID_FS` (0x1).
-/// The kernel clears it on disk when it mounts a journal-less image
-/// read-write (one with a journal it marks `needs_recovery` instead) and
-/// sets it again at unmount; e2fsck checks an image without it in full,
-/// and sets it.
-/// csumfs never clears it: its own mounts are marked by its incompat bits
-/// (`redo.rs`, `undo.rs`). Without it, a writer here would write under
-/// the kernel's mount — each overwriting the other's metadata — or over
-/// what a crashed kernel left unchecked.
-pub fn cleanly_unmounted(image: &[u8]) -> bool {
-    image.len() >= 2048 && image[1024 + 0x3A] & 0x1 != 0
-}
+use csumkit::ext4::format::FLAG_JOURNAL_DATA;
+use csumkit::ext4::Group;
 
 /// The smallest structure whose checksum is moved by splice: at 1 KiB a
 /// full CRC32C (about 14 ns with PCLMULQDQ/VPCLMULQDQ) costs what a

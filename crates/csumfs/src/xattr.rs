@@ -5,10 +5,11 @@
 //! xattr name filter is kept per inode in memory, so a lookup of an
 //! absent name (the ACL probes of `ls -l`) reads no xattr block.
 
-use crate::acl::Acl;
 use crate::error::{corrupt, Error};
+use crate::format::acl::Acl;
+use crate::format::le::{le16, le32};
+use crate::format::xattr::{EA_INODE_HASH, MAGIC};
 use crate::inode::Inode;
-use crate::le::{le16, le32};
 use crate::stats::Stats;
 use crate::volume::Volume;
 use csumkit::crc32c;
@@ -16,7 +17,6 @@ use csumkit::xattr_filter::{bit_of, Filter};
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 
-pub(crate) const MAGIC: u32 = 0xEA02_0000;
 /// The ext4 name indexes and their prefixes (2 and 3 are whole names).
 /// A name's suffix is any bytes, as the kernel stores it: names are
 /// `OsStr`s here, not UTF-8 strings.
@@ -203,6 +203,6 @@ impl Volume {
                 format!("not an ea_inode of {size} bytes (flags {:#x}, size {})", ea.flags, ea.size),
             ));
         }
-        Ok((self.read_all(&ea)?, le32(&ea.raw, crate::ea_inode::I_ATIME)))
+        Ok((self.read_all(&ea)?, le32(&ea.raw, EA_INODE_HASH)))
     }
 }

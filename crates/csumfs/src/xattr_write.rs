@@ -8,15 +8,16 @@
 //! ext4's compact one. The inode's checksum moves by splice; a rewritten
 //! block's by splice over the bytes that changed.
 
-use crate::acl;
 use crate::ea_inode;
 use crate::error::{corrupt, Error};
+use crate::format::acl::{ACCESS, DEFAULT};
+use crate::format::le::{le32, put16, put32};
+use crate::format::xattr::MAGIC;
 use crate::immutable;
 use crate::inode::{Inode, FLAG_INLINE_DATA};
-use crate::le::{le32, put16, put32};
 use crate::volume::Volume;
 use crate::write::{encode_time, now, put_time, splice_all};
-use crate::xattr::{split, Entry, MAGIC};
+use crate::xattr::{split, Entry};
 use csumkit::crc32c;
 use csumkit::ext4::Features;
 use std::ffi::OsStr;
@@ -173,7 +174,7 @@ impl Volume {
             });
         }
         let inode = self.uninline(ino)?;
-        if matches!(index, acl::ACCESS | acl::DEFAULT) {
+        if matches!(index, ACCESS | DEFAULT) {
             return self.set_acl(inode, index, value, !in_group_or_capable);
         }
         self.set_xattr_entry(inode, index, suffix, value.to_vec(), mode).map_err(|e| match e {

@@ -43,7 +43,7 @@ impl ImageLock {
         loop {
             // SAFETY: a descriptor this function owns; flock reads no memory.
             if unsafe { libc::flock(held.as_raw_fd(), operation) } == 0 {
-                if let Some(place) = crate::kernel_mounts::kernel_mount_of(file).filter(|_| write) {
+                if let Some(place) = crate::store::kernel_mounts::kernel_mount_of(file).filter(|_| write) {
                     return Err(Error::InUse(format!("the kernel has it mounted {place}: unmount it first")));
                 }
                 return Ok(Some(ImageLock(held)));

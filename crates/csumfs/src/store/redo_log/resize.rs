@@ -13,67 +13,26 @@
 //! operations are one commit each.
 //!
 //! Only an empty log is reformatted, and only after the image's
-//! [`LOG_PENDING`](super::LOG_PENDING) mark is cleared on disk: a crash
+//! [`LOG_PENDING`](crate::format::features::LOG_PENDING) mark is cleared on disk: a crash
 //! in between finds an image that needs nothing from its log, whatever
 //! the format left in it. The commit's own append marks the image again
 //! (a mount's image, held marked, as soon as the log is formatted).
 
-use super::{superblock_with, AnyMedium, LogMedium, Redo};
+use super::{superblock_with, Redo};
 use crate::error::Error;
-use crate::stats::Stats;
-use crate::volume::Volume;
-use csumkit::bytelog::{ByteLog, Medium, RING_OFFSET};
+use crate::store::medium::{AnyMedium, LogMedium};
+use csumkit::bytelog::{ByteLog, Medium};
 
 /// Opens the log's medium again at `len` bytes — the same place, the same
 /// kind — keeping what it holds up to there (a file extended with zeros).
 pub type LogResize = Box<dyn FnMut(u64) -> Result<LogMedium, Error> + Send + Sync>;
 
 /// A grown log's length is a multiple of this.
-const GROWTH_UNIT: u64 = 1 << 20;
-
-impl Volume {
-    /// Lets the log grow for a commit too large for it empty (instead of
-    /// writing that commit through) by reopening its medium with `resize`;
-    /// `log_bytes` is its configured length, to which a grown log returns
-    /// at the next checkpoint — at once if it is longer now (a log grown
-    /// before a crash, just replayed). No-op without a log.
-    ///
-    /// # Errors
-    /// As [`enable_log`](Self::enable_log) formatting a log.
-    pub fn set_log_resize(&mut self, resize: LogResize, log_bytes: u64) -> Result<(), Error> {
-        let Some(redo) = self.redo.as_mut() else { return Ok(()) };
-        redo.resize = Some(resize);
-        redo.log_bytes = log_bytes;
-        if redo.committed.is_empty() && !redo.sums_in_log {
-            redo.shrink_log()?;
-        }
-        Ok(())
-    }
-
-    /// The pending changes staged as one commit in a log grown for them,
-    /// after the log was emptied and still lacked the room. `Ok(false)`:
-    /// the log cannot grow (no [`LogResize`], or reopening its medium
-    /// failed — the log's filesystem full, say) and is as it was.
-    pub(super) fn grow_log_for_commit(&mut self) -> Result<bool, Error> {
-        let redo = self.redo.as_mut().expect("called with a log");
-        if redo.resize.is_none() {
-            return Ok(false);
-        }
-        let len = (RING_OFFSET + 2 * redo.needs).next_multiple_of(GROWTH_UNIT);
-        if !redo.resize_log(len)? {
-            return Ok(false);
-        }
-        Stats::bump(&self.stats.log_grows);
-        let redo = self.redo.as_mut().expect("called with a log");
-        let staged = redo.commit(&self.map, &mut self.datasums)?;
-        assert!(staged, "an empty log of {len} bytes holds a commit that needs {}", redo.needs);
-        Ok(true)
-    }
-}
+pub(crate) const GROWTH_UNIT: u64 = 1 << 20;
 
 impl Redo {
     /// A grown log, empty, put back at its configured length.
-    pub(super) fn shrink_log(&mut self) -> Result<(), Error> {
+    pub(crate) fn shrink_log(&mut self) -> Result<(), Error> {
         let len = self.writer().log.medium().len();
         if self.resize.is_some() && len > self.log_bytes {
             self.resize_log(self.log_bytes)?;
@@ -84,7 +43,7 @@ impl Redo {
     /// Replaces the log, which holds nothing the image lacks, with an empty
     /// one of `len` bytes on the same medium. `Ok(false)`: the medium could
     /// not be reopened, and the old log stays.
-    fn resize_log(&mut self, len: u64) -> Result<bool, Error> {
+    pub(crate) fn resize_log(&mut self, len: u64) -> Result<bool, Error> {
         self.writer().flush_all()?;
         assert!(self.committed.is_empty() && !self.sums_in_log, "only an empty log is resized");
         if self.marked {
@@ -123,7 +82,7 @@ impl Redo {
 ///
 /// # Errors
 /// [`Error::Io`] cutting the file back.
-pub(super) fn log_length_at_open(path: &std::path::Path, configured: u64, pending: bool) -> Result<u64, Error> {
+pub(crate) fn log_length_at_open(path: &std::path::Path, configured: u64, pending: bool) -> Result<u64, Error> {
     let have = std::fs::metadata(path).map_or(0, |m| m.len());
     if pending {
         return Ok(configured.max(have));

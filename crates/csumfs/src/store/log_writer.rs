@@ -7,15 +7,11 @@
 //! appended in the order they were staged, one at a time.
 
 use crate::error::Error;
-use crate::redo::{AnyMedium, TAG_LAST, TAG_PART};
 use crate::stats::Stats;
+use crate::store::medium::{AnyMedium, SyncHandle, TAG_LAST, TAG_PART};
 use csumkit::bytelog::ByteLog;
 use std::collections::VecDeque;
 use std::sync::Arc;
-
-/// Makes every write the image file got before it durable; runs while
-/// other writes go on (another descriptor of the same file).
-pub type SyncHandle = Box<dyn FnMut() -> std::io::Result<()> + Send>;
 
 /// A commit encoded and waiting to be appended.
 struct Staged {

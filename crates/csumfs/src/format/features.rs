@@ -1,0 +1,99 @@
+//! The superblock's feature bits as csumfs reads them: the two incompat
+//! bits of its own that keep the kernel and e2fsck off an image whose
+//! logs hold changes, the features it refuses to read or to write, and the
+//! clean-unmount state a writer needs.
+
+use crate::error::Error;
+use csumkit::ext4::{Features, Layout};
+
+/// Incompat feature bit csumfs sets on disk while its log holds changes
+/// the image lacks, or a mount may write it (no ext4 feature uses it).
+pub const LOG_PENDING: u32 = 0x4000_0000;
+
+/// Incompat feature bit csumfs sets on disk while an undo file is in use
+/// (`undo.rs`); [`LOG_PENDING`] is the ByteLog's.
+pub const UNDO_PENDING: u32 = 0x2000_0000;
+
+const RO_COMPAT_QUOTA: u32 = 0x100;
+const RO_COMPAT_BIGALLOC: u32 = 0x200;
+const RO_COMPAT_READONLY: u32 = 0x1000;
+const RO_COMPAT_PROJECT: u32 = 0x2000;
+
+/// Refuses, by name, images this writer would damage.
+pub(crate) fn refuse_for_writing(layout: &Layout, image: &[u8]) -> Result<(), Error> {
+    let f = layout.features;
+    let refusals: [(bool, &'static str, &'static str); 6] = [
+        (f.incompat & 0x40 == 0, "^extent", "csumfs writes extent-mapped files only: open it read-only"),
+        (f.ro_compat & RO_COMPAT_QUOTA != 0, "quota", "quota files are not updated by csumfs: open it read-only"),
+        (
+            f.ro_compat & RO_COMPAT_PROJECT != 0,
+            "project",
+            "project quotas are not updated by csumfs: open it read-only",
+        ),
+        (f.ro_compat & RO_COMPAT_BIGALLOC != 0, "bigalloc", "cluster allocation is not implemented: open it read-only"),
+        (f.ro_compat & RO_COMPAT_READONLY != 0, "read-only", "the image is marked read-only"),
+        (
+            layout.inode_size < 256,
+            "128-byte inodes",
+            "no room for 32-bit inode checksums and nanoseconds: open it read-only",
+        ),
+    ];
+    if let Some((_, feature, remedy)) = refusals.iter().find(|r| r.0) {
+        return Err(Error::Unsupported { feature, remedy });
+    }
+    // s_state's EXT2_ERROR_FS (0x2, in its low byte).
+    if image[1024 + 0x3A] & 0x2 != 0 {
+        return Err(Error::Unsupported { feature: "errors", remedy: "the kernel recorded errors: run e2fsck first" });
+    }
+    if !cleanly_unmounted(image) {
+        return Err(Error::Unsupported {
+            feature: "not clean",
+            remedy: "the kernel has it mounted read-write, or stopped without unmounting it: unmount it, or run \
+                     e2fsck first",
+        });
+    }
+    Ok(())
+}
+
+/// Whether `image`'s superblock has `s_state`'s `EXT2_VALID_FS` (0x1).
+/// The kernel clears it on disk when it mounts a journal-less image
+/// read-write (one with a journal it marks `needs_recovery` instead) and
+/// sets it again at unmount; e2fsck checks an image without it in full,
+/// and sets it.
+/// csumfs never clears it: its own mounts are marked by its incompat bits
+/// (`redo.rs`, `undo.rs`). Without it, a writer here would write under
+/// the kernel's mount — each overwriting the other's metadata — or over
+/// what a crashed kernel left unchecked.
+pub fn cleanly_unmounted(image: &[u8]) -> bool {
+    image.len() >= 2048 && image[1024 + 0x3A] & 0x1 != 0
+}
+
+/// (feature bit, name, remedy) of the incompat features this code refuses.
+pub(crate) const REFUSED_INCOMPAT: [(u32, &str, &str); 6] = [
+    (
+        LOG_PENDING,
+        "csumfs_log",
+        "a csumkit mount has it, or stopped before its ByteLog (IMAGE.bytelog) was folded in (the log may hold \
+         changes the image lacks): unmount it, or run `csumkit ext4 checkpoint IMAGE` (or mount it with csumkit \
+         mount again)",
+    ),
+    (
+        UNDO_PENDING,
+        "csumfs_undo",
+        "a csumkit mount -o log=off has it, or stopped with IMAGE.undo in use (an operation may be half done): \
+         unmount it, or run `csumkit ext4 checkpoint IMAGE` (or mount it with csumkit mount again)",
+    ),
+    (
+        Features::INCOMPAT_RECOVER,
+        "needs_recovery",
+        "the kernel has it mounted read-write, or its journal holds transactions not yet replayed: unmount it, or \
+         run e2fsck (or mount it once with the kernel)",
+    ),
+    (0x1000, "dirdata", "directory entries with extra data are not read here"),
+    (0x1_0000, "encrypt", "encrypted names and data are not read here"),
+    (0x2_0000, "casefold", "case-insensitive lookups are not implemented here"),
+];
+/// Incompat features read here: filetype, journal_dev, meta_bg, extents,
+/// 64bit, mmp, flex_bg, ea_inode, csum_seed, large_dir, inline_data.
+pub(crate) const KNOWN_INCOMPAT: u32 =
+    0x2 | 0x8 | 0x10 | 0x40 | 0x80 | 0x100 | 0x200 | 0x400 | 0x2000 | 0x4000 | 0x8000;
