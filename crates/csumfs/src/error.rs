@@ -43,7 +43,7 @@ pub enum Error {
         remedy: &'static str,
     },
     /// `EBUSY`: the image is open in another process that excludes this
-    /// open (`image_lock.rs`).
+    /// open (`store/image_lock.rs`).
     #[error("{0}")]
     InUse(String),
     /// `EUCLEAN` (the kernel's `EFSCORRUPTED`): metadata that cannot be right.

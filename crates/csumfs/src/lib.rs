@@ -1,15 +1,26 @@
 //! csumfs: the ext4 on-disk format (`metadata_csum`) served in user space
 //! on csumkit's checksum techniques.
 //!
-//! This is the read side of the volume: an image is opened with its
-//! geometry parsed by `csumkit::ext4::Layout` (the same module the checker
-//! uses), features it does not read refused by name, and every metadata
-//! structure's checksum verified as it is read — inodes, extent blocks,
-//! directory leaf blocks, xattr blocks — as the kernel verifies them.
-//! Lookups in indexed directories hash the name (half-MD4, TEA or the
-//! legacy hash, signed or unsigned) and read one leaf. Absent-xattr
-//! lookups are answered from a per-inode name filter kept in memory.
-//! Errors carry the errno a filesystem call reports.
+//! The crate is built in floors, each importing only those below it:
+//!
+//! - `format/` — the on-disk format as csumfs writes it: feature bits,
+//!   inode fields and flag rules, directory blocks, xattr and ACL encodings
+//!   (the structures the checker shares are `csumkit::ext4`);
+//! - `store/` — what the volume keeps on media: the image's bytes, the
+//!   ByteLog (medium, record codec, writer), the undo log, the data
+//!   checksum sidecar, the PI device;
+//! - `volume.rs` — opening an image: geometry, refused features, bounded
+//!   block access;
+//! - `inode/`, `space/`, `file/`, `xattr/`, `dir/` — the operations, each
+//!   an `impl Volume` over the floors below;
+//! - `txn/` — durability: the operation boundary (`begin`/`end`), ByteLog
+//!   commits, syncs and checkpoints, data checksums, PI offload;
+//! - `fuse` — the FUSE server over all of it.
+//!
+//! Every metadata checksum is verified as its structure is read, as the
+//! kernel verifies it; lookups in indexed directories hash the name and
+//! read one leaf; absent-xattr lookups are answered from a per-inode name
+//! filter. Errors carry the errno a filesystem call reports.
 //!
 //! ```no_run
 //! use csumfs::{Options, Volume};
@@ -22,53 +33,31 @@
 //! # Ok::<(), csumfs::Error>(())
 //! ```
 
-mod acl;
-mod attr;
-mod data;
-mod datasum;
 mod dir;
-mod dir_write;
-mod ea_inode;
 mod error;
-mod extent_tree;
-mod extents;
+mod file;
 mod format;
 pub mod fuse;
-mod group_sync;
-mod htree;
-mod immutable;
-mod inline;
 mod inode;
-mod map;
-mod migrate;
-mod namespace;
-mod orphan;
-mod part_write;
-mod pi;
 mod ranges;
-mod redo;
-mod remove;
-mod reserve;
-mod seek;
+mod space;
+mod splice;
 mod stats;
 mod store;
-mod undo;
+mod txn;
 mod volume;
-mod write;
 mod xattr;
-mod xattr_write;
 pub use csumkit::ext4::hash;
 
-pub use acl::InheritedAcls;
-pub use attr::SetAttr;
-pub use datasum::ScrubReport;
-pub use dir::{DirEntry, SYMLINK_HOPS_MAX};
+pub use dir::namespace::RenameMode;
+pub use dir::read::{DirEntry, SYMLINK_HOPS_MAX};
 pub use error::Error;
 pub use format::features::{cleanly_unmounted, LOG_PENDING, UNDO_PENDING};
-pub use inode::{Inode, Timespec, ROOT};
-pub use map::Run;
-pub use namespace::RenameMode;
-pub use reserve::StatFs;
+pub use format::inode::Timespec;
+pub use inode::attr::SetAttr;
+pub use inode::table::{Inode, NewInode, ROOT};
+pub use space::map::Run;
+pub use space::reserve::StatFs;
 pub use stats::Stats;
 pub use store::data_sums::forget_data_checksums;
 pub use store::image_lock::ImageLock;
@@ -80,6 +69,7 @@ pub use store::pi_device::PiOpened;
 pub use store::redo_log::resize::LogResize;
 pub use store::redo_log::{log_pending, DurableSync, PendingSync, Replayed};
 pub use store::undo_log::{undo_pending, undone_image};
+pub use txn::datasum::ScrubReport;
 pub use volume::{Caller, Checksums, Options, Volume};
-pub use write::NewInode;
-pub use xattr_write::XattrMode;
+pub use xattr::acl::InheritedAcls;
+pub use xattr::write::XattrMode;

@@ -88,7 +88,7 @@ pub struct Volume {
     /// Data checksum changes a ByteLog replay found, for the sidecar.
     pub(crate) replayed_sums: Vec<(u64, Option<u32>)>,
     /// ext4's multiple-mount protection while the volume writes an image
-    /// with the `mmp` feature (`mmp.rs`). Dropped before the lock: a
+    /// with the `mmp` feature (`store/mmp.rs`). Dropped before the lock: a
     /// process waiting for the lock then finds the sequence `CLEAN`.
     pub(crate) mmp: Option<crate::store::mmp::MultiMountProtection>,
     /// The image file's lock while the volume is open (none in memory).

@@ -11,7 +11,7 @@ use csumkit::ext4::{Features, Layout};
 pub const LOG_PENDING: u32 = 0x4000_0000;
 
 /// Incompat feature bit csumfs sets on disk while an undo file is in use
-/// (`undo.rs`); [`LOG_PENDING`] is the ByteLog's.
+/// (`txn/undo.rs`); [`LOG_PENDING`] is the ByteLog's.
 pub const UNDO_PENDING: u32 = 0x2000_0000;
 
 const RO_COMPAT_QUOTA: u32 = 0x100;
@@ -61,7 +61,7 @@ pub(crate) fn refuse_for_writing(layout: &Layout, image: &[u8]) -> Result<(), Er
 /// sets it again at unmount; e2fsck checks an image without it in full,
 /// and sets it.
 /// csumfs never clears it: its own mounts are marked by its incompat bits
-/// (`redo.rs`, `undo.rs`). Without it, a writer here would write under
+/// (`txn/redo.rs`, `txn/undo.rs`). Without it, a writer here would write under
 /// the kernel's mount — each overwriting the other's metadata — or over
 /// what a crashed kernel left unchecked.
 pub fn cleanly_unmounted(image: &[u8]) -> bool {

@@ -8,5 +8,6 @@ pub(crate) mod acl;
 pub(crate) mod dir_block;
 pub(crate) mod features;
 pub(crate) mod flags;
+pub(crate) mod inode;
 pub(crate) mod le;
 pub(crate) mod xattr;

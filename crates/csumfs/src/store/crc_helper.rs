@@ -4,7 +4,7 @@
 //! The helper lives as long as the volume's data checksums, so a piece
 //! costs the helper a wake-up and the request thread a notify, not a
 //! thread's start and join per piece (tens of µs with
-//! `std::thread::scope`; `write.rs`'s `overlap_pays` says when it pays).
+//! `std::thread::scope`; `file/write.rs`'s `overlap_pays` says when it pays).
 
 use csumkit::crc32c;
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};

@@ -62,7 +62,7 @@ pub(crate) struct DataSums {
     /// Checksums a write's whole blocks while the write goes on (seed
     /// 002's overlap): started for the first piece large enough.
     pub(crate) helper: Option<std::sync::Arc<crate::store::crc_helper::CrcHelper>>,
-    /// Blocks whose checksum this process has seen match (`part_write.rs`).
+    /// Blocks whose checksum this process has seen match (`txn/part_write.rs`).
     pub(crate) known_good: KnownGood,
 }
 

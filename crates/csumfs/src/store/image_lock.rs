@@ -5,9 +5,9 @@
 //! refused, rather than two processes each writing (or judging) their own
 //! view of it. The kernel's ext4 does not take the lock: the
 //! incompat marks a csumfs mount sets keep the kernel off the image
-//! (`redo.rs`, `undo.rs`), `mmp.rs` too where the image has ext4's
+//! (`txn/redo.rs`, `txn/undo.rs`), `store/mmp.rs` too where the image has ext4's
 //! multiple-mount protection; a lock for writing is refused while the
-//! kernel has the image mounted through a loop device (`kernel_mounts.rs`).
+//! kernel has the image mounted through a loop device (`store/kernel_mounts.rs`).
 
 use crate::error::Error;
 use std::os::fd::AsRawFd;

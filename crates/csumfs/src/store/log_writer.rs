@@ -3,7 +3,7 @@
 //! stages it here; the flushes — the image file's `fdatasync` for data
 //! written in place, then the records — happen after the lock is let go,
 //! so other operations go on meanwhile and the `fsync`s they send queue
-//! for the next commit (group commit, `group_sync.rs`). Commits are
+//! for the next commit (group commit, `txn/group_sync.rs`). Commits are
 //! appended in the order they were staged, one at a time.
 
 use crate::error::Error;

@@ -104,7 +104,7 @@ impl Medium for AnyMedium {
     }
 }
 
-/// Where a log opened by [`Volume::open_logged`] lives: a DAX map, flushed
+/// Where a log opened by [`Volume::open_logged`](crate::Volume::open_logged) lives: a DAX map, flushed
 /// by cache line and durable when fenced; a map on tmpfs, flushed the same
 /// way but lost at power-off (the stand-in for persistent memory); or an
 /// ordinary file, written with `pwrite` and made durable by `fdatasync` —

@@ -1,5 +1,5 @@
 //! Multiple-mount protection: ext4's `mmp` feature, as the kernel keeps it
-//! (`fs/ext4/mmp.c`). The image lock (`image_lock.rs`) keeps other
+//! (`fs/ext4/mmp.c`). The image lock (`store/image_lock.rs`) keeps other
 //! csumfs processes off an image; the kernel and e2fsprogs do not look at
 //! it, but they do read the MMP block, so an image made with `mke2fs -O
 //! mmp` is kept from a kernel mount (and `e2fsck`, `tune2fs`, `debugfs

@@ -30,7 +30,7 @@
 //! carries an incompat feature bit of csumfs's own ([`LOG_PENDING`]), so
 //! the kernel and e2fsck refuse it until `csumkit ext4 checkpoint`; a
 //! mount sets it before it serves and keeps it to its unmount
-//! ([`Volume::mark_log_in_use`]).
+//! ([`Volume::mark_log_in_use`](crate::Volume::mark_log_in_use)).
 //!
 //! Record payload: entries of image offset u64, length u32, then the bytes.
 
@@ -95,7 +95,7 @@ pub(crate) struct Redo {
     /// applies them over the sidecar's tree, as newer than it: the tree
     /// must not be committed with newer checksums of their blocks that the
     /// log lacks while the log still holds them (see
-    /// [`Volume::stage_commit`]).
+    /// [`Volume::stage_commit`](crate::Volume::stage_commit)).
     pub(crate) sums_in_log: bool,
     /// Pages of the map changed since the last checkpoint.
     pub(crate) touched: BTreeSet<usize>,
@@ -112,7 +112,7 @@ pub(crate) struct Redo {
     /// The superblock on disk carries [`LOG_PENDING`].
     pub(crate) marked: bool,
     /// The mark stays from now until the final checkpoint, commits or
-    /// not ([`Volume::mark_log_in_use`]: a mount's).
+    /// not ([`Volume::mark_log_in_use`](crate::Volume::mark_log_in_use): a mount's).
     pub(crate) held: bool,
     /// The superblock as the image file holds it (the last checkpoint's):
     /// what the mark writes back, with the pending bit — the map's may
@@ -124,10 +124,10 @@ pub(crate) struct Redo {
     pub(crate) last_commit: Instant,
     pub(crate) last_checkpoint: Instant,
     /// Which medium [`log_medium`] chose ([`LOG_ON_DAX`]…); `None` for one
-    /// a caller of [`Volume::enable_log`] gave.
+    /// a caller of [`Volume::enable_log`](crate::Volume::enable_log) gave.
     pub(crate) log_on: Option<&'static str>,
     /// Reopens the log's medium at another length: a commit too large for
-    /// the empty log grows it (`resize.rs`); `None`, it is written through.
+    /// the empty log grows it (`redo_log/resize.rs`); `None`, it is written through.
     pub(crate) resize: Option<LogResize>,
     /// The log's configured length, which a grown log returns to.
     pub(crate) log_bytes: u64,
@@ -135,8 +135,8 @@ pub(crate) struct Redo {
     pub(crate) needs: u64,
 }
 
-/// A sync begun by [`Volume::start_sync`]: wait for it without the
-/// volume, then hand what the wait returns to [`Volume::finish_sync`].
+/// A sync begun by [`Volume::start_sync`](crate::Volume::start_sync): wait for it without the
+/// volume, then hand what the wait returns to [`Volume::finish_sync`](crate::Volume::finish_sync).
 #[must_use = "a started sync is durable only once waited for"]
 pub struct PendingSync {
     pub(crate) writer: Option<Arc<Mutex<Writer>>>,
@@ -145,7 +145,7 @@ pub struct PendingSync {
     pub(crate) versions: Versions,
 }
 
-/// A sync whose commit is durable: what [`Volume::finish_sync`] takes
+/// A sync whose commit is durable: what [`Volume::finish_sync`](crate::Volume::finish_sync) takes
 /// (only [`PendingSync::wait`] makes one).
 #[must_use = "finish_sync lets go of what waited for the commit"]
 pub struct DurableSync(pub(crate) Option<Versions>);
@@ -601,7 +601,7 @@ impl Redo {
     /// Stages the pending ranges of `image` as one commit (copied now,
     /// appended by [`Writer::flush_through`], which first makes the data
     /// written in place durable). `Ok(false)`: the log's free room lacks
-    /// it, and nothing changed ([`Volume::stage_commit`] makes room).
+    /// it, and nothing changed ([`Volume::stage_commit`](crate::Volume::stage_commit) makes room).
     pub(crate) fn commit(&mut self, image: &[u8], sums: &mut Option<DataSums>) -> Result<bool, Error> {
         self.last_commit = Instant::now();
         let has_sums = sums.as_ref().and_then(|s| s.logged.as_ref()).is_some_and(|l| !l.is_empty());

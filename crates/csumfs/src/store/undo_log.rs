@@ -11,7 +11,7 @@
 //! (as ext4's `data=writeback`) — but for a truncate's zeroed tail, which
 //! is the file's until the truncate is kept. A power cut is not covered. This file
 //! log is what `csumkit mount -o log=off` uses; with a ByteLog (the
-//! default, `redo.rs`) records are kept in memory only, to roll back an
+//! default, `txn/redo.rs`) records are kept in memory only, to roll back an
 //! operation that fails, and the ByteLog covers deaths and power cuts.
 //!
 //! While a file log is in use the image's superblock carries an incompat

@@ -1,0 +1,11 @@
+//! Durability on the volume: the operation boundary (`begin`/`end` over
+//! the undo log), ByteLog commits, syncs and checkpoints, group commit,
+//! data checksums kept in step with data writes, and PI offload. The
+//! media these write are `store/`.
+
+pub(crate) mod datasum;
+pub(crate) mod group_sync;
+pub(crate) mod part_write;
+pub(crate) mod pi;
+pub(crate) mod redo;
+pub(crate) mod undo;
