@@ -6,4 +6,4 @@ use crate::crc::spec::Algorithm;
 /// The CRC-16/T10-DIF parameter set.
 pub use crate::crc::spec::CRC16T10DIF as SPEC;
 
-crate::crc::crc_api!(u16, SPEC, Algorithm::Crc16T10Dif, crc16t10dif, 0xD0DB);
+crate::crc::api::crc_api!(u16, SPEC, Algorithm::Crc16T10Dif, crc16t10dif, 0xD0DB);

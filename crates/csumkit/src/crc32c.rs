@@ -11,4 +11,4 @@ use crate::crc::spec::Algorithm;
 /// The CRC-32C parameter set.
 pub use crate::crc::spec::CRC32C as SPEC;
 
-crate::crc::crc_api!(u32, SPEC, Algorithm::Crc32c, crc32c, 0xE306_9283);
+crate::crc::api::crc_api!(u32, SPEC, Algorithm::Crc32c, crc32c, 0xE306_9283);

@@ -7,4 +7,4 @@ use crate::crc::spec::Algorithm;
 /// The CRC-64/NVME parameter set.
 pub use crate::crc::spec::CRC64NVME as SPEC;
 
-crate::crc::crc_api!(u64, SPEC, Algorithm::Crc64Nvme, crc64nvme, 0xAE8B_1486_0A79_9888);
+crate::crc::api::crc_api!(u64, SPEC, Algorithm::Crc64Nvme, crc64nvme, 0xAE8B_1486_0A79_9888);

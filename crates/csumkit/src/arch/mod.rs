@@ -212,12 +212,12 @@ use x86_64 as native;
 pub(crate) type Kernel = unsafe fn(u64, &[u8]) -> u64;
 
 fn portable<const A: usize>(state: u64, data: &[u8]) -> u64 {
-    crate::crc::Algorithm::ALL[A].spec().update_portable(state, data)
+    crate::crc::spec::Algorithm::ALL[A].spec().update_portable(state, data)
 }
 
 /// The kernel of `algorithm` on `backend`.
 #[inline(always)]
-pub(crate) fn kernel(backend: Backend, algorithm: crate::crc::Algorithm) -> Kernel {
+pub(crate) fn kernel(backend: Backend, algorithm: crate::crc::spec::Algorithm) -> Kernel {
     #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
     if let Some(kernel) = native::kernel(backend, algorithm) {
         return kernel;
@@ -247,7 +247,7 @@ static ACTIVE_KERNELS: [AtomicPtr<()>; 3] = [
 
 /// Raw register update on the active backend.
 #[inline(always)]
-pub(crate) fn active_raw_update(algorithm: crate::crc::Algorithm, state: u64, data: &[u8]) -> u64 {
+pub(crate) fn active_raw_update(algorithm: crate::crc::spec::Algorithm, state: u64, data: &[u8]) -> u64 {
     let kernel = ACTIVE_KERNELS[algorithm as usize].load(Ordering::Relaxed);
     // SAFETY: a slot only ever holds `first_call` or a kernel of a backend
     // that passed `is_available` (`publish`), both of type `Kernel`.
@@ -260,12 +260,12 @@ unsafe fn first_call<const A: usize>(state: u64, data: &[u8]) -> u64 {
     let backend = Backend::active(); // publishes on first use
     publish(backend);
     // SAFETY: `Backend::active` returns only available backends.
-    unsafe { kernel(backend, crate::crc::Algorithm::ALL[A])(state, data) }
+    unsafe { kernel(backend, crate::crc::spec::Algorithm::ALL[A])(state, data) }
 }
 
 fn publish(backend: Backend) {
     debug_assert!(backend.is_available());
-    for algorithm in crate::crc::Algorithm::ALL {
+    for algorithm in crate::crc::spec::Algorithm::ALL {
         ACTIVE_KERNELS[algorithm as usize].store(kernel(backend, algorithm) as *mut (), Ordering::Relaxed);
     }
 }

@@ -2,7 +2,7 @@
 //!
 //! Everything here uses *natural* bit order: bit `j` of a `u64` is the
 //! coefficient of `x^j`. Reflected CRC registers are converted at the edges
-//! (see [`super::Spec::reg_to_poly`]). A CRC is linear over GF(2), so every
+//! (see `Spec::reg_to_poly`). A CRC is linear over GF(2), so every
 //! incremental operation in csumkit (combine, zero-extend, flip a bit range,
 //! splice a region) reduces to "multiply by `x^k` modulo G". This module makes
 //! that cheap: `x^k` is a product of at most eight entries of a table of

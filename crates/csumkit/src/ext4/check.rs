@@ -1,13 +1,13 @@
 //! The checks: every checksummed structure found from the superblock and
 //! descriptors, its checksum recomputed and compared.
 
+use super::checker::Checker;
 use super::checksum::{self, INODE_CSUM_HI, INODE_CSUM_LO};
 use super::inode_rules::{self as rules, S_IFDIR, S_IFLNK, S_IFREG};
 use super::layout::{superblock_checksum, Features, Group, Layout, SUPER_OFFSET};
-use super::special;
+use super::report::{Finding, Report, Unchecked};
 use super::structure::{self, Claim};
 use super::tree_rules::{self, Tree, ROOT};
-use super::xattr;
 use super::{bytes, corrupt};
 use crate::le::{le16, le32};
 use crate::{crc32c, Error};
@@ -68,124 +68,6 @@ pub(super) struct ExtentWalk {
     damage: Option<String>,
 }
 
-/// One wrong checksum.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Finding {
-    /// The structure: `superblock`, `group descriptor`, `block bitmap`,
-    /// `inode bitmap`, `inode`, `extent block`, `directory block`,
-    /// `htree block`, `xattr block`, `ea_inode value`, `journal
-    /// superblock`, `orphan file block`, `MMP block`.
-    pub what: &'static str,
-    /// Which one: group, inode, block.
-    pub location: String,
-    /// Checksum on media (16-bit ones zero-extended).
-    pub stored: u32,
-    /// Checksum recomputed from the bytes.
-    pub computed: u32,
-    /// Writes that store the computed checksum: (byte offset, bytes).
-    /// None for a hash over data (an ea_inode value): the data is wrong.
-    pub fix: Vec<(u64, Vec<u8>)>,
-    /// Why the structure's content is itself wrong, if it is: then the
-    /// checksum is wrong because the content is, and rewriting it would
-    /// re-seal the damage. Repairs must skip such findings (e2fsck's job).
-    pub damage: Option<String>,
-    /// The inode the structure belongs to (inodes, extent and directory blocks).
-    pub inode: Option<u64>,
-}
-
-impl Finding {
-    /// Whether rewriting the checksum is a safe repair: the structure is
-    /// otherwise consistent.
-    pub fn repairable(&self) -> bool {
-        self.damage.is_none()
-    }
-}
-
-/// Structures whose checksum was checked, by kind.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Checked {
-    /// Group descriptors.
-    pub descriptors: u64,
-    /// Block bitmaps (initialised groups).
-    pub block_bitmaps: u64,
-    /// Inode bitmaps (initialised groups).
-    pub inode_bitmaps: u64,
-    /// In-use inodes.
-    pub inodes: u64,
-    /// Extent tree blocks.
-    pub extent_blocks: u64,
-    /// Directory leaf blocks.
-    pub dir_blocks: u64,
-    /// Directory htree index blocks.
-    pub htree_blocks: u64,
-    /// External xattr blocks (`i_file_acl`; a shared block once).
-    pub xattr_blocks: u64,
-    /// Values held in ea_inodes (their bytes against their hash).
-    pub ea_inode_values: u64,
-    /// The jbd2 superblock (checksum v2/v3).
-    pub journal_superblocks: u64,
-    /// Blocks of the orphan file.
-    pub orphan_blocks: u64,
-    /// The MMP block.
-    pub mmp_blocks: u64,
-}
-
-/// Structures found but not checked, by kind: a report with any of these
-/// is not "all checksums valid".
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Unchecked {
-    /// What: `ea_inode values`, `journal transactions`, `external journal`.
-    pub what: &'static str,
-    /// How many.
-    pub count: u64,
-    /// Why, and what checks them.
-    pub why: &'static str,
-}
-
-/// What [`check`] found.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Report {
-    /// Counts of checked structures.
-    pub checked: Checked,
-    /// Wrong checksums, in the order found.
-    pub findings: Vec<Finding>,
-    /// Directory blocks without a checksum tail or htree tail (kernel
-    /// would refuse them): (inode, block).
-    pub missing_tails: Vec<(u64, u64)>,
-    /// Structures present but not checked.
-    pub unchecked: Vec<Unchecked>,
-}
-
-impl Report {
-    /// No wrong checksum, no missing tail.
-    pub fn clean(&self) -> bool {
-        self.findings.is_empty() && self.missing_tails.is_empty()
-    }
-}
-
-pub(super) struct Checker<'a> {
-    pub(super) image: &'a [u8],
-    pub(super) layout: Layout,
-    pub(super) report: Report,
-    /// Blocks each inode's extent trees claim (overlaps found after the scan).
-    claims: Vec<Claim>,
-    /// Inodes whose extents are out of range or not marked in use.
-    pub(super) inode_damage: HashMap<u64, String>,
-    /// External xattr blocks, checked once each (they may be shared).
-    pub(super) xattr_blocks: xattr::XattrBlocks,
-    /// The journal inode (an internal journal) and the orphan file's.
-    journal_inum: Option<u64>,
-    orphan_inum: Option<u64>,
-    /// `s_first_ino`: inodes below it (but the root) are the kernel's own.
-    pub(super) first_ino: u64,
-    /// Inodes not named by any directory: journal, orphan file, quota files.
-    unnamed: HashSet<u64>,
-    /// The directory tree, for the link-count judgement after the scan.
-    tree: Tree,
-    /// The superblock's htree hash seed and flavour.
-    hash: super::hash::HashSetup,
-}
-
 /// Checks every metadata checksum of an ext4 image.
 ///
 /// # Errors
@@ -215,7 +97,7 @@ pub fn check(image: &[u8]) -> Result<Report, Error> {
         report: Report::default(),
         claims: Vec::new(),
         inode_damage: HashMap::new(),
-        xattr_blocks: xattr::XattrBlocks::new(),
+        xattr_blocks: super::xattr_entries::XattrBlocks::new(),
         journal_inum,
         orphan_inum,
         first_ino,
@@ -840,7 +722,7 @@ impl<'a> Checker<'a> {
     /// are the directory's damage (e2fsck's pass 2 rebuilds such an index).
     fn htree_index_blocks(&mut self, inum: u64, leaves: &[(u32, u64, u16)]) -> Result<HtreeIndex, Error> {
         let bs = self.layout.block_size as usize;
-        let physical = |logical: u64| special::physical(leaves, logical);
+        let physical = |logical: u64| super::leaves::physical(leaves, logical);
         let where_ = || format!("inode {inum} htree");
         let root_block = physical(0).ok_or_else(|| corrupt(&where_(), "no block 0".into()))?;
         let root = self.block(root_block, &where_)?;

@@ -6,7 +6,7 @@
 //! checksum to rewrite. Each rule returns why, or `None`.
 
 use super::layout::Features;
-use super::xattr;
+use super::xattr_entries as xattr;
 use crate::le::{le16, le32};
 
 pub(super) use super::format::{

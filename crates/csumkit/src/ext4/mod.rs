@@ -23,18 +23,23 @@
 //! as [`Error::Corrupt`] (fuzzed by the `ext4_image` target).
 
 mod check;
+mod checker;
 pub mod checksum;
 pub mod format;
 pub mod hash;
 mod inode_rules;
 mod layout;
+mod leaves;
+mod report;
 mod special;
 mod structure;
 mod tree_rules;
 mod xattr;
+mod xattr_entries;
 
-pub use check::{check, Checked, Finding, Report, Unchecked};
+pub use check::check;
 pub use layout::{Features, Group, Layout};
+pub use report::{Checked, Finding, Report, Unchecked};
 
 use crate::Error;
 

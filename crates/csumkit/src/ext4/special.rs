@@ -8,8 +8,9 @@
 //! | orphan file block (`ext4_orphan_file_block_csum_verify`) | le32 at bs-4 | the orphan inode's seed, le64 block number, bytes 0..bs-8 |
 //! | MMP block (`ext4_mmp_csum`) | le32 at 0x3FC | fs seed, bytes 0..0x3FC |
 
-use super::check::Checker;
+use super::checker::Checker;
 use super::layout::Features;
+use super::leaves::{physical, Leaf};
 use super::structure;
 use crate::crc32c;
 use crate::le::le32;
@@ -25,17 +26,6 @@ const RO_COMPAT_ORPHAN_PRESENT: u32 = 0x1_0000;
 
 fn be32(b: &[u8], at: usize) -> u32 {
     u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
-}
-
-/// A run of blocks an inode maps: (logical, physical, length).
-pub(super) type Leaf = (u32, u64, u16);
-
-/// The physical block of `logical` among leaf runs (logical, physical, length).
-pub(super) fn physical(leaves: &[(u32, u64, u16)], logical: u64) -> Option<u64> {
-    leaves.iter().find_map(|&(first, start, len)| {
-        let first = u64::from(first);
-        (first..first + u64::from(len)).contains(&logical).then(|| start + logical - first)
-    })
 }
 
 impl Checker<'_> {

@@ -47,15 +47,15 @@ fn fold_min_bytes(spec: &Spec) -> usize {
 macro_rules! with_static_spec {
     ($algorithm:expr, |$spec:ident| $body:expr) => {
         match $algorithm {
-            crate::crc::Algorithm::Crc32c => {
+            crate::crc::spec::Algorithm::Crc32c => {
                 let $spec = &crate::crc::spec::CRC32C;
                 $body
             }
-            crate::crc::Algorithm::Crc64Nvme => {
+            crate::crc::spec::Algorithm::Crc64Nvme => {
                 let $spec = &crate::crc::spec::CRC64NVME;
                 $body
             }
-            crate::crc::Algorithm::Crc16T10Dif => {
+            crate::crc::spec::Algorithm::Crc16T10Dif => {
                 let $spec = &crate::crc::spec::CRC16T10DIF;
                 $body
             }
