@@ -39,6 +39,7 @@ mod file;
 mod format;
 pub mod fuse;
 mod inode;
+pub mod mount;
 mod ranges;
 mod space;
 mod splice;

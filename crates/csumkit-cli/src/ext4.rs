@@ -103,80 +103,50 @@ pub fn run(command: Ext4Command) -> ExitCode {
 /// put back, the ByteLog replayed and folded in.
 fn checkpoint(args: &CheckpointArgs) -> ExitCode {
     let image = &args.image;
-    let log = args.log.clone().unwrap_or_else(|| crate::mount::log_path(image));
-    let pending = match crate::files::map_input(image) {
-        Ok(bytes) => csumfs::log_pending(&bytes),
-        Err(e) => {
-            eprintln!("csumkit ext4 checkpoint: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    // What a `log=off` mount left (IMAGE.undo, the image's undo mark) first.
-    let undo_finished = match crate::mount::finish_undo_left(image, csumfs::Options::default()) {
-        Ok(finished) => finished,
-        Err(e) => {
-            eprintln!("csumkit ext4 checkpoint: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    if undo_finished {
-        println!(
-            "{}: the undo log a csumkit mount -o log=off left is put back and removed; the image is complete",
-            image.display()
-        );
-        if !pending {
-            return ExitCode::SUCCESS;
-        }
+    let mut companions = csumfs::mount::Companions::beside(image);
+    if let Some(log) = &args.log {
+        companions.log = log.clone();
     }
-    // Without the image's log mark no log holds changes it lacks: a log
-    // file there (or at --log) is left as it is, never opened as one.
-    if !pending {
-        println!("{}: no ByteLog holds changes for it; nothing to do", image.display());
-        return ExitCode::SUCCESS;
-    }
-    if !log.exists() {
-        let how = if args.log.is_some() {
-            "give the path the mount's -o log=PATH named (the default is IMAGE.bytelog)"
-        } else {
-            "if its mount ran with -o log=PATH, name that log with --log PATH"
-        };
-        eprintln!(
-            "csumkit ext4 checkpoint: {} holds changes in a ByteLog that is not at {}: {how}",
-            image.display(),
-            log.display()
-        );
-        return ExitCode::from(2);
-    }
-    // The data checksums the log carries go into the sidecar, if there is one.
-    let sidecar = crate::integrity::sidecar_path(image);
-    let sidecar = sidecar.exists().then_some(sidecar.as_path());
-    let options = csumfs::Options::default();
-    // On a PI device (IMAGE.pi there), what the checkpoint writes goes through it.
-    let pi = crate::integrity::pi_path(image);
-    let opened = match csumkit::pi::split_protection(&pi) {
-        Ok(Some(p)) => csumfs::Volume::open_logged_pi(image, &log, crate::mount::LOG_BYTES, options, &pi, p, sidecar)
-            .map(|(volume, replayed, _)| (volume, replayed)),
-        Ok(None) => csumfs::Volume::open_logged(image, &log, crate::mount::LOG_BYTES, options, sidecar),
-        Err(e) => Err(csumfs::Error::Invalid(format!("{}: {e}", pi.display()))),
-    };
-    let result = opened.and_then(|(mut volume, replayed)| {
-        // What the kernel would do at mount: free what a stopped mount left on the orphan list.
-        crate::mount::free_orphans_left(&mut volume, image).map_err(csumfs::Error::Invalid)?;
-        volume.checkpoint().map(|()| replayed)
-    });
-    match result {
-        Ok(replayed) => {
-            println!(
-                "{}: {} commits ({} bytes of metadata) replayed from {}; the image is complete",
-                image.display(),
-                replayed.commits,
-                replayed.bytes,
-                log.display()
-            );
+    match csumfs::mount::checkpoint(image, &companions) {
+        Ok(done) => {
+            if done.undo_put_back {
+                println!(
+                    "{}: the undo log a csumkit mount -o log=off left is put back and removed; the image is complete",
+                    image.display()
+                );
+            }
+            match done.replayed {
+                Some(replayed) => println!(
+                    "{}: {} commits ({} bytes of metadata) replayed from {}; the image is complete",
+                    image.display(),
+                    replayed.commits,
+                    replayed.bytes,
+                    companions.log.display()
+                ),
+                // Without the image's log mark no log holds changes it
+                // lacks: a log file there is left as it is.
+                None if !done.undo_put_back => {
+                    println!("{}: no ByteLog holds changes for it; nothing to do", image.display())
+                }
+                None => {}
+            }
             ExitCode::SUCCESS
         }
+        Err(csumfs::mount::CheckpointError::LogMissing(log)) => {
+            let how = if args.log.is_some() {
+                "give the path the mount's -o log=PATH named (the default is IMAGE.bytelog)"
+            } else {
+                "if its mount ran with -o log=PATH, name that log with --log PATH"
+            };
+            eprintln!(
+                "csumkit ext4 checkpoint: {} holds changes in a ByteLog that is not at {}: {how}",
+                image.display(),
+                log.display()
+            );
+            ExitCode::from(2)
+        }
         Err(e) => {
-            eprintln!("csumkit ext4 checkpoint: {} (log {}): {e}", image.display(), log.display());
+            eprintln!("csumkit ext4 checkpoint: {e}");
             ExitCode::from(2)
         }
     }
@@ -195,7 +165,7 @@ fn scan(path: &Path) -> Result<Report, Error> {
     if !csumfs::log_pending(&image) {
         return ext4::check(&image);
     }
-    let log_path = crate::mount::log_path(path);
+    let log_path = csumfs::mount::Companions::beside(path).log;
     let log =
         std::fs::read(&log_path).map_err(|source| Error::Io { context: log_path.display().to_string(), source })?;
     let (replayed, commits) = csumfs::Volume::replayed_image(image.to_vec(), log)
@@ -213,7 +183,7 @@ fn scan(path: &Path) -> Result<Report, Error> {
 /// undo log makes it (the operation it may have left half done undone in
 /// memory), as the next writable open would.
 fn scan_undone(path: &Path, image: &[u8]) -> Result<Report, Error> {
-    let undo_path = crate::integrity::with_suffix(path, ".undo");
+    let undo_path = csumfs::mount::Companions::beside(path).undo;
     let undo =
         std::fs::read(&undo_path).map_err(|source| Error::Io { context: undo_path.display().to_string(), source })?;
     let (undone, records) = csumfs::undone_image(image.to_vec(), &undo)

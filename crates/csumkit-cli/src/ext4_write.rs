@@ -71,9 +71,18 @@ pub struct RmArgs {
 
 fn open_rw(image: &Path) -> Result<Volume, Error> {
     let mut volume = Volume::open(image, Options { write: true, ..Options::default() })?;
-    crate::integrity::forget_unkept(image, false, false, "csumkit ext4").map_err(Error::Invalid)?;
+    let companions = csumfs::mount::Companions::beside(image);
+    let forgotten =
+        csumfs::mount::forget_unkept(&companions, false, false).map_err(|e| Error::Invalid(e.to_string()))?;
+    for event in forgotten {
+        eprintln!("csumkit ext4: {event}");
+    }
     // As the kernel at mount: orphans a stopped writer left go first.
-    crate::mount::free_orphans_left(&mut volume, image).map_err(Error::Invalid)?;
+    let freed = csumfs::mount::free_orphans_left(&mut volume)
+        .map_err(|e| Error::Invalid(crate::files::naming(image, &e.to_string())))?;
+    if freed > 0 {
+        eprintln!("csumkit: {}: {}", image.display(), csumfs::mount::MountEvent::OrphansFreed(freed));
+    }
     Ok(volume)
 }
 

@@ -1,27 +1,9 @@
-//! Where an image's data integrity lives beside it — data checksums in
-//! `IMAGE.csums` or PI in `IMAGE.pi` — and keeping
-//! whichever one a writer does not maintain from going stale unnoticed.
+//! The PI format `-o pi[=SPEC]` names (the companion files and what keeps
+//! them from going stale are `csumfs::mount`).
 
+use csumfs::mount::Companions;
 use csumkit::pi::{GuardSize, LbaFormat, PiFormat, PiLocation, PiType, Protection};
-use std::path::{Path, PathBuf};
-
-/// `IMAGE` + `suffix`.
-pub fn with_suffix(image: &Path, suffix: &str) -> PathBuf {
-    let mut name = image.as_os_str().to_os_string();
-    name.push(suffix);
-    PathBuf::from(name)
-}
-
-/// Where the data checksums of `image` live: `IMAGE.csums` beside it.
-pub fn sidecar_path(image: &Path) -> PathBuf {
-    with_suffix(image, ".csums")
-}
-
-/// Where the PI of `image` (the metadata of its emulated PI device) lives:
-/// `IMAGE.pi` beside it.
-pub fn pi_path(image: &Path) -> PathBuf {
-    with_suffix(image, ".pi")
-}
+use std::path::Path;
 
 /// The PI format `-o pi[=SPEC]` asks for. SPEC is `LBA[/GUARD]`: an LBA
 /// format `DATA+META` and a guard `crc16`, `crc32` or `crc64` (default:
@@ -29,24 +11,11 @@ pub fn pi_path(image: &Path) -> PathBuf {
 /// LBA), PI in the last metadata bytes. Without SPEC: what `IMAGE.pi`
 /// holds, else 8 bytes of PI (CRC16 guard) per 4 KiB — or per filesystem
 /// block when blocks are smaller (a device block must not span two).
-pub fn pi_protection(spec: Option<&str>, image: &Path) -> Result<Protection, String> {
-    let stored = csumkit::pi::split_protection(&pi_path(image)).map_err(|e| e.to_string())?;
-    let Some(spec) = spec else {
-        return match stored {
-            Some(p) => Ok(p),
-            None => parse_pi(&format!("{}+8", ext4_block_size(image).unwrap_or(4096).min(4096))),
-        };
-    };
-    parse_pi(spec)
-}
-
-/// The block size the ext4 superblock of `image` names, if it can be read.
-fn ext4_block_size(image: &Path) -> Option<u32> {
-    use std::os::unix::fs::FileExt;
-    let mut field = [0u8; 4];
-    csumkit::file::open_image(image, false).ok()?.read_exact_at(&mut field, 1024 + 24).ok()?;
-    let log = u32::from_le_bytes(field);
-    (log <= 6).then(|| 1024 << log)
+pub fn pi_protection(spec: Option<&str>, image: &Path, companions: &Companions) -> Result<Protection, String> {
+    match spec {
+        Some(spec) => parse_pi(spec),
+        None => csumfs::mount::default_protection(image, companions).map_err(|e| e.to_string()),
+    }
 }
 
 fn parse_pi(spec: &str) -> Result<Protection, String> {
@@ -66,29 +35,6 @@ fn parse_pi(spec: &str) -> Result<Protection, String> {
     Protection::new(format, lba, PiLocation::Last).map_err(|e| format!("pi={spec}: {e}"))
 }
 
-/// Before `image` is written by something that keeps neither its data
-/// checksums (`keeps_datasum`) nor its PI (`keeps_pi`): each one not kept
-/// is marked stale, with a line on stderr, so that no block rewritten now
-/// fails an old checksum or PI later.
-pub fn forget_unkept(image: &Path, keeps_datasum: bool, keeps_pi: bool, command: &str) -> Result<(), String> {
-    if !keeps_datasum {
-        let sidecar = sidecar_path(image);
-        if csumfs::forget_data_checksums(&sidecar).map_err(|e| e.to_string())? {
-            eprintln!(
-                "{command}: {}: not kept by this write; its data checksums start afresh at the next mount",
-                sidecar.display()
-            );
-        }
-    }
-    if !keeps_pi {
-        let pi = pi_path(image);
-        if csumkit::pi::clear_split_owner_tag(&pi).map_err(|e| format!("{}: {e}", pi.display()))? {
-            eprintln!("{command}: {}: not kept by this write; its PI starts afresh at the next pi mount", pi.display());
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -103,5 +49,13 @@ mod tests {
         assert!(parse_pi("4096+8/crc64").unwrap_err().contains("needs 16"));
         assert!(parse_pi("4096+8/md5").unwrap_err().contains("known: crc16, crc32, crc64"));
         assert!(parse_pi("4096").unwrap_err().starts_with("pi=4096: "));
+    }
+
+    /// Without a spec or a PI file the library's default is what `pi=4096+8` names.
+    #[test]
+    fn the_default_pi_format_is_4096_plus_8_with_a_crc16_guard() {
+        let image = Path::new("/nonexistent/disk.img");
+        let default = pi_protection(None, image, &Companions::beside(image)).unwrap();
+        assert_eq!(default, parse_pi("4096+8").unwrap());
     }
 }

@@ -2,8 +2,9 @@
 //! Refusals are checked before anything is mounted, one line each; in
 //! the background (the default) the command returns once the mount is up.
 
-use crate::integrity::{forget_unkept, pi_path, pi_protection, sidecar_path, with_suffix};
+use crate::integrity::pi_protection;
 use csumfs::fuse::MountOptions;
+use csumfs::mount::{Companions, MountConfig};
 use csumfs::{Checksums, Options, Volume};
 use std::io::{BufRead, Write};
 use std::os::unix::fs::MetadataExt;
@@ -144,15 +145,6 @@ fn parse_options(list: &[String]) -> Result<Parsed, String> {
     Ok(parsed)
 }
 
-/// Bytes of the ByteLog file: commits happen at every fsync, at 1 MiB
-/// pending or every 5 s, and a checkpoint empties it once half full.
-pub const LOG_BYTES: u64 = 16 << 20;
-
-/// Where the ByteLog of `image` lives by default: `IMAGE.bytelog` beside it.
-pub fn log_path(image: &Path) -> PathBuf {
-    with_suffix(image, ".bytelog")
-}
-
 /// Why the mountpoint cannot take a mount, if it cannot.
 fn mountpoint_problem(mountpoint: &Path, nonempty: bool) -> Option<String> {
     let shown = mountpoint.display();
@@ -211,189 +203,41 @@ pub fn run(args: &MountArgs) -> ExitCode {
     if let Some(problem) = mountpoint_problem(mountpoint, parsed.nonempty) {
         return fail(problem);
     }
-    let options = Options { write: !parsed.mount.read_only, checksums: parsed.checksums, ..Options::default() };
-    let sidecar = sidecar_path(image);
-    let protection = match parsed.pi.as_ref().map(|spec| pi_protection(spec.as_deref(), image)).transpose() {
+    let mut companions = Companions::beside(image);
+    if let Some(log) = parsed.log.as_ref().filter(|log| !log.as_os_str().is_empty()) {
+        companions.log = log.clone();
+    }
+    let protection = match parsed.pi.as_ref().map(|spec| pi_protection(spec.as_deref(), image, &companions)).transpose()
+    {
         Ok(protection) => protection,
         Err(message) => return fail(message),
     };
-    if options.write {
-        if let Err(message) = forget_unkept(image, parsed.datasum, protection.is_some(), "csumkit mount") {
-            return fail(message);
-        }
-    }
-    let logged = parsed.log.as_ref().filter(|_| !parsed.mount.read_only);
-    let volume = match (logged, protection) {
-        // The log's replay carries data checksums into the sidecar.
-        (Some(log), pi) => open_logged(image, log, options, parsed.datasum.then_some(sidecar.as_path()), pi),
-        (None, None) if !options.write => open_read_only(image, parsed.log.as_deref(), options),
-        (None, None) => open_in_place(image, options),
-        (None, Some(p)) => open_in_place(image, options).and_then(|mut volume| {
-            let opened =
-                volume.enable_pi(image, &pi_path(image), p).map_err(|e| crate::files::naming(image, &e.to_string()))?;
-            say_pi_opened(image, opened);
-            Ok(volume)
-        }),
+    let config = MountConfig {
+        write: !parsed.mount.read_only,
+        checksums: parsed.checksums,
+        logged: parsed.log.is_some(),
+        data_checksums: parsed.datasum,
+        pi: protection,
+        companions,
+        log_bytes: csumfs::mount::LOG_BYTES,
     };
-    let mut volume = match volume {
-        Ok(volume) => volume,
-        Err(message) => return fail(message),
+    let volume = match csumfs::mount::mount(image, &config) {
+        Ok((volume, events)) => {
+            for event in events {
+                match event.file() {
+                    Some(_) => eprintln!("csumkit mount: {event}"),
+                    None => eprintln!("csumkit mount: {}: {event}", image.display()),
+                }
+            }
+            volume
+        }
+        Err(e) => return fail(e.to_string()),
     };
-    if options.write {
-        if let Err(message) = free_orphans_left(&mut volume, image) {
-            return fail(message);
-        }
-    }
-    if parsed.datasum && logged.is_none() {
-        if let Err(e) = volume.enable_data_checksums(&sidecar) {
-            return fail(format!("{}: {e}", sidecar.display()));
-        }
-    }
     if !args.foreground && std::env::var_os(READY_ENV).is_none() {
         drop(volume);
         return detach();
     }
     serve(volume, image, mountpoint, &parsed.mount, parsed.uring_given)
-}
-
-/// Finishes the orphans a stopped mount or kernel left (files unlinked
-/// while open: on the orphan list or in the orphan file), as the kernel
-/// does at mount; says so on stderr.
-pub(crate) fn free_orphans_left(volume: &mut Volume, image: &Path) -> Result<(), String> {
-    volume.begin();
-    let freed = volume.release_orphans_left();
-    volume.end(freed.is_ok()).map_err(|e| crate::files::naming(image, &e.to_string()))?;
-    match freed {
-        Ok(0) => Ok(()),
-        Ok(n) => {
-            let what = if n == 1 { "an inode" } else { "inodes" };
-            eprintln!(
-                "csumkit: {}: freed {what} left unlinked but open by a stopped mount or kernel ({n})",
-                image.display()
-            );
-            Ok(())
-        }
-        Err(e) => Err(format!("{}: orphan list: {e}", image.display())),
-    }
-}
-
-/// A read-only volume. An image a stopped mount left with its log (or
-/// undo log) in use is served as that log makes it, replayed in memory:
-/// neither file is written, and the kernel and e2fsck still see the mark.
-fn open_read_only(image: &Path, log: Option<&Path>, options: Options) -> Result<Volume, String> {
-    let named = |e: &dyn std::fmt::Display| crate::files::naming(image, &e.to_string());
-    let bytes = crate::files::map_input(image).map_err(|e| named(&e))?;
-    let (log_pending, undo_pending) = (csumfs::log_pending(&bytes), csumfs::undo_pending(&bytes));
-    if !log_pending && !undo_pending {
-        drop(bytes);
-        return open_in_place(image, options);
-    }
-    let read = |path: &Path| std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()));
-    let (replayed, how) = if undo_pending {
-        let undo = with_suffix(image, ".undo");
-        let (undone, records) = csumfs::undone_image(bytes.to_vec(), &read(&undo)?).map_err(|e| named(&e))?;
-        (undone, format!("its undo log {} ({records} records put back)", undo.display()))
-    } else {
-        let log = log.filter(|l| !l.as_os_str().is_empty()).map_or_else(|| log_path(image), Path::to_path_buf);
-        let (replayed, commits) = Volume::replayed_image(bytes.to_vec(), read(&log)?).map_err(|e| named(&e))?;
-        (replayed, format!("its ByteLog {} ({} commits replayed)", log.display(), commits.commits))
-    };
-    eprintln!(
-        "csumkit mount: {}: served read-only as {how}, in memory; the image is unchanged (`csumkit ext4 checkpoint` \
-         folds the log in)",
-        image.display()
-    );
-    Volume::from_bytes(replayed, options).map_err(|e| named(&e))
-}
-
-/// The volume with its metadata written in place (`log=off`, or `ro`): an
-/// operation a stopped mount left half done is undone from `IMAGE.undo`.
-fn open_in_place(image: &Path, options: Options) -> Result<Volume, String> {
-    let mut volume = Volume::open(image, options).map_err(|e| crate::files::naming(image, &e.to_string()))?;
-    if options.write {
-        let undo = with_suffix(image, ".undo");
-        match volume.enable_undo(&undo) {
-            Ok(true) => eprintln!(
-                "csumkit mount: {}: an operation a stopped csumkit mount left half done was undone",
-                image.display()
-            ),
-            Ok(false) => {}
-            Err(e) => return Err(format!("{}: {e}", undo.display())),
-        }
-    }
-    Ok(volume)
-}
-
-/// What a `log=off` mount left: an operation it left half done undone
-/// from `IMAGE.undo`, the image's undo mark cleared (so that the kernel
-/// and e2fsck take it again) and the file removed. Whether there was any.
-pub(crate) fn finish_undo_left(image: &Path, options: Options) -> Result<bool, String> {
-    let undo = with_suffix(image, ".undo");
-    let marked = crate::files::map_input(image).map(|bytes| csumfs::undo_pending(&bytes)).unwrap_or(false);
-    if !undo.exists() && !marked {
-        return Ok(false);
-    }
-    let mut volume = open_in_place(image, Options { write: true, ..options })?;
-    volume.checkpoint().map_err(|e| crate::files::naming(image, &e.to_string()))?;
-    drop(volume);
-    let _ = std::fs::remove_file(&undo);
-    Ok(true)
-}
-
-/// The volume with its metadata logged (the default): the log replayed
-/// first, and an undo log a `log=off` mount left applied before that (it
-/// restores metadata only, through the map: no data checksum or PI it
-/// keeps). On a PI device (`pi`) every write of the image goes through it.
-fn open_logged(
-    image: &Path,
-    log: &Path,
-    options: Options,
-    sidecar: Option<&Path>,
-    pi: Option<csumkit::pi::Protection>,
-) -> Result<Volume, String> {
-    let log = if log.as_os_str().is_empty() { log_path(image) } else { log.to_path_buf() };
-    finish_undo_left(image, options)?;
-    let shown = |e: csumfs::Error| format!("{} (log {}): {e}", image.display(), log.display());
-    let (volume, replayed) = match pi {
-        None => Volume::open_logged(image, &log, LOG_BYTES, options, sidecar).map_err(shown)?,
-        Some(p) => {
-            let (volume, replayed, opened) =
-                Volume::open_logged_pi(image, &log, LOG_BYTES, options, &pi_path(image), p, sidecar).map_err(shown)?;
-            say_pi_opened(image, opened);
-            (volume, replayed)
-        }
-    };
-    if replayed.commits > 0 {
-        eprintln!(
-            "csumkit mount: {}: replayed {} commits ({} bytes of metadata) from {}",
-            image.display(),
-            replayed.commits,
-            replayed.bytes,
-            log.display()
-        );
-    }
-    Ok(volume)
-}
-
-fn say_pi_opened(image: &Path, opened: csumfs::PiOpened) {
-    let pi = pi_path(image);
-    if opened.finished_write {
-        eprintln!("csumkit mount: {}: finished a write a stopped mount left half stored", pi.display());
-    }
-    if opened.forgotten_blocks > 0 {
-        eprintln!(
-            "csumkit mount: {}: {} blocks written before a power cut hold PI that does not match their data; \
-             their PI is forgotten (unchecked until rewritten)",
-            pi.display(),
-            opened.forgotten_blocks
-        );
-    }
-    if opened.started_afresh {
-        eprintln!(
-            "csumkit mount: {}: the image was written since without it; its PI starts afresh (blocks unchecked until rewritten)",
-            pi.display()
-        );
-    }
 }
 
 /// The counters of the csumkit mount at `dir` (its root's virtual xattr).
@@ -561,8 +405,7 @@ pub fn scrub(args: &ScrubArgs) -> ExitCode {
         Ok(volume) => volume,
         Err(e) => return fail(crate::files::naming(&args.image, &e.to_string())),
     };
-    let sidecar = sidecar_path(&args.image);
-    let pi = pi_path(&args.image);
+    let Companions { data_checksums: sidecar, pi, .. } = Companions::beside(&args.image);
     // The device's PI first; PI that no longer matches the image (a mount
     // without `-o pi` wrote it since) gives way to current data checksums.
     let pi_refused = match csumkit::pi::split_protection(&pi) {

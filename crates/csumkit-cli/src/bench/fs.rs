@@ -197,13 +197,8 @@ fn pmem_log() -> PathBuf {
 
 /// Removes an image and the files csumfs keeps beside it.
 fn remove_image(image: &Path) {
-    for path in [
-        image.to_path_buf(),
-        crate::integrity::sidecar_path(image),
-        crate::integrity::pi_path(image),
-        crate::mount::log_path(image),
-        pmem_log(),
-    ] {
+    let c = csumfs::mount::Companions::beside(image);
+    for path in [image.to_path_buf(), c.data_checksums, c.pi, c.log, c.undo, pmem_log()] {
         let _ = std::fs::remove_file(path);
     }
 }
