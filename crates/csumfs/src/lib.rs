@@ -13,7 +13,7 @@
 //!   block access;
 //! - `inode/`, `space/`, `file/`, `xattr/`, `dir/` — the operations, each
 //!   an `impl Volume` over the floors below;
-//! - `txn/` — durability: the operation boundary (`begin`/`end`), ByteLog
+//! - `txn/` — durability: the operation boundary (`transaction`), ByteLog
 //!   commits, syncs and checkpoints, data checksums, PI offload;
 //! - `fuse` — the FUSE server over all of it.
 //!

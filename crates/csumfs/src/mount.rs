@@ -271,9 +271,8 @@ pub fn mount(image: &Path, config: &MountConfig) -> Result<(Volume, Vec<MountEve
 /// # Errors
 /// A damaged orphan list (the operation is undone).
 pub fn free_orphans_left(volume: &mut Volume) -> Result<u64, Error> {
-    volume.begin();
-    let freed = volume.release_orphans_left();
-    volume.end(freed.is_ok())?;
+    let (freed, ended) = volume.transaction_apart(Volume::release_orphans_left);
+    ended?;
     freed.map(u64::from).map_err(|e| Error::Invalid(format!("orphan list: {e}")))
 }
 

@@ -979,3 +979,39 @@ fn an_undo_log_keeps_its_records_until_they_are_back_in_the_image() {
     drop(v);
     assert_clean(&path, "the undone operation");
 }
+
+/// `transaction` as callers use it: an operation that returns an error is
+/// put back whole, and its error returned; one that succeeds is kept; a
+/// transaction inside another joins it, so the outer failure takes the
+/// inner success back too.
+#[test]
+fn a_transaction_keeps_what_succeeds_and_puts_back_what_fails() {
+    let Some((scratch, path)) = image("transaction", "16M", &[]) else { return };
+    let mut v = open(&path);
+    let base = v.create(ROOT, b"kept", FILE).unwrap().ino;
+    v.sync().unwrap();
+    let unread = unread_blocks(&path);
+    v.enable_undo(&scratch.0.join("u.undo")).unwrap();
+    let before = std::fs::read(&path).unwrap();
+
+    let failed = v.transaction(|v| {
+        metadata_work(v, base);
+        v.unlink(ROOT, b"absent")
+    });
+    assert!(matches!(failed, Err(csumfs::Error::NotFound(_))), "{failed:?}");
+    v.sync().unwrap();
+    assert_same_but_unread(&before, &std::fs::read(&path).unwrap(), &unread, 1024, "failed transaction");
+
+    let nested = v.transaction(|v| {
+        v.transaction(|v| v.mkdir(ROOT, b"inner", DIR))?;
+        v.unlink(ROOT, b"absent")
+    });
+    assert!(matches!(nested, Err(csumfs::Error::NotFound(_))), "{nested:?}");
+    assert!(v.resolve("/inner").is_err(), "the inner transaction joined the outer one, which failed");
+
+    let made = v.transaction(|v| v.mkdir(ROOT, b"made", DIR)).unwrap();
+    assert_eq!(v.resolve("/made").unwrap().ino, made.ino);
+    v.checkpoint().unwrap();
+    drop(v);
+    assert_clean(&path, "the transactions");
+}

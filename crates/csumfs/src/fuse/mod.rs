@@ -309,11 +309,13 @@ impl Fs {
         // Judged before the change's lock is taken: it may read /proc.
         let caller = Self::caller(req, &self.read());
         let mut volume = self.volume.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-        volume.begin();
-        volume.set_caller(caller);
-        let result = op(&mut volume);
-        volume.set_caller(Caller::Unrestricted);
-        if let Err(e) = volume.end(result.is_ok()) {
+        let (result, ended) = volume.transaction_apart(|volume| {
+            volume.set_caller(caller);
+            let result = op(volume);
+            volume.set_caller(Caller::Unrestricted);
+            result
+        });
+        if let Err(e) = ended {
             eprintln!("csumfs: ending an operation (undo, or a ByteLog commit or checkpoint): {e}");
             return Err(Errno::EIO);
         }

@@ -1,4 +1,4 @@
-//! Durability on the volume: the operation boundary (`begin`/`end` over
+//! Durability on the volume: the operation boundary (`transaction` over
 //! the undo log), ByteLog commits, syncs and checkpoints, group commit,
 //! data checksums kept in step with data writes, and PI offload. The
 //! media these write are `store/`.

@@ -1,6 +1,8 @@
-//! The operation boundary: [`begin`](crate::Volume::begin) and
-//! [`end`](crate::Volume::end) of an all-or-nothing operation over the undo
-//! log (`store/undo_log.rs`), the undo file's mark on the image, and the
+//! The operation boundary: [`transaction`](crate::Volume::transaction),
+//! an all-or-nothing operation over the undo log (`store/undo_log.rs`) —
+//! its halves [`begin`](crate::Volume::begin) and
+//! [`end`](crate::Volume::end) stay public for tests that stop between
+//! them, as a death would — the undo file's mark on the image, and the
 //! synchronous-update flags an operation's end obeys.
 
 use crate::error::Error;
@@ -8,9 +10,10 @@ use crate::format::features::UNDO_PENDING;
 use crate::format::le::le32;
 use crate::store::undo_log::undo_pending;
 use crate::store::undo_log::{Record, UndoLog};
+use crate::volume::Volume;
 use std::path::Path;
 
-impl crate::volume::Volume {
+impl Volume {
     /// Makes every operation between [`begin`](Self::begin) and
     /// [`end`](Self::end) all or nothing, with the undo log at `path`.
     /// Returns whether an operation a dead process left half done was
@@ -82,6 +85,34 @@ impl crate::volume::Volume {
             image[*at..end].copy_from_slice(old);
         }
         Ok(())
+    }
+
+    /// Runs `op` as one operation, all or nothing — the boundary a jbd2
+    /// handle draws around one change (`ext4_journal_start`/`stop`): what
+    /// `op` changed is kept when it succeeds (and committed to the ByteLog
+    /// when one is due), put back when it fails. Nested transactions join
+    /// the outermost. An operation whose end fails (the undo or the commit)
+    /// returns that error.
+    ///
+    /// # Errors
+    /// `op`'s error (everything it changed undone), or the end's.
+    pub fn transaction<T>(&mut self, op: impl FnOnce(&mut Volume) -> Result<T, Error>) -> Result<T, Error> {
+        let (result, ended) = self.transaction_apart(op);
+        ended?;
+        result
+    }
+
+    /// [`transaction`](Self::transaction) with the operation's result and
+    /// its end's apart, for a caller that reports them differently (the
+    /// FUSE server answers a failed end with `EIO`, whatever `op` said).
+    pub fn transaction_apart<T>(
+        &mut self,
+        op: impl FnOnce(&mut Volume) -> Result<T, Error>,
+    ) -> (Result<T, Error>, Result<(), Error>) {
+        self.begin();
+        let result = op(self);
+        let ended = self.end(result.is_ok());
+        (result, ended)
     }
 
     /// Starts an operation (nested calls join the outermost one); the
