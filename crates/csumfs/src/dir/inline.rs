@@ -16,6 +16,7 @@ use crate::format::inode::put_time;
 use crate::format::le::{le32, put16, put32};
 use crate::inode::table::{Inode, FLAG_EXTENTS, FLAG_INLINE_DATA};
 use crate::volume::Volume;
+use csumkit::ext4::fields::{I_BLOCK, I_FLAGS, I_MTIME, I_MTIME_EXTRA, I_SIZE_HIGH, I_SIZE_LO};
 
 /// `EXT4_XATTR_INDEX_SYSTEM` and the name that holds inline data.
 const SYSTEM_INDEX: u8 = 7;
@@ -54,13 +55,13 @@ impl Volume {
         let xattrs =
             self.entries(&inode)?.into_iter().filter(|e| !(e.index == SYSTEM_INDEX && e.suffix == DATA_NAME)).collect();
         let inode = self.store_xattrs(&inode, xattrs)?;
-        let (mtime, mtime_extra) = (le32(&inode.raw, 0x10), le32(&inode.raw, 0x88));
+        let (mtime, mtime_extra) = (le32(&inode.raw, I_MTIME), le32(&inode.raw, I_MTIME_EXTRA));
         let size = inode.size;
         let inode = self.edit_inode(&inode, |r| {
-            put32(r, 0x20, (le32(r, 0x20) & !FLAG_INLINE_DATA) | FLAG_EXTENTS);
-            r[0x28..0x28 + 60].fill(0);
-            put16(r, 0x28, 0xF30A); // an empty extent root: magic, 0 entries,
-            put16(r, 0x2C, 4); // room for 4, depth 0
+            put32(r, I_FLAGS, (le32(r, I_FLAGS) & !FLAG_INLINE_DATA) | FLAG_EXTENTS);
+            r[I_BLOCK..I_BLOCK + 60].fill(0);
+            put16(r, I_BLOCK, 0xF30A); // an empty extent root: magic, 0 entries,
+            put16(r, I_BLOCK + 4, 4); // room for 4, depth 0
         })?;
         let inode = match entries {
             Some(entries) => {
@@ -70,8 +71,8 @@ impl Volume {
                 let physical = self.runs(&inode)?[0].physical;
                 self.store(physical * bs as u64, &leaf)?;
                 self.edit_inode(&inode, |r| {
-                    put32(r, 0x04, bs as u32);
-                    put32(r, 0x6C, 0);
+                    put32(r, I_SIZE_LO, bs as u32);
+                    put32(r, I_SIZE_HIGH, 0);
                 })?
             }
             None if size > 0 => {

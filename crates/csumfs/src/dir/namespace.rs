@@ -13,6 +13,7 @@ use crate::inode::immutable;
 use crate::inode::table::NewInode;
 use crate::inode::table::{Inode, FLAG_EXTENTS, FLAG_INDEX, ROOT};
 use crate::volume::Volume;
+use csumkit::ext4::fields::{I_BLOCK, I_LINKS_COUNT, I_SIZE_LO};
 
 /// How `rename` treats an existing target.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -150,7 +151,7 @@ impl Volume {
         let (sec, extra) = encode_time(now());
         let links = inode.links + 1;
         self.edit_inode(&inode, |r| {
-            put16(r, 0x1A, links);
+            put16(r, I_LINKS_COUNT, links);
             put_time(r, 0x0C, 0x84, (sec, extra));
         })
     }
@@ -182,8 +183,8 @@ impl Volume {
             let mut block = [0u8; 60];
             block[..target.len()].copy_from_slice(target);
             inode = self.edit_inode(&inode, |r| {
-                r[0x28..0x28 + 60].copy_from_slice(&block);
-                put32(r, 0x04, len);
+                r[I_BLOCK..I_BLOCK + 60].copy_from_slice(&block);
+                put32(r, I_SIZE_LO, len);
             })?;
         } else {
             inode = self.grow(inode, 0, 1, Fill::Nothing)?;
@@ -191,7 +192,7 @@ impl Volume {
             let mut data = vec![0u8; bs];
             data[..target.len()].copy_from_slice(target);
             self.store(physical * bs as u64, &data)?;
-            inode = self.edit_inode(&inode, |r| put32(r, 0x04, len))?;
+            inode = self.edit_inode(&inode, |r| put32(r, I_SIZE_LO, len))?;
         }
         if let Err(e) = self.add_entry(&parent, name, ino, file_type(new.mode)) {
             self.release(inode)?;

@@ -12,6 +12,10 @@ use crate::format::le::{le16, le32, put16, put32};
 use crate::inode::immutable;
 use crate::inode::table::{Inode, FLAG_INDEX, FLAG_INLINE_DATA};
 use crate::volume::Volume;
+use csumkit::ext4::fields::{
+    BG_USED_DIRS_HI, BG_USED_DIRS_LO, I_BLOCK, I_BLOCKS_HIGH, I_BLOCKS_LO, I_DTIME, I_FILE_ACL_HIGH, I_FILE_ACL_LO,
+    I_FLAGS, I_LINKS_COUNT, I_SIZE_HIGH, I_SIZE_LO,
+};
 
 impl Volume {
     /// Removes the name `name` (not a directory) from `dir`; the inode
@@ -62,7 +66,7 @@ impl Volume {
             let (sec, extra) = encode_time(now());
             let links = inode.links - 1;
             let inode = self.edit_inode(&inode, |r| {
-                put16(r, 0x1A, links);
+                put16(r, I_LINKS_COUNT, links);
                 put_time(r, 0x0C, 0x84, (sec, extra));
             })?;
             if links == 0 {
@@ -93,18 +97,18 @@ impl Volume {
         self.move_value_refs(&named, &[])?;
         let (sec, _) = encode_time(now());
         let inode = self.edit_inode(&inode, |r| {
-            put16(r, 0x1A, 0);
-            put32(r, 0x14, sec); // i_dtime
-            put32(r, 0x04, 0);
-            put32(r, 0x6C, 0);
-            put32(r, 0x1C, 0);
-            put16(r, 0x74, 0);
-            put32(r, 0x68, 0);
-            put16(r, 0x76, 0);
-            if le32(r, 0x20) & crate::inode::table::FLAG_EXTENTS != 0 {
+            put16(r, I_LINKS_COUNT, 0);
+            put32(r, I_DTIME, sec); // i_dtime
+            put32(r, I_SIZE_LO, 0);
+            put32(r, I_SIZE_HIGH, 0);
+            put32(r, I_BLOCKS_LO, 0);
+            put16(r, I_BLOCKS_HIGH, 0);
+            put32(r, I_FILE_ACL_LO, 0);
+            put16(r, I_FILE_ACL_HIGH, 0);
+            if le32(r, I_FLAGS) & crate::inode::table::FLAG_EXTENTS != 0 {
                 // An empty extent root.
                 r[0x28 + 2..0x28 + 60].fill(0);
-                put16(r, 0x28 + 4, 4);
+                put16(r, I_BLOCK + 4, 4);
             }
         })?;
         let l = self.layout.clone();
@@ -114,10 +118,11 @@ impl Volume {
         if inode.is_dir() {
             let wide = l.desc_size >= 0x40;
             self.edit_descriptor(&group, |d| {
-                let dirs = u32::from(le16(d, 0x10)) | if wide { u32::from(le16(d, 0x30)) << 16 } else { 0 };
-                put16(d, 0x10, (dirs - 1) as u16);
+                let dirs = u32::from(le16(d, BG_USED_DIRS_LO))
+                    | if wide { u32::from(le16(d, BG_USED_DIRS_HI)) << 16 } else { 0 };
+                put16(d, BG_USED_DIRS_LO, (dirs - 1) as u16);
                 if wide {
-                    put16(d, 0x30, ((dirs - 1) >> 16) as u16);
+                    put16(d, BG_USED_DIRS_HI, ((dirs - 1) >> 16) as u16);
                 }
             })?;
         }

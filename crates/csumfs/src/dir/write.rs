@@ -17,6 +17,7 @@ use crate::format::dir_block::new_dir_block;
 use crate::format::le::{le16, le32, put16, put32};
 use crate::inode::table::{Inode, FLAG_INDEX, FLAG_INLINE_DATA};
 use crate::volume::Volume;
+use csumkit::ext4::fields::{I_FLAGS, I_SIZE_HIGH, I_SIZE_LO};
 
 /// One live entry of a leaf: (inode, file type, name).
 type Entry = (u32, u8, Vec<u8>);
@@ -108,8 +109,8 @@ impl Volume {
             .ok_or_else(|| corrupt(format!("directory {}", dir.ino), "the block just added is not mapped"))?;
         let size = grown.size + bs;
         self.edit_inode(&grown, |r| {
-            put32(r, 0x04, size as u32);
-            put32(r, 0x6C, (size >> 32) as u32);
+            put32(r, I_SIZE_LO, size as u32);
+            put32(r, I_SIZE_HIGH, (size >> 32) as u32);
         })?;
         Ok(physical)
     }
@@ -302,7 +303,7 @@ impl Volume {
         put32(&mut root, count_at + 4, 1);
         self.seal_index_node(&dir, &mut root, count_at);
         self.store(root_physical * bs as u64, &root)?;
-        self.edit_inode(&dir, |r| put32(r, 0x20, le32(r, 0x20) | FLAG_INDEX))
+        self.edit_inode(&dir, |r| put32(r, I_FLAGS, le32(r, I_FLAGS) | FLAG_INDEX))
     }
 
     /// The dx_tail checksum of an index node (its count changed: the

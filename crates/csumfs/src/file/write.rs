@@ -31,6 +31,13 @@ use crate::store::bytes::Bytes;
 use crate::store::private_map::PAGE;
 use crate::volume::{Checksums, Volume};
 use csumkit::crc32c;
+use csumkit::ext4::fields::{
+    BG_BLOCK_BITMAP_CSUM_HI, BG_BLOCK_BITMAP_CSUM_LO, BG_FLAGS, BG_FREE_BLOCKS_HI, BG_FREE_BLOCKS_LO,
+    BG_FREE_INODES_LO, BG_INODE_BITMAP_CSUM_HI, BG_INODE_BITMAP_CSUM_LO, BG_ITABLE_UNUSED_HI, BG_ITABLE_UNUSED_LO,
+    BG_USED_DIRS_HI, BG_USED_DIRS_LO, I_BLOCK, I_BLOCKS_HIGH, I_BLOCKS_LO, I_EXTRA_ISIZE, I_FLAGS, I_GENERATION, I_GID,
+    I_GID_HIGH, I_LINKS_COUNT, I_MODE, I_SIZE_HIGH, I_SIZE_LO, I_UID, I_UID_HIGH, S_FIRST_INO, S_FREE_BLOCKS_HI,
+    S_FREE_BLOCKS_LO, S_FREE_INODES,
+};
 use csumkit::ext4::format::FLAG_JOURNAL_DATA;
 use csumkit::ext4::Group;
 
@@ -361,9 +368,10 @@ impl Volume {
     pub(crate) fn edit_superblock(&mut self, free_blocks: i64, free_inodes: i64) -> Result<(), Error> {
         let sb = self.bytes(1024, 1024, &|| "superblock".into())?;
         let wide = self.layout.desc_size >= 64;
-        let blocks = u64::from(le32(sb, 0x0C)) | if wide { u64::from(le32(sb, 0x158)) << 32 } else { 0 };
+        let blocks =
+            u64::from(le32(sb, S_FREE_BLOCKS_LO)) | if wide { u64::from(le32(sb, S_FREE_BLOCKS_HI)) << 32 } else { 0 };
         let blocks = blocks.wrapping_add_signed(free_blocks);
-        let inodes = (i64::from(le32(sb, 0x10)) + free_inodes) as u32;
+        let inodes = (i64::from(le32(sb, S_FREE_INODES)) + free_inodes) as u32;
         let (lo, hi, inodes) =
             ((blocks as u32).to_le_bytes(), ((blocks >> 32) as u32).to_le_bytes(), inodes.to_le_bytes());
         let edits: [(usize, &[u8]); 3] = [(0x0C, &lo), (0x10, &inodes), (0x158, &hi)];
@@ -382,9 +390,21 @@ impl Volume {
         take: bool,
     ) -> Result<(), Error> {
         let (block, bits, lo, hi, count_at) = if inode_bitmap {
-            (group.inode_bitmap, self.layout.inodes_per_group, 0x1A, 0x3A, 0x0E)
+            (
+                group.inode_bitmap,
+                self.layout.inodes_per_group,
+                BG_INODE_BITMAP_CSUM_LO,
+                BG_INODE_BITMAP_CSUM_HI,
+                BG_FREE_INODES_LO,
+            )
         } else {
-            (group.block_bitmap, self.layout.clusters_per_group, 0x18, 0x38, 0x0C)
+            (
+                group.block_bitmap,
+                self.layout.clusters_per_group,
+                BG_BLOCK_BITMAP_CSUM_LO,
+                BG_BLOCK_BITMAP_CSUM_HI,
+                BG_FREE_BLOCKS_LO,
+            )
         };
         let bs = self.layout.block_size;
         let wide = self.layout.desc_size >= 0x40;
@@ -497,19 +517,21 @@ impl Volume {
             let wide = l.desc_size >= 0x40;
             self.edit_descriptor(&group, |d| {
                 if is_dir {
-                    let dirs = u32::from(le16(d, 0x10)) | if wide { u32::from(le16(d, 0x30)) << 16 } else { 0 };
-                    put16(d, 0x10, (dirs + 1) as u16);
+                    let dirs = u32::from(le16(d, BG_USED_DIRS_LO))
+                        | if wide { u32::from(le16(d, BG_USED_DIRS_HI)) << 16 } else { 0 };
+                    put16(d, BG_USED_DIRS_LO, (dirs + 1) as u16);
                     if wide {
-                        put16(d, 0x30, ((dirs + 1) >> 16) as u16);
+                        put16(d, BG_USED_DIRS_HI, ((dirs + 1) >> 16) as u16);
                     }
                 }
                 // bg_itable_unused: inodes past the last one ever used.
-                let unused = u32::from(le16(d, 0x1C)) | if wide { u32::from(le16(d, 0x32)) << 16 } else { 0 };
+                let unused = u32::from(le16(d, BG_ITABLE_UNUSED_LO))
+                    | if wide { u32::from(le16(d, BG_ITABLE_UNUSED_HI)) << 16 } else { 0 };
                 let unused_now = (l.inodes_per_group - index - 1) as u32;
                 if unused_now < unused {
-                    put16(d, 0x1C, unused_now as u16);
+                    put16(d, BG_ITABLE_UNUSED_LO, unused_now as u16);
                     if wide {
-                        put16(d, 0x32, (unused_now >> 16) as u16);
+                        put16(d, BG_ITABLE_UNUSED_HI, (unused_now >> 16) as u16);
                     }
                 }
             })?;
@@ -520,7 +542,7 @@ impl Volume {
     }
 
     pub(crate) fn first_ino(&self) -> u32 {
-        match le32(&self.map, 1024 + 0x54) {
+        match le32(&self.map, 1024 + S_FIRST_INO) {
             0 => 11,
             n => n,
         }
@@ -623,7 +645,7 @@ impl Volume {
     fn group_free_blocks(&self, group: &Group) -> Result<u64, Error> {
         let wide = self.layout.desc_size >= 0x40;
         let d = self.bytes(group.desc_offset, self.layout.desc_size as usize, &|| "descriptor".into())?;
-        Ok(u64::from(le16(d, 0x0C)) | if wide { u64::from(le16(d, 0x2C)) << 16 } else { 0 })
+        Ok(u64::from(le16(d, BG_FREE_BLOCKS_LO)) | if wide { u64::from(le16(d, BG_FREE_BLOCKS_HI)) << 16 } else { 0 })
     }
 
     /// Writes the (empty) inode bitmap of a group whose inode bitmap is not
@@ -646,10 +668,10 @@ impl Volume {
         let crc = crc32c::raw_update(l.csum_seed, &bitmap[..ipg / 8]);
         let wide = l.desc_size >= 0x40;
         self.edit_descriptor(group, |d| {
-            put16(d, 0x12, le16(d, 0x12) & !0x1);
-            put16(d, 0x1A, crc as u16);
+            put16(d, BG_FLAGS, le16(d, BG_FLAGS) & !0x1);
+            put16(d, BG_INODE_BITMAP_CSUM_LO, crc as u16);
             if wide {
-                put16(d, 0x3A, (crc >> 16) as u16);
+                put16(d, BG_INODE_BITMAP_CSUM_HI, (crc >> 16) as u16);
             }
         })
     }
@@ -667,7 +689,8 @@ impl Volume {
         let in_group = l.blocks_per_group.min(l.blocks_count - start);
         let wide = l.desc_size >= 0x40;
         let d = self.bytes(group.desc_offset, l.desc_size as usize, &|| "descriptor".into())?;
-        let free = u64::from(le16(d, 0x0C)) | if wide { u64::from(le16(d, 0x2C)) << 16 } else { 0 };
+        let free =
+            u64::from(le16(d, BG_FREE_BLOCKS_LO)) | if wide { u64::from(le16(d, BG_FREE_BLOCKS_HI)) << 16 } else { 0 };
         let table_blocks = (l.inodes_per_group * l.inode_size).div_ceil(bs);
         let own: Vec<u64> = [group.block_bitmap, group.inode_bitmap]
             .into_iter()
@@ -704,10 +727,10 @@ impl Volume {
         }
         let crc = crc32c::raw_update(l.csum_seed, &bitmap[..(bits / 8) as usize]);
         self.edit_descriptor(group, |d| {
-            put16(d, 0x12, le16(d, 0x12) & !0x2);
-            put16(d, 0x18, crc as u16);
+            put16(d, BG_FLAGS, le16(d, BG_FLAGS) & !0x2);
+            put16(d, BG_BLOCK_BITMAP_CSUM_LO, crc as u16);
             if wide {
-                put16(d, 0x38, (crc >> 16) as u16);
+                put16(d, BG_BLOCK_BITMAP_CSUM_HI, (crc >> 16) as u16);
             }
         })
     }
@@ -743,7 +766,12 @@ impl Volume {
         let old = &inode.raw;
         let mut new = old.clone();
         edit(&mut new);
-        assert_eq!(new[0x64..0x68], old[0x64..0x68], "inode {}: i_generation seeds its checksum", inode.ino);
+        assert_eq!(
+            new[I_GENERATION..I_GENERATION + 4],
+            old[I_GENERATION..I_GENERATION + 4],
+            "inode {}: i_generation seeds its checksum",
+            inode.ino
+        );
         // The checksum fields are outside what the checksum covers: kept
         // equal on both sides, the splice sees only the edit.
         new[LO..LO + 2].copy_from_slice(&old[LO..LO + 2]);
@@ -766,7 +794,7 @@ impl Volume {
         }
         let at = self.inode_offset(inode.ino)?;
         self.store(at, &new)?;
-        let (mode, flags) = (le16(&new, 0x00), le32(&new, 0x20));
+        let (mode, flags) = (le16(&new, I_MODE), le32(&new, I_FLAGS));
         self.synchronous |= is_synchronous(mode, flags | self.mount_sync_flags);
         self.written_inode(inode.ino, new, inode.csum_seed)
     }
@@ -795,27 +823,27 @@ impl Volume {
         let mut raw = vec![0u8; size];
         let t = now();
         let (sec, extra) = encode_time(t);
-        put16(&mut raw, 0x00, new.mode);
-        put16(&mut raw, 0x02, new.uid as u16);
-        put16(&mut raw, 0x78, (new.uid >> 16) as u16);
-        put16(&mut raw, 0x18, new.gid as u16);
-        put16(&mut raw, 0x7A, (new.gid >> 16) as u16);
+        put16(&mut raw, I_MODE, new.mode);
+        put16(&mut raw, I_UID, new.uid as u16);
+        put16(&mut raw, I_UID_HIGH, (new.uid >> 16) as u16);
+        put16(&mut raw, I_GID, new.gid as u16);
+        put16(&mut raw, I_GID_HIGH, (new.gid >> 16) as u16);
         for at in [0x08, 0x0C, 0x10, 0x90] {
             put32(&mut raw, at, sec);
         }
         for at in [0x84, 0x88, 0x8C, 0x94] {
             put32(&mut raw, at, extra);
         }
-        put16(&mut raw, 0x1A, links);
-        put32(&mut raw, 0x20, flags);
+        put16(&mut raw, I_LINKS_COUNT, links);
+        put32(&mut raw, I_FLAGS, flags);
         if flags & FLAG_EXTENTS != 0 {
             // An empty extent root: magic, 0 entries, room for 4, depth 0.
-            put16(&mut raw, 0x28, 0xF30A);
-            put16(&mut raw, 0x2C, 4);
+            put16(&mut raw, I_BLOCK, 0xF30A);
+            put16(&mut raw, I_BLOCK + 4, 4);
         }
         let generation = (t.nsec ^ ino.rotate_left(13)).wrapping_mul(0x9E37_79B9);
-        put32(&mut raw, 0x64, generation);
-        put16(&mut raw, 0x80, 32); // i_extra_isize
+        put32(&mut raw, I_GENERATION, generation);
+        put16(&mut raw, I_EXTRA_ISIZE, 32); // i_extra_isize
         let seed = csumkit::ext4::checksum::inode_seed(self.layout.csum_seed, ino, &raw);
         let crc = crc32c::raw_update(seed, &raw);
         put16(&mut raw, csumkit::ext4::checksum::INODE_CSUM_LO, crc as u16);
@@ -860,8 +888,8 @@ impl Volume {
         };
         let sectors = inode.blocks + blocks * self.layout.block_size / 512;
         self.edit_inode(&inode, |r| {
-            put32(r, 0x1C, sectors as u32);
-            put16(r, 0x74, (sectors >> 32) as u16);
+            put32(r, I_BLOCKS_LO, sectors as u32);
+            put16(r, I_BLOCKS_HIGH, (sectors >> 32) as u16);
         })
     }
 
@@ -920,8 +948,8 @@ impl Volume {
         }
         self.zero_past_end(&inode, end)?;
         self.edit_inode(&inode, |r| {
-            put32(r, 0x04, end as u32);
-            put32(r, 0x6C, (end >> 32) as u32);
+            put32(r, I_SIZE_LO, end as u32);
+            put32(r, I_SIZE_HIGH, (end >> 32) as u32);
         })
     }
 
@@ -1053,8 +1081,8 @@ impl Volume {
     pub(crate) fn set_size_now(&mut self, inode: &Inode, size: u64) -> Result<Inode, Error> {
         let (sec, extra) = encode_time(now());
         self.edit_inode(inode, |r| {
-            put32(r, 0x04, size as u32);
-            put32(r, 0x6C, (size >> 32) as u32);
+            put32(r, I_SIZE_LO, size as u32);
+            put32(r, I_SIZE_HIGH, (size >> 32) as u32);
             put_time(r, 0x10, 0x88, (sec, extra));
             put_time(r, 0x0C, 0x84, (sec, extra));
         })
@@ -1065,7 +1093,7 @@ impl Volume {
         let (sec, extra) = encode_time(now());
         let links = (i32::from(dir.links) + link_delta) as u16;
         self.edit_inode(&dir, |r| {
-            put16(r, 0x1A, links);
+            put16(r, I_LINKS_COUNT, links);
             put_time(r, 0x10, 0x88, (sec, extra));
             put_time(r, 0x0C, 0x84, (sec, extra));
         })?;
@@ -1139,7 +1167,7 @@ impl Volume {
         let block = new_dir_block(bs, inode.csum_seed, &[(ino, 2, b"."), (dir, 2, b"..")]);
         let physical = self.runs(&inode)?[0].physical;
         self.store_unread(physical * bs as u64, &block)?;
-        let inode = self.edit_inode(&inode, |r| put32(r, 0x04, bs as u32))?;
+        let inode = self.edit_inode(&inode, |r| put32(r, I_SIZE_LO, bs as u32))?;
         if let Err(e) = self.add_entry(&parent, name, ino, 2) {
             self.release(inode)?;
             return Err(e);

@@ -4,6 +4,7 @@
 //! clean-unmount state a writer needs.
 
 use crate::error::Error;
+use csumkit::ext4::fields::S_STATE;
 use csumkit::ext4::{Features, Layout};
 
 /// Incompat feature bit csumfs sets on disk while its log holds changes
@@ -42,7 +43,7 @@ pub(crate) fn refuse_for_writing(layout: &Layout, image: &[u8]) -> Result<(), Er
         return Err(Error::Unsupported { feature, remedy });
     }
     // s_state's EXT2_ERROR_FS (0x2, in its low byte).
-    if image[1024 + 0x3A] & 0x2 != 0 {
+    if image[1024 + S_STATE] & 0x2 != 0 {
         return Err(Error::Unsupported { feature: "errors", remedy: "the kernel recorded errors: run e2fsck first" });
     }
     if !cleanly_unmounted(image) {
@@ -65,7 +66,7 @@ pub(crate) fn refuse_for_writing(layout: &Layout, image: &[u8]) -> Result<(), Er
 /// the kernel's mount — each overwriting the other's metadata — or over
 /// what a crashed kernel left unchecked.
 pub fn cleanly_unmounted(image: &[u8]) -> bool {
-    image.len() >= 2048 && image[1024 + 0x3A] & 0x1 != 0
+    image.len() >= 2048 && image[1024 + S_STATE] & 0x1 != 0
 }
 
 /// (feature bit, name, remedy) of the incompat features this code refuses.

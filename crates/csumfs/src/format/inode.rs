@@ -3,6 +3,7 @@
 //! and nanoseconds (`ext4_encode_extra_time`).
 
 use crate::format::le::{le16, put32};
+use csumkit::ext4::fields::I_EXTRA_ISIZE;
 
 /// Seconds and nanoseconds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -22,7 +23,7 @@ pub(crate) fn extra_fields_end(raw: &[u8]) -> usize {
     if raw.len() <= 128 {
         return 128;
     }
-    match usize::from(le16(raw, 0x80)) {
+    match usize::from(le16(raw, I_EXTRA_ISIZE)) {
         0 => 160, // 128 + the 32 bytes of today's fields
         n => 128 + n,
     }

@@ -13,6 +13,10 @@ use crate::inode::immutable::{self, FLAG_IMMUTABLE};
 use crate::inode::table::NewInode;
 use crate::inode::table::{Inode, FLAG_EXTENTS};
 use crate::volume::Volume;
+use csumkit::ext4::fields::{
+    I_ATIME, I_ATIME_EXTRA, I_BLOCK, I_CTIME, I_CTIME_EXTRA, I_FLAGS, I_GID, I_GID_HIGH, I_MODE, I_MTIME,
+    I_MTIME_EXTRA, I_UID, I_UID_HIGH,
+};
 use csumkit::ext4::format::FLAG_JOURNAL_DATA;
 
 /// What [`Volume::set_attr`] changes; `None` leaves a field as it is.
@@ -63,17 +67,21 @@ impl Volume {
         let inode = self.edit_inode(&inode, |r| {
             if let Some(mode) = attr.mode {
                 let kept = u16::from_le_bytes([r[0], r[1]]) & 0o170_000;
-                put16(r, 0x00, kept | mode & 0o7777);
+                put16(r, I_MODE, kept | mode & 0o7777);
             }
             if let Some(uid) = attr.uid {
-                put16(r, 0x02, uid as u16);
-                put16(r, 0x78, (uid >> 16) as u16);
+                put16(r, I_UID, uid as u16);
+                put16(r, I_UID_HIGH, (uid >> 16) as u16);
             }
             if let Some(gid) = attr.gid {
-                put16(r, 0x18, gid as u16);
-                put16(r, 0x7A, (gid >> 16) as u16);
+                put16(r, I_GID, gid as u16);
+                put16(r, I_GID_HIGH, (gid >> 16) as u16);
             }
-            for (value, base, extra) in [(atime, 0x08, 0x8C), (mtime, 0x10, 0x88), (Some(ctime), 0x0C, 0x84)] {
+            for (value, base, extra) in [
+                (atime, I_ATIME, I_ATIME_EXTRA),
+                (mtime, I_MTIME, I_MTIME_EXTRA),
+                (Some(ctime), I_CTIME, I_CTIME_EXTRA),
+            ] {
                 if let Some((sec, e)) = value {
                     put_time(r, base, extra, (sec, e));
                 }
@@ -91,7 +99,7 @@ impl Volume {
         let (sec, e) = encode_time(now());
         self.edit_inode(inode, |r| {
             let kept = u16::from_le_bytes([r[0], r[1]]) & 0o170_000;
-            put16(r, 0x00, kept | mode & 0o7777);
+            put16(r, I_MODE, kept | mode & 0o7777);
             put_time(r, 0x0C, 0x84, (sec, e));
         })
     }
@@ -164,7 +172,7 @@ impl Volume {
         let new = inode.flags & !settable | flags & settable;
         let (sec, extra) = encode_time(now());
         self.edit_inode(&inode, |r| {
-            put32(r, 0x20, new);
+            put32(r, I_FLAGS, new);
             put_time(r, 0x0C, 0x84, (sec, extra));
         })
     }
@@ -214,8 +222,8 @@ impl Volume {
             (0, (minor & 0xFF) | major << 8 | (minor & !0xFF) << 12)
         };
         self.edit_inode(&inode, |r| {
-            put32(r, 0x28, old);
-            put32(r, 0x2C, new_form);
+            put32(r, I_BLOCK, old);
+            put32(r, I_BLOCK + 4, new_form);
         })
     }
 

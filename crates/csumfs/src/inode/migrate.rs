@@ -12,6 +12,7 @@ use crate::error::Error;
 use crate::format::le::{le32, put16, put32};
 use crate::inode::table::{Inode, FLAG_EXTENTS, FLAG_INLINE_DATA};
 use crate::volume::Volume;
+use csumkit::ext4::fields::{I_BLOCK, I_BLOCKS_HIGH, I_BLOCKS_LO, I_FLAGS};
 
 impl Volume {
     /// Inode `ino` extent-mapped: inline content moved to a block, a block
@@ -34,10 +35,10 @@ impl Volume {
         let indirect = self.tree_blocks(&inode)?;
         let before = inode.raw.clone();
         let converted = self.edit_inode(&inode, |r| {
-            put32(r, 0x20, le32(r, 0x20) | FLAG_EXTENTS);
-            r[0x28..0x28 + 60].fill(0);
-            put16(r, 0x28, 0xF30A); // an empty extent root: magic, 0 entries,
-            put16(r, 0x2C, 4); // room for 4, depth 0
+            put32(r, I_FLAGS, le32(r, I_FLAGS) | FLAG_EXTENTS);
+            r[I_BLOCK..I_BLOCK + 60].fill(0);
+            put16(r, I_BLOCK, 0xF30A); // an empty extent root: magic, 0 entries,
+            put16(r, I_BLOCK + 4, 4); // room for 4, depth 0
         })?;
         let end = runs.last().map_or(0, |r| r.logical + r.len);
         let inode = match self.remap(&converted, 0, end, &runs) {
@@ -54,8 +55,8 @@ impl Volume {
         }
         let sectors = inode.blocks - indirect.len() as u64 * bs / 512;
         self.edit_inode(&inode, |r| {
-            put32(r, 0x1C, sectors as u32);
-            put16(r, 0x74, (sectors >> 32) as u16);
+            put32(r, I_BLOCKS_LO, sectors as u32);
+            put16(r, I_BLOCKS_HIGH, (sectors >> 32) as u16);
         })
     }
 
@@ -91,7 +92,7 @@ impl Volume {
         // The tree read as any read reads it first: a damaged one is an
         // error here, not a block map.
         self.runs(&inode)?;
-        let root = &inode.raw[0x28..0x28 + 60];
+        let root = &inode.raw[I_BLOCK..I_BLOCK + 60];
         let (entries, depth) = (u16::from_le_bytes([root[2], root[3]]), u16::from_le_bytes([root[6], root[7]]));
         if depth != 0 || entries > 1 {
             return Err(refused("a block map for a file of more than one extent"));
@@ -112,9 +113,9 @@ impl Volume {
             }
         }
         self.edit_inode(&inode, |r| {
-            put32(r, 0x20, le32(r, 0x20) & !FLAG_EXTENTS);
+            put32(r, I_FLAGS, le32(r, I_FLAGS) & !FLAG_EXTENTS);
             for (k, block) in map.iter().enumerate() {
-                put32(r, 0x28 + 4 * k, *block);
+                put32(r, I_BLOCK + 4 * k, *block);
             }
         })
     }

@@ -6,6 +6,11 @@ use crate::format::inode::{extra_fields_end, Timespec};
 use crate::format::le::{le16, le32};
 use crate::volume::Volume;
 use csumkit::ext4::checksum;
+use csumkit::ext4::fields::{
+    I_ATIME, I_ATIME_EXTRA, I_BLOCK, I_BLOCKS_HIGH, I_BLOCKS_LO, I_CRTIME, I_CRTIME_EXTRA, I_CTIME, I_CTIME_EXTRA,
+    I_EXTRA_ISIZE, I_FILE_ACL_HIGH, I_FILE_ACL_LO, I_FLAGS, I_GENERATION, I_GID, I_GID_HIGH, I_LINKS_COUNT, I_MODE,
+    I_MTIME, I_MTIME_EXTRA, I_SIZE_HIGH, I_SIZE_LO, I_UID, I_UID_HIGH,
+};
 
 /// `i_flags` bits this code looks at.
 pub(crate) use csumkit::ext4::format::{FLAG_EA_INODE, FLAG_EXTENTS, FLAG_INDEX, FLAG_INLINE_DATA};
@@ -98,7 +103,7 @@ impl Inode {
     /// xattrs begin.
     pub(crate) fn extra_isize(&self) -> usize {
         if self.raw.len() > 128 {
-            usize::from(le16(&self.raw, 0x80))
+            usize::from(le16(&self.raw, I_EXTRA_ISIZE))
         } else {
             0
         }
@@ -137,7 +142,7 @@ impl Volume {
         let l = &self.layout;
         let raw = &bytes[..];
         let hi = |lo: usize, hi: usize| u32::from(le16(raw, lo)) | u32::from(le16(raw, hi)) << 16;
-        let extra = if raw.len() > 128 { usize::from(le16(raw, 0x80)) } else { 0 };
+        let extra = if raw.len() > 128 { usize::from(le16(raw, I_EXTRA_ISIZE)) } else { 0 };
         if raw.len() > 128 && extra > raw.len() - 128 {
             return Err(corrupt(format!("inode {ino}"), format!("i_extra_isize {extra} overruns the inode")));
         }
@@ -151,15 +156,15 @@ impl Volume {
                 Timespec { sec, nsec: 0 }
             }
         };
-        let crtime = if fields_end >= 0x90 + 4 { time(0x90, 0x94) } else { Timespec::default() };
+        let crtime = if fields_end >= I_CRTIME + 4 { time(I_CRTIME, I_CRTIME_EXTRA) } else { Timespec::default() };
         let mut i_block = [0u8; 60];
-        i_block.copy_from_slice(&raw[0x28..0x28 + 60]);
+        i_block.copy_from_slice(&raw[I_BLOCK..I_BLOCK + 60]);
         let wide_acl = l.features.incompat & csumkit::ext4::Features::INCOMPAT_64BIT != 0;
-        let mode = le16(raw, 0);
+        let mode = le16(raw, I_MODE);
         let is_dev = matches!(mode & 0o170_000, 0o020_000 | 0o060_000);
         let rdev = if is_dev {
-            match le32(raw, 0x28) {
-                0 => le32(raw, 0x2C), // new encoding in i_block[1]
+            match le32(raw, I_BLOCK) {
+                0 => le32(raw, I_BLOCK + 4), // new encoding in i_block[1]
                 old => old,
             }
         } else {
@@ -168,18 +173,19 @@ impl Volume {
         let inode = Inode {
             ino,
             mode,
-            uid: hi(0x02, 0x78),
-            gid: hi(0x18, 0x7A),
-            size: u64::from(le32(raw, 0x04)) | u64::from(le32(raw, 0x6C)) << 32,
-            links: le16(raw, 0x1A),
-            flags: le32(raw, 0x20),
-            atime: time(0x08, 0x8C),
-            ctime: time(0x0C, 0x84),
-            mtime: time(0x10, 0x88),
+            uid: hi(I_UID, I_UID_HIGH),
+            gid: hi(I_GID, I_GID_HIGH),
+            size: u64::from(le32(raw, I_SIZE_LO)) | u64::from(le32(raw, I_SIZE_HIGH)) << 32,
+            links: le16(raw, I_LINKS_COUNT),
+            flags: le32(raw, I_FLAGS),
+            atime: time(I_ATIME, I_ATIME_EXTRA),
+            ctime: time(I_CTIME, I_CTIME_EXTRA),
+            mtime: time(I_MTIME, I_MTIME_EXTRA),
             crtime,
-            generation: le32(raw, 0x64),
-            file_acl: u64::from(le32(raw, 0x68)) | if wide_acl { u64::from(le16(raw, 0x76)) << 32 } else { 0 },
-            blocks: u64::from(le32(raw, 0x1C)) | u64::from(le16(raw, 0x74)) << 32,
+            generation: le32(raw, I_GENERATION),
+            file_acl: u64::from(le32(raw, I_FILE_ACL_LO))
+                | if wide_acl { u64::from(le16(raw, I_FILE_ACL_HIGH)) << 32 } else { 0 },
+            blocks: u64::from(le32(raw, I_BLOCKS_LO)) | u64::from(le16(raw, I_BLOCKS_HIGH)) << 32,
             rdev,
             i_block,
             raw: bytes,

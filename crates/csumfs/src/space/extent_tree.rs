@@ -26,6 +26,7 @@ use crate::space::map::Run;
 use crate::splice::changes;
 use crate::volume::Volume;
 use csumkit::crc32c;
+use csumkit::ext4::fields::{I_BLOCKS_HIGH, I_BLOCKS_LO};
 
 const MAGIC: u16 = 0xF30A;
 /// Entries of the root node in `i_block`.
@@ -235,8 +236,8 @@ impl Volume {
         let sectors = (inode.blocks + new_blocks * bs as u64 / 512).saturating_sub(old_blocks * bs as u64 / 512);
         let inode = self.edit_inode(inode, |r| {
             r[0x28..0x28 + 60].copy_from_slice(&root);
-            put32(r, 0x1C, sectors as u32);
-            put16(r, 0x74, (sectors >> 32) as u16);
+            put32(r, I_BLOCKS_LO, sectors as u32);
+            put16(r, I_BLOCKS_HIGH, (sectors >> 32) as u16);
         })?;
         for (d, nodes) in tree.nodes.iter().enumerate() {
             for &old in nodes.iter().skip(sizes.get(d).copied().unwrap_or(0)) {

@@ -13,6 +13,7 @@ use crate::inode::table::{Inode, FLAG_EXTENTS};
 use crate::space::map::Run;
 use crate::volume::Caller;
 use crate::volume::Volume;
+use csumkit::ext4::fields::{I_BLOCKS_HIGH, I_BLOCKS_LO};
 
 impl Volume {
     /// Sets the size of regular file `ino`: blocks past the new end are
@@ -270,8 +271,8 @@ impl Volume {
         }
         let sectors = inode.blocks.saturating_sub(freed * bs / 512);
         self.edit_inode(&inode, |r| {
-            put32(r, 0x1C, sectors as u32);
-            put16(r, 0x74, (sectors >> 32) as u16);
+            put32(r, I_BLOCKS_LO, sectors as u32);
+            put16(r, I_BLOCKS_HIGH, (sectors >> 32) as u16);
         })
     }
 

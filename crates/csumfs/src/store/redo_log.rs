@@ -48,6 +48,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 pub(crate) mod resize;
+use csumkit::ext4::fields::{S_CHECKSUM, S_FEATURE_INCOMPAT};
 use resize::LogResize;
 
 const ENTRY_HEADER: usize = 12;
@@ -514,11 +515,11 @@ pub(crate) fn write_committed(
 /// The superblock (1024 bytes) with `incompat` and its checksum set.
 pub(crate) fn superblock_with(sb: &[u8], pending: bool) -> Vec<u8> {
     let mut sb = sb[..1024].to_vec();
-    let incompat = le32(&sb, 0x60);
+    let incompat = le32(&sb, S_FEATURE_INCOMPAT);
     let incompat = if pending { incompat | LOG_PENDING } else { incompat & !LOG_PENDING };
-    sb[0x60..0x64].copy_from_slice(&incompat.to_le_bytes());
-    let crc = csumkit::crc32c::raw_update(!0, &sb[..0x3FC]);
-    sb[0x3FC..].copy_from_slice(&crc.to_le_bytes());
+    sb[S_FEATURE_INCOMPAT..S_FEATURE_INCOMPAT + 4].copy_from_slice(&incompat.to_le_bytes());
+    let crc = csumkit::crc32c::raw_update(!0, &sb[..S_CHECKSUM]);
+    sb[S_CHECKSUM..].copy_from_slice(&crc.to_le_bytes());
     sb
 }
 
@@ -537,8 +538,8 @@ pub fn log_pending(image: &[u8]) -> bool {
         return false;
     }
     let sb = &image[1024..2048];
-    let torn_mark = || le32(sb, 0x3FC) == le32(&superblock_with(sb, true), 0x3FC);
-    le32(sb, 0x60) & LOG_PENDING != 0 || torn_mark()
+    let torn_mark = || le32(sb, S_CHECKSUM) == le32(&superblock_with(sb, true), S_CHECKSUM);
+    le32(sb, S_FEATURE_INCOMPAT) & LOG_PENDING != 0 || torn_mark()
 }
 
 /// Clears [`LOG_PENDING`] in the superblock of `image` (the private copy a
@@ -700,6 +701,7 @@ mod tests {
     use super::*;
     use crate::store::medium::{AnyMedium, Nowhere, SyncHandle};
     use csumkit::bytelog::ByteLog;
+    use csumkit::ext4::fields::S_FREE_BLOCKS_LO;
 
     #[test]
     fn ranges_merge_when_they_touch() {
@@ -993,13 +995,13 @@ mod tests {
         let seen = writes.lock().unwrap();
         assert_eq!(seen.len(), 1, "one write: the mark");
         let (at, mark) = &seen[0];
-        assert_eq!((*at, le32(mark, 0x0C)), (1024, 500), "the mark carries the file's free count");
-        assert_eq!(le32(mark, 0x60) & LOG_PENDING, LOG_PENDING);
+        assert_eq!((*at, le32(mark, S_FREE_BLOCKS_LO)), (1024, 500), "the mark carries the file's free count");
+        assert_eq!(le32(mark, S_FEATURE_INCOMPAT) & LOG_PENDING, LOG_PENDING);
         // After a checkpoint the file holds the committed superblock, still
         // marked: the next commit needs no mark (one write and sync fewer).
         drop(seen);
         redo.checkpoint(&image, &mut None, false, false, &Stats::default()).unwrap();
-        assert_eq!(le32(&redo.image_superblock, 0x0C), 480);
+        assert_eq!(le32(&redo.image_superblock, S_FREE_BLOCKS_LO), 480);
         let written = |writes: &Writes| writes.lock().unwrap().iter().filter(|(at, _)| *at == 1024).count();
         let superblocks = written(&writes);
         redo.note(4096, 8);
@@ -1042,10 +1044,10 @@ mod tests {
         let marked = superblock_with(&image[1024..2048], true);
         image[1024..2048].copy_from_slice(&marked);
         assert!(log_pending(&image));
-        assert_eq!(le32(&image, 1024 + 0x3FC), csumkit::crc32c::raw_update(!0, &image[1024..1024 + 0x3FC]));
+        assert_eq!(le32(&image, 1024 + S_CHECKSUM), csumkit::crc32c::raw_update(!0, &image[1024..1024 + 0x3FC]));
         clear_pending_bit(&mut image);
         assert!(!log_pending(&image));
-        assert_eq!(le32(&image, 1024 + 0x60), 0x2C2);
-        assert_eq!(le32(&image, 1024 + 0x3FC), csumkit::crc32c::raw_update(!0, &image[1024..1024 + 0x3FC]));
+        assert_eq!(le32(&image, 1024 + S_FEATURE_INCOMPAT), 0x2C2);
+        assert_eq!(le32(&image, 1024 + S_CHECKSUM), csumkit::crc32c::raw_update(!0, &image[1024..1024 + 0x3FC]));
     }
 }

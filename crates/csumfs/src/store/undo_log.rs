@@ -37,6 +37,7 @@
 use crate::error::Error;
 use crate::format::features::UNDO_PENDING;
 use crate::format::le::le32;
+use csumkit::ext4::fields::S_FEATURE_INCOMPAT;
 use std::fs::File;
 use std::path::Path;
 use std::sync::atomic::{compiler_fence, Ordering};
@@ -194,7 +195,7 @@ impl UndoLog {
 
 /// Whether the superblock of `image` carries [`UNDO_PENDING`].
 pub fn undo_pending(image: &[u8]) -> bool {
-    image.len() >= 2048 && le32(image, 1024 + 0x60) & UNDO_PENDING != 0
+    image.len() >= 2048 && le32(image, 1024 + S_FEATURE_INCOMPAT) & UNDO_PENDING != 0
 }
 
 /// `image` as a writable open makes it: the records the undo log `log`

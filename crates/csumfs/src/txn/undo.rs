@@ -11,6 +11,7 @@ use crate::format::le::le32;
 use crate::store::undo_log::undo_pending;
 use crate::store::undo_log::{Record, UndoLog};
 use crate::volume::Volume;
+use csumkit::ext4::fields::S_FEATURE_INCOMPAT;
 use std::path::Path;
 
 impl Volume {
@@ -59,7 +60,7 @@ impl Volume {
         if !file_log || self.undo_marked() == on {
             return Ok(false);
         }
-        let incompat = le32(&self.map, 1024 + 0x60) ^ UNDO_PENDING;
+        let incompat = le32(&self.map, 1024 + S_FEATURE_INCOMPAT) ^ UNDO_PENDING;
         self.patch("superblock", 1024, (0x3FC, 0x3FC, !0), &[(0x60, &incompat.to_le_bytes())])?;
         Ok(true)
     }

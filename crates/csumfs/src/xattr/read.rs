@@ -13,6 +13,7 @@ use crate::inode::table::Inode;
 use crate::stats::Stats;
 use crate::volume::Volume;
 use csumkit::crc32c;
+use csumkit::ext4::fields::XATTR_H_CHECKSUM;
 use csumkit::xattr_filter::{bit_of, Filter};
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
@@ -148,7 +149,7 @@ impl Volume {
             let crc = crc32c::raw_update(crc, &block[..0x10]);
             let crc = crc32c::raw_update(crc, &[0; 4]);
             let computed = crc32c::raw_update(crc, &block[0x14..]);
-            self.verify(&what, le32(block, 0x10), computed)?;
+            self.verify(&what, le32(block, XATTR_H_CHECKSUM), computed)?;
             self.parse_entries(inode, block, 32, block, &mut out, &what)?;
         }
         Ok(out)

@@ -20,6 +20,9 @@ use crate::volume::Volume;
 use crate::xattr::ea_inode;
 use crate::xattr::read::{split, Entry};
 use csumkit::crc32c;
+use csumkit::ext4::fields::{
+    I_BLOCKS_HIGH, I_BLOCKS_LO, I_FILE_ACL_HIGH, I_FILE_ACL_LO, XATTR_H_CHECKSUM, XATTR_H_HASH,
+};
 use csumkit::ext4::Features;
 use std::ffi::OsStr;
 
@@ -338,7 +341,7 @@ impl Volume {
                 }
                 h = (h << 16) ^ (h >> 16) ^ hash;
             }
-            put32(&mut block, 0x0C, h);
+            put32(&mut block, XATTR_H_HASH, h);
             if block_no == 0 {
                 let goal = self.inode_offset(inode.ino)? / bs as u64;
                 block_no = self.allocate_blocks(goal, 1)?.0;
@@ -360,12 +363,12 @@ impl Volume {
         self.filters.lock().expect("filter cache").remove(&inode.ino);
         self.edit_inode(inode, |r| {
             r[128 + extra..].copy_from_slice(&area);
-            put32(r, 0x68, block_no as u32);
+            put32(r, I_FILE_ACL_LO, block_no as u32);
             if wide {
-                put16(r, 0x76, (block_no >> 32) as u16);
+                put16(r, I_FILE_ACL_HIGH, (block_no >> 32) as u16);
             }
-            put32(r, 0x1C, sectors as u32);
-            put16(r, 0x74, (sectors >> 32) as u16);
+            put32(r, I_BLOCKS_LO, sectors as u32);
+            put16(r, I_BLOCKS_HIGH, (sectors >> 32) as u16);
             put_time(r, 0x0C, 0x84, (sec, e));
         })
     }
@@ -386,10 +389,10 @@ impl Volume {
         let crc = self.updated(
             "xattr block",
             old_m.len(),
-            || splice_all(le32(&old, 0x10), old_m.len(), &old_m, &new_m),
+            || splice_all(le32(&old, XATTR_H_CHECKSUM), old_m.len(), &old_m, &new_m),
             || crc32c::raw_update(seed, &new_m),
         );
-        put32(new, 0x10, crc);
+        put32(new, XATTR_H_CHECKSUM, crc);
         self.store(block_no * self.layout.block_size, new)
     }
 
@@ -400,6 +403,6 @@ impl Volume {
         let crc = crc32c::raw_update(crc, &block[..0x10]);
         let crc = crc32c::raw_update(crc, &[0; 4]);
         let crc = crc32c::raw_update(crc, &block[0x14..]);
-        put32(block, 0x10, crc);
+        put32(block, XATTR_H_CHECKSUM, crc);
     }
 }

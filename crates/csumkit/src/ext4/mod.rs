@@ -25,6 +25,7 @@
 mod check;
 mod checker;
 pub mod checksum;
+pub mod fields;
 pub mod format;
 pub mod hash;
 mod inode_rules;

@@ -1,0 +1,195 @@
+//! Byte offsets of the ext4 on-disk fields csumkit and csumfs read and
+//! write, named as `fs/ext4/ext4.h` and e2fsprogs' `ext2_fs.h` name them:
+//! one definition for the checker and csumfs. Each table is a byte map of
+//! its structure (offsets in hex, widths in the comments).
+
+// struct ext4_inode
+//
+//   0x00 i_mode u16          0x02 i_uid u16           0x04 i_size_lo u32
+//   0x08 i_atime u32         0x0C i_ctime u32         0x10 i_mtime u32
+//   0x14 i_dtime u32         0x18 i_gid u16           0x1A i_links_count u16
+//   0x1C i_blocks_lo u32     0x20 i_flags u32         0x24 l_i_version u32
+//   0x28 i_block[60]         0x64 i_generation u32    0x68 i_file_acl_lo u32
+//   0x6C i_size_high u32     0x70 i_obso_faddr u32    0x74 l_i_blocks_high u16
+//   0x76 l_i_file_acl_high u16  0x78 l_i_uid_high u16  0x7A l_i_gid_high u16
+//   0x7C l_i_checksum_lo u16 0x7E l_i_reserved u16    0x80 i_extra_isize u16
+//   0x82 i_checksum_hi u16   0x84 i_ctime_extra u32   0x88 i_mtime_extra u32
+//   0x8C i_atime_extra u32   0x90 i_crtime u32        0x94 i_crtime_extra u32
+//   0x98 i_version_hi u32    0x9C i_projid u32
+
+/// `i_mode` (u16).
+pub const I_MODE: usize = 0x00;
+/// `i_uid` (u16, low half).
+pub const I_UID: usize = 0x02;
+/// `i_size_lo` (u32).
+pub const I_SIZE_LO: usize = 0x04;
+/// `i_atime` (u32).
+pub const I_ATIME: usize = 0x08;
+/// `i_ctime` (u32).
+pub const I_CTIME: usize = 0x0C;
+/// `i_mtime` (u32).
+pub const I_MTIME: usize = 0x10;
+/// `i_dtime` (u32): the deletion time, or the next orphan's number.
+pub const I_DTIME: usize = 0x14;
+/// `i_gid` (u16, low half).
+pub const I_GID: usize = 0x18;
+/// `i_links_count` (u16).
+pub const I_LINKS_COUNT: usize = 0x1A;
+/// `i_blocks_lo` (u32).
+pub const I_BLOCKS_LO: usize = 0x1C;
+/// `i_flags` (u32).
+pub const I_FLAGS: usize = 0x20;
+/// `osd1.linux1.l_i_version` (u32).
+pub const I_VERSION: usize = 0x24;
+/// `i_block` (60 bytes: the extent root, block map, inline data or fast symlink).
+pub const I_BLOCK: usize = 0x28;
+/// `i_generation` (u32).
+pub const I_GENERATION: usize = 0x64;
+/// `i_file_acl_lo` (u32).
+pub const I_FILE_ACL_LO: usize = 0x68;
+/// `i_size_high` (u32).
+pub const I_SIZE_HIGH: usize = 0x6C;
+/// `osd2.linux2.l_i_blocks_high` (u16).
+pub const I_BLOCKS_HIGH: usize = 0x74;
+/// `osd2.linux2.l_i_file_acl_high` (u16).
+pub const I_FILE_ACL_HIGH: usize = 0x76;
+/// `osd2.linux2.l_i_uid_high` (u16).
+pub const I_UID_HIGH: usize = 0x78;
+/// `osd2.linux2.l_i_gid_high` (u16).
+pub const I_GID_HIGH: usize = 0x7A;
+/// `i_extra_isize` (u16).
+pub const I_EXTRA_ISIZE: usize = 0x80;
+/// `i_ctime_extra` (u32).
+pub const I_CTIME_EXTRA: usize = 0x84;
+/// `i_mtime_extra` (u32).
+pub const I_MTIME_EXTRA: usize = 0x88;
+/// `i_atime_extra` (u32).
+pub const I_ATIME_EXTRA: usize = 0x8C;
+/// `i_crtime` (u32).
+pub const I_CRTIME: usize = 0x90;
+/// `i_crtime_extra` (u32).
+pub const I_CRTIME_EXTRA: usize = 0x94;
+
+// struct ext4_group_desc (64 bytes with 64bit; the first 32 without)
+//
+//   0x00 bg_block_bitmap_lo u32   0x04 bg_inode_bitmap_lo u32
+//   0x08 bg_inode_table_lo u32    0x0C bg_free_blocks_count_lo u16
+//   0x0E bg_free_inodes_count_lo u16  0x10 bg_used_dirs_count_lo u16
+//   0x12 bg_flags u16             0x14 bg_exclude_bitmap_lo u32
+//   0x18 bg_block_bitmap_csum_lo u16  0x1A bg_inode_bitmap_csum_lo u16
+//   0x1C bg_itable_unused_lo u16  0x1E bg_checksum u16
+//   0x20 bg_block_bitmap_hi u32   0x24 bg_inode_bitmap_hi u32
+//   0x28 bg_inode_table_hi u32    0x2C bg_free_blocks_count_hi u16
+//   0x2E bg_free_inodes_count_hi u16  0x30 bg_used_dirs_count_hi u16
+//   0x32 bg_itable_unused_hi u16  0x34 bg_exclude_bitmap_hi u32
+//   0x38 bg_block_bitmap_csum_hi u16  0x3A bg_inode_bitmap_csum_hi u16
+
+/// `bg_free_blocks_count_lo` (u16).
+pub const BG_FREE_BLOCKS_LO: usize = 0x0C;
+/// `bg_free_inodes_count_lo` (u16).
+pub const BG_FREE_INODES_LO: usize = 0x0E;
+/// `bg_used_dirs_count_lo` (u16).
+pub const BG_USED_DIRS_LO: usize = 0x10;
+/// `bg_flags` (u16).
+pub const BG_FLAGS: usize = 0x12;
+/// `bg_block_bitmap_csum_lo` (u16).
+pub const BG_BLOCK_BITMAP_CSUM_LO: usize = 0x18;
+/// `bg_inode_bitmap_csum_lo` (u16).
+pub const BG_INODE_BITMAP_CSUM_LO: usize = 0x1A;
+/// `bg_itable_unused_lo` (u16).
+pub const BG_ITABLE_UNUSED_LO: usize = 0x1C;
+/// `bg_free_blocks_count_hi` (u16).
+pub const BG_FREE_BLOCKS_HI: usize = 0x2C;
+/// `bg_free_inodes_count_hi` (u16).
+pub const BG_FREE_INODES_HI: usize = 0x2E;
+/// `bg_used_dirs_count_hi` (u16).
+pub const BG_USED_DIRS_HI: usize = 0x30;
+/// `bg_itable_unused_hi` (u16).
+pub const BG_ITABLE_UNUSED_HI: usize = 0x32;
+/// `bg_block_bitmap_csum_hi` (u16).
+pub const BG_BLOCK_BITMAP_CSUM_HI: usize = 0x38;
+/// `bg_inode_bitmap_csum_hi` (u16).
+pub const BG_INODE_BITMAP_CSUM_HI: usize = 0x3A;
+
+// struct ext4_super_block (at byte 1024 of the image), the fields written here
+//
+//   0x0C s_free_blocks_count_lo u32   0x10 s_free_inodes_count u32
+//   0x3A s_state u16                  0x54 s_first_ino u32
+//   0x60 s_feature_incompat u32       0x158 s_free_blocks_count_hi u32
+//   0x3FC s_checksum u32
+
+/// `s_free_blocks_count_lo` (u32).
+pub const S_FREE_BLOCKS_LO: usize = 0x0C;
+/// `s_free_inodes_count` (u32).
+pub const S_FREE_INODES: usize = 0x10;
+/// `s_state` (u16): `EXT2_VALID_FS` 0x1, `EXT2_ERROR_FS` 0x2.
+pub const S_STATE: usize = 0x3A;
+/// `s_first_ino` (u32).
+pub const S_FIRST_INO: usize = 0x54;
+/// `s_feature_incompat` (u32).
+pub const S_FEATURE_INCOMPAT: usize = 0x60;
+/// `s_free_blocks_count_hi` (u32).
+pub const S_FREE_BLOCKS_HI: usize = 0x158;
+/// `s_checksum` (u32): CRC32C of the 1020 bytes before it.
+pub const S_CHECKSUM: usize = 0x3FC;
+
+// struct ext4_xattr_header (an xattr block's first 32 bytes)
+//
+//   0x00 h_magic u32   0x04 h_refcount u32   0x08 h_blocks u32
+//   0x0C h_hash u32    0x10 h_checksum u32   0x14 h_reserved[3]
+
+/// `h_refcount` (u32).
+pub const XATTR_H_REFCOUNT: usize = 0x04;
+/// `h_hash` (u32).
+pub const XATTR_H_HASH: usize = 0x0C;
+/// `h_checksum` (u32).
+pub const XATTR_H_CHECKSUM: usize = 0x10;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The offsets against the byte maps above: each field ends where the
+    /// next begins.
+    #[test]
+    fn fields_follow_one_another_as_the_structures_lay_them_out() {
+        let inode = [
+            (I_MODE, 2),
+            (I_UID, 2),
+            (I_SIZE_LO, 4),
+            (I_ATIME, 4),
+            (I_CTIME, 4),
+            (I_MTIME, 4),
+            (I_DTIME, 4),
+            (I_GID, 2),
+            (I_LINKS_COUNT, 2),
+            (I_BLOCKS_LO, 4),
+            (I_FLAGS, 4),
+            (I_VERSION, 4),
+            (I_BLOCK, 60),
+            (I_GENERATION, 4),
+            (I_FILE_ACL_LO, 4),
+            (I_SIZE_HIGH, 4),
+        ];
+        for pair in inode.windows(2) {
+            assert_eq!(pair[0].0 + pair[0].1, pair[1].0, "{:#x}", pair[1].0);
+        }
+        let osd2 = [(I_BLOCKS_HIGH, 2), (I_FILE_ACL_HIGH, 2), (I_UID_HIGH, 2), (I_GID_HIGH, 2)];
+        for pair in osd2.windows(2) {
+            assert_eq!(pair[0].0 + pair[0].1, pair[1].0);
+        }
+        let extra = [(I_CTIME_EXTRA, 4), (I_MTIME_EXTRA, 4), (I_ATIME_EXTRA, 4), (I_CRTIME, 4), (I_CRTIME_EXTRA, 4)];
+        for pair in extra.windows(2) {
+            assert_eq!(pair[0].0 + pair[0].1, pair[1].0);
+        }
+        assert_eq!(I_EXTRA_ISIZE + 4, I_CTIME_EXTRA, "i_extra_isize, then i_checksum_hi");
+        assert_eq!(BG_FREE_BLOCKS_LO + 2, BG_FREE_INODES_LO);
+        assert_eq!(BG_FREE_BLOCKS_HI + 2, BG_FREE_INODES_HI);
+        assert_eq!(BG_FREE_BLOCKS_LO + 0x20, BG_FREE_BLOCKS_HI, "each _hi half 32 bytes past its _lo");
+        assert_eq!(BG_USED_DIRS_LO + 0x20, BG_USED_DIRS_HI);
+        assert_eq!(BG_ITABLE_UNUSED_LO + 0x16, BG_ITABLE_UNUSED_HI);
+        assert_eq!(BG_BLOCK_BITMAP_CSUM_LO + 0x20, BG_BLOCK_BITMAP_CSUM_HI);
+        assert_eq!(BG_INODE_BITMAP_CSUM_LO + 0x20, BG_INODE_BITMAP_CSUM_HI);
+        assert_eq!(S_CHECKSUM + 4, 1024);
+    }
+}
