@@ -3,6 +3,10 @@
 
 use super::checker::Checker;
 use super::checksum::{self, INODE_CSUM_HI, INODE_CSUM_LO};
+use super::fields::{
+    I_BLOCKS_HIGH, I_BLOCKS_LO, I_FLAGS, I_LINKS_COUNT, S_CHECKSUM, S_FIRST_INO, S_FREE_BLOCKS_HI, S_FREE_BLOCKS_LO,
+    S_FREE_INODES, S_JOURNAL_INUM, S_ORPHAN_FILE_INUM,
+};
 use super::inode_rules::{self as rules, S_IFDIR, S_IFLNK, S_IFREG};
 use super::layout::{superblock_checksum, Features, Group, Layout, SUPER_OFFSET};
 use super::report::{Finding, Report, Unchecked};
@@ -80,11 +84,12 @@ pub fn check(image: &[u8]) -> Result<Report, Error> {
     let features = layout.features;
     let journal_inum = (features.compat & Features::COMPAT_HAS_JOURNAL != 0
         && features.incompat & Features::INCOMPAT_JOURNAL_DEV == 0)
-        .then(|| u64::from(le32(sb, 0xE0)))
+        .then(|| u64::from(le32(sb, S_JOURNAL_INUM)))
         .filter(|&i| i != 0);
-    let orphan_inum =
-        (features.compat & Features::COMPAT_ORPHAN_FILE != 0).then(|| u64::from(le32(sb, 0x280))).filter(|&i| i != 0);
-    let first_ino = match le32(sb, 0x54) {
+    let orphan_inum = (features.compat & Features::COMPAT_ORPHAN_FILE != 0)
+        .then(|| u64::from(le32(sb, S_ORPHAN_FILE_INUM)))
+        .filter(|&i| i != 0);
+    let first_ino = match le32(sb, S_FIRST_INO) {
         0 => 11, // revision 0
         n => u64::from(n),
     };
@@ -222,23 +227,23 @@ impl<'a> Checker<'a> {
         );
         let external = features.incompat & Features::INCOMPAT_JOURNAL_DEV == 0
             && features.compat & Features::COMPAT_HAS_JOURNAL != 0
-            && le32(sb, 0xE0) == 0;
+            && le32(sb, S_JOURNAL_INUM) == 0;
         note("external journal", u64::from(external), "the journal is on another device: check that device");
     }
 
     fn superblock(&mut self) {
         let sb = &self.image[SUPER_OFFSET as usize..SUPER_OFFSET as usize + 1024];
         let computed = superblock_checksum(sb);
-        let free_blocks =
-            u64::from(le32(sb, 0x0C)) | if self.layout.desc_size >= 64 { u64::from(le32(sb, 0x158)) << 32 } else { 0 };
-        let free_inodes = u64::from(le32(sb, 0x10));
+        let free_blocks = u64::from(le32(sb, S_FREE_BLOCKS_LO))
+            | if self.layout.desc_size >= 64 { u64::from(le32(sb, S_FREE_BLOCKS_HI)) << 32 } else { 0 };
+        let free_inodes = u64::from(le32(sb, S_FREE_INODES));
         let (blocks, inodes) = (self.layout.blocks_count, self.layout.inodes_count);
         let damage = (free_blocks > blocks || free_inodes > inodes)
             .then(|| format!("{free_blocks} free blocks of {blocks}, {free_inodes} free inodes of {inodes}"));
         if let Some(f) = self.finding(
             "superblock",
             "block 0".into(),
-            le32(sb, 0x3FC),
+            le32(sb, S_CHECKSUM),
             computed,
             vec![(SUPER_OFFSET + 0x3FC, computed.to_le_bytes().to_vec())],
         ) {
@@ -385,7 +390,7 @@ impl<'a> Checker<'a> {
         if let Some(f) = self.finding("inode", format!("inode {inum}"), stored, crc, fix) {
             f.inode = Some(inum);
         }
-        let (mode, flags) = (le16(raw, 0), le32(raw, 0x20));
+        let (mode, flags) = (le16(raw, 0), le32(raw, I_FLAGS));
         let file_type = rules::file_type(mode);
         // Inodes below s_first_ino but the root are the kernel's own.
         let reserved = inum < self.first_ino && inum != ROOT;
@@ -398,7 +403,7 @@ impl<'a> Checker<'a> {
         }
         if !reserved && !self.unnamed.contains(&inum) && flags & INODE_FLAG_EA_INODE == 0 {
             if let Some(t) = file_type {
-                self.tree.nodes.insert(inum, (le16(raw, 0x1A), t));
+                self.tree.nodes.insert(inum, (le16(raw, I_LINKS_COUNT), t));
             }
         }
 
@@ -516,7 +521,7 @@ impl<'a> Checker<'a> {
     fn judge_blocks(&mut self, inum: u64, raw: &[u8], xattr_clusters: u64, walk: Option<&ExtentWalk>) {
         let l = &self.layout;
         let (bs, features) = (l.block_size, l.features);
-        let (mode, flags) = (le16(raw, 0), le32(raw, 0x20));
+        let (mode, flags) = (le16(raw, 0), le32(raw, I_FLAGS));
         let file_type = rules::file_type(mode);
         let size = rules::size(raw);
         let empty = ExtentWalk::default();
@@ -525,7 +530,8 @@ impl<'a> Checker<'a> {
             return self.damage(inum, why.clone());
         }
         let huge = features.ro_compat & RO_COMPAT_HUGE_FILE != 0;
-        let stored = u64::from(le32(raw, 0x1C)) | if huge { u64::from(le16(raw, 0x74)) << 32 } else { 0 };
+        let stored =
+            u64::from(le32(raw, I_BLOCKS_LO)) | if huge { u64::from(le16(raw, I_BLOCKS_HIGH)) << 32 } else { 0 };
         // Bigalloc charges whole clusters: each one the leaves touch, each
         // tree block's and the xattrs'.
         let ratio = l.blocks_per_group / l.clusters_per_group;

@@ -5,6 +5,7 @@
 //! 16 bits kept) — the kernel's `ext4_inode_csum` and
 //! `ext4_group_desc_csum`.
 
+use super::fields::I_EXTRA_ISIZE;
 use crate::crc32c;
 use crate::le::le16;
 
@@ -32,7 +33,7 @@ pub fn inode_seed(fs_seed: u32, ino: u32, raw: &[u8]) -> u32 {
 /// Whether the inode has room for `i_checksum_hi`: a large inode whose
 /// `i_extra_isize` reaches past it. Without it the checksum is 16 bits.
 pub fn inode_has_csum_hi(raw: &[u8]) -> bool {
-    raw.len() > 128 && 128 + usize::from(le16(raw, 0x80)) >= INODE_CSUM_HI + 2
+    raw.len() > 128 && 128 + usize::from(le16(raw, I_EXTRA_ISIZE)) >= INODE_CSUM_HI + 2
 }
 
 /// (stored, computed) checksum of the inode `raw` (at least 128 bytes)

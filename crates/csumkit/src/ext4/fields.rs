@@ -111,12 +111,68 @@ pub const BG_BLOCK_BITMAP_CSUM_HI: usize = 0x38;
 /// `bg_inode_bitmap_csum_hi` (u16).
 pub const BG_INODE_BITMAP_CSUM_HI: usize = 0x3A;
 
-// struct ext4_super_block (at byte 1024 of the image), the fields written here
+// struct ext4_super_block (at byte 1024 of the image), the fields read here
 //
-//   0x0C s_free_blocks_count_lo u32   0x10 s_free_inodes_count u32
-//   0x3A s_state u16                  0x54 s_first_ino u32
-//   0x60 s_feature_incompat u32       0x158 s_free_blocks_count_hi u32
+//   0x00 s_inodes_count u32          0x04 s_blocks_count_lo u32
+//   0x0C s_free_blocks_count_lo u32  0x10 s_free_inodes_count u32
+//   0x14 s_first_data_block u32      0x18 s_log_block_size u32
+//   0x1C s_log_cluster_size u32      0x20 s_blocks_per_group u32
+//   0x24 s_clusters_per_group u32    0x28 s_inodes_per_group u32
+//   0x38 s_magic u16                 0x3A s_state u16
+//   0x54 s_first_ino u32             0x58 s_inode_size u16
+//   0x5C s_feature_compat u32        0x60 s_feature_incompat u32
+//   0x64 s_feature_ro_compat u32     0x68 s_uuid[16]
+//   0xCE s_reserved_gdt_blocks u16   0xE0 s_journal_inum u32
+//   0xFE s_desc_size u16             0x104 s_first_meta_bg u32
+//   0x150 s_blocks_count_hi u32      0x158 s_free_blocks_count_hi u32
+//   0x168 s_mmp_block u64            0x24C s_backup_bgs[2] u32
+//   0x270 s_checksum_seed u32        0x280 s_orphan_file_inum u32
 //   0x3FC s_checksum u32
+
+/// `s_inodes_count` (u32).
+pub const S_INODES_COUNT: usize = 0x00;
+/// `s_blocks_count_lo` (u32).
+pub const S_BLOCKS_COUNT_LO: usize = 0x04;
+/// `s_first_data_block` (u32).
+pub const S_FIRST_DATA_BLOCK: usize = 0x14;
+/// `s_log_block_size` (u32): the block size is 1024 << it.
+pub const S_LOG_BLOCK_SIZE: usize = 0x18;
+/// `s_log_cluster_size` (u32).
+pub const S_LOG_CLUSTER_SIZE: usize = 0x1C;
+/// `s_blocks_per_group` (u32).
+pub const S_BLOCKS_PER_GROUP: usize = 0x20;
+/// `s_clusters_per_group` (u32).
+pub const S_CLUSTERS_PER_GROUP: usize = 0x24;
+/// `s_inodes_per_group` (u32).
+pub const S_INODES_PER_GROUP: usize = 0x28;
+/// `s_magic` (u16): 0xEF53.
+pub const S_MAGIC: usize = 0x38;
+/// `s_inode_size` (u16).
+pub const S_INODE_SIZE: usize = 0x58;
+/// `s_feature_compat` (u32).
+pub const S_FEATURE_COMPAT: usize = 0x5C;
+/// `s_feature_ro_compat` (u32).
+pub const S_FEATURE_RO_COMPAT: usize = 0x64;
+/// `s_uuid` (16 bytes).
+pub const S_UUID: usize = 0x68;
+/// `s_reserved_gdt_blocks` (u16).
+pub const S_RESERVED_GDT_BLOCKS: usize = 0xCE;
+/// `s_journal_inum` (u32).
+pub const S_JOURNAL_INUM: usize = 0xE0;
+/// `s_desc_size` (u16).
+pub const S_DESC_SIZE: usize = 0xFE;
+/// `s_first_meta_bg` (u32).
+pub const S_FIRST_META_BG: usize = 0x104;
+/// `s_blocks_count_hi` (u32).
+pub const S_BLOCKS_COUNT_HI: usize = 0x150;
+/// `s_mmp_block` (u64).
+pub const S_MMP_BLOCK: usize = 0x168;
+/// `s_backup_bgs` (two u32).
+pub const S_BACKUP_BGS: usize = 0x24C;
+/// `s_checksum_seed` (u32).
+pub const S_CHECKSUM_SEED: usize = 0x270;
+/// `s_orphan_file_inum` (u32).
+pub const S_ORPHAN_FILE_INUM: usize = 0x280;
 
 /// `s_free_blocks_count_lo` (u32).
 pub const S_FREE_BLOCKS_LO: usize = 0x0C;

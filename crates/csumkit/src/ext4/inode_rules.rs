@@ -5,6 +5,9 @@
 //! checksum over an inode that breaks any of them is damage, not a
 //! checksum to rewrite. Each rule returns why, or `None`.
 
+use super::fields::{
+    I_BLOCKS_HIGH, I_DTIME, I_EXTRA_ISIZE, I_FILE_ACL_HIGH, I_FLAGS, I_LINKS_COUNT, I_SIZE_HIGH, I_SIZE_LO,
+};
 use super::layout::Features;
 use super::xattr_entries as xattr;
 use crate::le::{le16, le32};
@@ -53,15 +56,15 @@ pub(super) fn dirent_type(t: u16) -> u8 {
 
 /// `i_size` (lo and hi).
 pub(super) fn size(raw: &[u8]) -> u64 {
-    u64::from(le32(raw, 0x04)) | u64::from(le32(raw, 0x6C)) << 32
+    u64::from(le32(raw, I_SIZE_LO)) | u64::from(le32(raw, I_SIZE_HIGH)) << 32
 }
 
 /// The inode's own fields, as pass 1 judges them for an inode with links
 /// (`reserved`: below `s_first_ino`, whose rules are the kernel's own).
 pub(super) fn content(features: Features, inode_size: usize, raw: &[u8], reserved: bool) -> Option<String> {
     let mode = le16(raw, 0);
-    let flags = le32(raw, 0x20);
-    let links = le16(raw, 0x1A);
+    let flags = le32(raw, I_FLAGS);
+    let links = le16(raw, I_LINKS_COUNT);
     let has = |mask: u32, field: u32| field & mask != 0;
     if reserved {
         return None;
@@ -75,16 +78,16 @@ pub(super) fn content(features: Features, inode_size: usize, raw: &[u8], reserve
     if links == 0 {
         return Some("marked in use but has no links".into());
     }
-    if le32(raw, 0x14) != 0 {
+    if le32(raw, I_DTIME) != 0 {
         return Some(format!("in use with {links} links but has a deletion time"));
     }
     if le32(raw, 0x70) != 0 {
         return Some("i_faddr is set".into());
     }
-    if !has(Features::INCOMPAT_64BIT, features.incompat) && le16(raw, 0x76) != 0 {
+    if !has(Features::INCOMPAT_64BIT, features.incompat) && le16(raw, I_FILE_ACL_HIGH) != 0 {
         return Some("the high half of i_file_acl is set without the 64bit feature".into());
     }
-    if !has(RO_COMPAT_HUGE_FILE, features.ro_compat) && le16(raw, 0x74) != 0 {
+    if !has(RO_COMPAT_HUGE_FILE, features.ro_compat) && le16(raw, I_BLOCKS_HIGH) != 0 {
         return Some("the high half of i_blocks is set without the huge_file feature".into());
     }
     let feature_flags = [
@@ -114,7 +117,7 @@ pub(super) fn content(features: Features, inode_size: usize, raw: &[u8], reserve
     if has(FLAG_EA_INODE, flags) && t != S_IFREG {
         return Some("the ea_inode flag is set on a file that is not regular".into());
     }
-    if t == S_IFDIR && !has(Features::INCOMPAT_LARGEDIR, features.incompat) && le32(raw, 0x6C) != 0 {
+    if t == S_IFDIR && !has(Features::INCOMPAT_LARGEDIR, features.incompat) && le32(raw, I_SIZE_HIGH) != 0 {
         return Some("a directory with the high half of its size set, without the large_dir feature".into());
     }
     if matches!(t, S_IFCHR | S_IFBLK | S_IFIFO | S_IFSOCK) {
@@ -168,7 +171,7 @@ fn extra_space(inode_size: usize, raw: &[u8]) -> Option<String> {
     if inode_size <= 128 {
         return None;
     }
-    let extra = usize::from(le16(raw, 0x80));
+    let extra = usize::from(le16(raw, I_EXTRA_ISIZE));
     let max = inode_size - 128;
     if extra != 0 && (extra < 4 || extra > max || !extra.is_multiple_of(4)) {
         return Some(format!("i_extra_isize {extra} (an inode of {inode_size} bytes)"));

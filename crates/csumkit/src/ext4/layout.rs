@@ -19,6 +19,12 @@
 //! | 0x270 | `s_checksum_seed` |
 //! | 0x3FC | `s_checksum` = CRC32C(!0, bytes 0..0x3FC) |
 
+use super::fields::{
+    BG_FLAGS, S_BACKUP_BGS, S_BLOCKS_COUNT_HI, S_BLOCKS_COUNT_LO, S_BLOCKS_PER_GROUP, S_CHECKSUM_SEED,
+    S_CLUSTERS_PER_GROUP, S_DESC_SIZE, S_FEATURE_COMPAT, S_FEATURE_INCOMPAT, S_FEATURE_RO_COMPAT, S_FIRST_DATA_BLOCK,
+    S_FIRST_META_BG, S_INODES_COUNT, S_INODES_PER_GROUP, S_INODE_SIZE, S_LOG_BLOCK_SIZE, S_LOG_CLUSTER_SIZE, S_MAGIC,
+    S_RESERVED_GDT_BLOCKS, S_UUID,
+};
 use super::{bytes, corrupt};
 use crate::le::{le16, le32};
 use crate::{crc32c, Error};
@@ -171,16 +177,17 @@ impl Layout {
     /// geometry; [`Error::Invalid`] for an image without `metadata_csum`.
     pub fn parse(image: &[u8]) -> Result<Layout, Error> {
         let sb = bytes(image, SUPER_OFFSET, 1024, &|| "superblock".into())?;
-        if le16(sb, 0x38) != MAGIC {
+        if le16(sb, S_MAGIC) != MAGIC {
             // erofs keeps its magic where ext4's superblock starts.
             let detail = if le32(sb, 0) == crate::erofs::MAGIC {
                 "an erofs image, not ext4: use `csumkit erofs`".to_string()
             } else {
-                format!("not an ext4 image (superblock magic {:#06x}; ext2/3/4 have {MAGIC:#06x})", le16(sb, 0x38))
+                format!("not an ext4 image (superblock magic {:#06x}; ext2/3/4 have {MAGIC:#06x})", le16(sb, S_MAGIC))
             };
             return Err(Error::Invalid { what: "image", detail });
         }
-        let (incompat, ro_compat, compat) = (le32(sb, 0x60), le32(sb, 0x64), le32(sb, 0x5C));
+        let (incompat, ro_compat, compat) =
+            (le32(sb, S_FEATURE_INCOMPAT), le32(sb, S_FEATURE_RO_COMPAT), le32(sb, S_FEATURE_COMPAT));
         if ro_compat & RO_COMPAT_METADATA_CSUM == 0 {
             return Err(Error::Invalid {
                 what: "ext4 image",
@@ -193,7 +200,7 @@ impl Layout {
                 detail: format!("checksum type {} is not CRC32C", sb[0x175]),
             });
         }
-        let (log_block, log_cluster) = (le32(sb, 0x18), le32(sb, 0x1C));
+        let (log_block, log_cluster) = (le32(sb, S_LOG_BLOCK_SIZE), le32(sb, S_LOG_CLUSTER_SIZE));
         if log_block > 6 || log_cluster < log_block || log_cluster > log_block + 16 {
             return Err(corrupt(
                 "superblock",
@@ -201,13 +208,13 @@ impl Layout {
             ));
         }
         let block_size = 1024u64 << log_block;
-        let blocks_count = u64::from(le32(sb, 0x04))
-            | if incompat & INCOMPAT_64BIT != 0 { u64::from(le32(sb, 0x150)) << 32 } else { 0 };
-        let first_data_block = u64::from(le32(sb, 0x14));
-        let blocks_per_group = u64::from(le32(sb, 0x20));
-        let clusters_per_group = u64::from(le32(sb, 0x24));
-        let inodes_per_group = u64::from(le32(sb, 0x28));
-        let inode_size = u64::from(le16(sb, 0x58));
+        let blocks_count = u64::from(le32(sb, S_BLOCKS_COUNT_LO))
+            | if incompat & INCOMPAT_64BIT != 0 { u64::from(le32(sb, S_BLOCKS_COUNT_HI)) << 32 } else { 0 };
+        let first_data_block = u64::from(le32(sb, S_FIRST_DATA_BLOCK));
+        let blocks_per_group = u64::from(le32(sb, S_BLOCKS_PER_GROUP));
+        let clusters_per_group = u64::from(le32(sb, S_CLUSTERS_PER_GROUP));
+        let inodes_per_group = u64::from(le32(sb, S_INODES_PER_GROUP));
+        let inode_size = u64::from(le16(sb, S_INODE_SIZE));
         let bigalloc = ro_compat & RO_COMPAT_BIGALLOC != 0;
         let ratio = 1u64 << (log_cluster - log_block);
         let bits = block_size * 8;
@@ -247,7 +254,7 @@ impl Layout {
                 ),
             ));
         }
-        let desc_size = if incompat & INCOMPAT_64BIT != 0 { u64::from(le16(sb, 0xFE)) } else { 32 };
+        let desc_size = if incompat & INCOMPAT_64BIT != 0 { u64::from(le16(sb, S_DESC_SIZE)) } else { 32 };
         if !(32..=block_size).contains(&desc_size) || !desc_size.is_power_of_two() {
             return Err(corrupt("superblock", format!("descriptor size {desc_size}")));
         }
@@ -257,15 +264,18 @@ impl Layout {
         if groups.checked_mul(desc_size).is_none_or(|table| table > image.len() as u64) {
             return Err(corrupt("superblock", format!("{groups} groups' descriptors cannot fit in the image")));
         }
-        let inodes_count = u64::from(le32(sb, 0x00));
+        let inodes_count = u64::from(le32(sb, S_INODES_COUNT));
         if groups * inodes_per_group != inodes_count {
             return Err(corrupt(
                 "superblock",
                 format!("{inodes_count} inodes but {groups} groups of {inodes_per_group}"),
             ));
         }
-        let csum_seed =
-            if incompat & INCOMPAT_CSUM_SEED != 0 { le32(sb, 0x270) } else { crc32c::raw_update(!0, &sb[0x68..0x78]) };
+        let csum_seed = if incompat & INCOMPAT_CSUM_SEED != 0 {
+            le32(sb, S_CHECKSUM_SEED)
+        } else {
+            crc32c::raw_update(!0, &sb[S_UUID..S_UUID + 16])
+        };
         let mut layout = Layout {
             block_size,
             blocks_count,
@@ -282,11 +292,11 @@ impl Layout {
             features: Features { compat, incompat, ro_compat },
             backups: Backups::Every,
             first_meta_bg: None,
-            reserved_gdt_blocks: u64::from(le16(sb, 0xCE)),
+            reserved_gdt_blocks: u64::from(le16(sb, S_RESERVED_GDT_BLOCKS)),
         };
-        let meta_bg = (incompat & INCOMPAT_META_BG != 0).then(|| u64::from(le32(sb, 0x104)));
+        let meta_bg = (incompat & INCOMPAT_META_BG != 0).then(|| u64::from(le32(sb, S_FIRST_META_BG)));
         let backups = if compat & COMPAT_SPARSE_SUPER2 != 0 {
-            Backups::Listed([u64::from(le32(sb, 0x24C)), u64::from(le32(sb, 0x250))])
+            Backups::Listed([u64::from(le32(sb, S_BACKUP_BGS)), u64::from(le32(sb, S_BACKUP_BGS + 4))])
         } else if ro_compat & RO_COMPAT_SPARSE_SUPER != 0 {
             Backups::Sparse
         } else {
@@ -380,7 +390,7 @@ impl Layout {
             block_bitmap: addr(0x00, 0x20),
             inode_bitmap: addr(0x04, 0x24),
             inode_table: addr(0x08, 0x28),
-            flags: le16(d, 0x12),
+            flags: le16(d, BG_FLAGS),
         })
     }
 }

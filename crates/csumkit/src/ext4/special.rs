@@ -9,6 +9,7 @@
 //! | MMP block (`ext4_mmp_csum`) | le32 at 0x3FC | fs seed, bytes 0..0x3FC |
 
 use super::checker::Checker;
+use super::fields::{I_BLOCK, I_SIZE_HIGH, I_SIZE_LO, S_MMP_BLOCK};
 use super::layout::Features;
 use super::leaves::{physical, Leaf};
 use super::structure;
@@ -116,7 +117,7 @@ impl Checker<'_> {
             return Ok(());
         }
         let sb = &self.image[super::layout::SUPER_OFFSET as usize..][..1024];
-        let block = u64::from(le32(sb, 0x168)) | u64::from(le32(sb, 0x16C)) << 32;
+        let block = u64::from(le32(sb, S_MMP_BLOCK)) | u64::from(le32(sb, S_MMP_BLOCK + 4)) << 32;
         if structure::out_of_range(&self.layout, block, 1).is_some() {
             return Err(super::corrupt("MMP block", format!("s_mmp_block {block} is outside the filesystem")));
         }
@@ -144,7 +145,7 @@ impl Checker<'_> {
     /// the filesystem; otherwise every pointer, as e2fsck follows them.
     pub(super) fn block_map(&self, inum: u64, raw: &[u8], to_size: bool) -> Result<(Vec<Leaf>, Vec<u64>), Error> {
         let bs = self.layout.block_size;
-        let size = u64::from(le32(raw, 0x04)) | u64::from(le32(raw, 0x6C)) << 32;
+        let size = u64::from(le32(raw, I_SIZE_LO)) | u64::from(le32(raw, I_SIZE_HIGH)) << 32;
         let blocks = if to_size { size.div_ceil(bs) } else { u64::from(u32::MAX) };
         if blocks > u64::from(u32::MAX) || (to_size && blocks > self.layout.blocks_count) {
             return Err(super::corrupt(
@@ -152,7 +153,7 @@ impl Checker<'_> {
                 format!("size {size} is more blocks than the filesystem has"),
             ));
         }
-        let pointer = |i: usize| u64::from(le32(raw, 0x28 + 4 * i));
+        let pointer = |i: usize| u64::from(le32(raw, I_BLOCK + 4 * i));
         let (mut leaves, mut indirect) = (Vec::new(), Vec::new());
         for i in 0..12u64 {
             if i < blocks && pointer(i as usize) != 0 {

@@ -12,6 +12,7 @@
 //! 0x10..0x14 read as zero.
 
 use super::checker::Checker;
+use super::fields::{I_ATIME, I_FILE_ACL_HIGH, I_FILE_ACL_LO, I_GENERATION};
 use super::inode_rules::{self as rules, FLAG_EA_INODE};
 use super::layout::Features;
 use super::leaves::{physical, Leaf};
@@ -30,7 +31,7 @@ impl Checker<'_> {
     pub(super) fn xattr_charge(&mut self, inum: u64, raw: &[u8]) -> Result<u64, Error> {
         let block = self.xattr_block(inum, raw)?;
         let in_inode = in_inode(self.layout.inode_size as usize, raw)
-            .and_then(|list| self.ea_inode_charge(inum, le32(raw, 0x64), &list));
+            .and_then(|list| self.ea_inode_charge(inum, le32(raw, I_GENERATION), &list));
         match in_inode {
             Ok(clusters) => Ok(block + clusters),
             Err(why) => {
@@ -43,9 +44,10 @@ impl Checker<'_> {
     /// The inode's external xattr block (`i_file_acl`): checked the first
     /// time any inode names it; returns the clusters it charges.
     fn xattr_block(&mut self, inum: u64, raw: &[u8]) -> Result<u64, Error> {
-        let generation = le32(raw, 0x64);
-        let hi = if self.layout.features.incompat & Features::INCOMPAT_64BIT != 0 { le16(raw, 0x76) } else { 0 };
-        let block = u64::from(le32(raw, 0x68)) | u64::from(hi) << 32;
+        let generation = le32(raw, I_GENERATION);
+        let hi =
+            if self.layout.features.incompat & Features::INCOMPAT_64BIT != 0 { le16(raw, I_FILE_ACL_HIGH) } else { 0 };
+        let block = u64::from(le32(raw, I_FILE_ACL_LO)) | u64::from(hi) << 32;
         if block == 0 {
             return Ok(0);
         }
@@ -151,7 +153,7 @@ impl Checker<'_> {
             let len = (size - logical * bs).min(bs) as usize;
             crc = crc32c::raw_update(crc, &data[..len]);
         }
-        let stored = le32(raw, 0x08);
+        let stored = le32(raw, I_ATIME);
         if stored != crc {
             // The inode's checksum cannot be re-sealed over it either.
             let why = "its bytes do not match the hash in its inode (the kernel refuses to read it)".to_string();

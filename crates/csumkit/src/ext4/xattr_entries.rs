@@ -2,6 +2,7 @@
 //! area and of an xattr block (`struct ext4_xattr_entry`), their hashes
 //! (`ext4_xattr_hash_entry`), and the reference counts of shared blocks.
 
+use super::fields::I_EXTRA_ISIZE;
 use crate::le::{le16, le32};
 use std::collections::HashMap;
 
@@ -30,7 +31,7 @@ pub(super) fn in_inode(inode_size: usize, raw: &[u8]) -> Result<Vec<XattrEntry<'
     if inode_size <= 128 {
         return Ok(Vec::new());
     }
-    let header = 128 + usize::from(le16(raw, 0x80));
+    let header = 128 + usize::from(le16(raw, I_EXTRA_ISIZE));
     if header + 4 >= inode_size || le32(raw, header) != XATTR_MAGIC {
         return Ok(Vec::new());
     }
