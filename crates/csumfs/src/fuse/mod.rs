@@ -9,15 +9,22 @@
 //! (`default_permissions`, always on); attributes and entries are cached
 //! by the kernel for `Fs::ttl` — csumfs is the image's only writer.
 
+mod convert;
+mod creds;
+mod errno;
+mod ioctl;
+
 use crate::error::Error;
 use crate::format::flags::is_synchronous;
-use crate::format::inode::Timespec;
-use crate::inode::table::{Inode, ROOT};
+use crate::inode::table::Inode;
 use crate::stats::Stats;
 use crate::txn::group_sync::GroupSync;
 use crate::{Caller, DirEntry, NewInode, RenameMode, SetAttr, Volume, XattrMode};
+use convert::{from_fuse, kind, kind_of_entry, system_time, time_or_now, timespec, to_fuse};
+use creds::{CAP_FSETID, CAP_SYS_RESOURCE};
+use errno::errno;
 use fuser::{
-    CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, IoctlFlags,
+    CopyFileRangeFlags, Errno, FileAttr, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, IoctlFlags,
     KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
     ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
     Request, TimeOrNow, WriteFlags,
@@ -166,41 +173,6 @@ fn sync_for(volume: &RwLock<Volume>, fsyncs: usize) -> Result<(), Errno> {
     lock().finish_sync(durable).map_err(|e| errno(&e))
 }
 
-fn to_fuse(ino: u32) -> INodeNo {
-    INodeNo(if ino == ROOT { 1 } else { u64::from(ino) })
-}
-
-fn from_fuse(ino: INodeNo) -> u32 {
-    if ino.0 == 1 {
-        ROOT
-    } else {
-        u32::try_from(ino.0).unwrap_or(0)
-    }
-}
-
-fn errno(e: &Error) -> Errno {
-    // Damage, and what csumfs cannot do yet, are worth a line; the
-    // errors of ordinary calls (ENOENT, EEXIST, …) are not.
-    if matches!(e, Error::Checksum { .. } | Error::Corrupt { .. } | Error::Format(_) | Error::Unsupported { .. }) {
-        eprintln!("csumfs: {e}");
-    }
-    // A damaged data block is named, as btrfs names it ("csum failed"),
-    // up to a bound: a damaged file read over and over must not flood
-    // the log (`--stats` counts them all, `scrub` lists them).
-    if matches!(e, Error::DataChecksum { .. } | Error::DataPi { .. }) {
-        static NAMED: AtomicU64 = AtomicU64::new(0);
-        match NAMED.fetch_add(1, Ordering::Relaxed) {
-            n if n < DAMAGE_LINES => eprintln!("csumfs: {e}"),
-            DAMAGE_LINES => eprintln!(
-                "csumfs: further damaged data blocks are not named here (csumkit mount --stats counts them, \
-                 csumkit scrub lists them)"
-            ),
-            _ => {}
-        }
-    }
-    Errno::from_i32(e.errno())
-}
-
 /// Writes `data` at `offset` of file `ino` as the kernel's
 /// `generic_write_checks` allows: a write that starts below the largest
 /// file size is cut short there; one that starts at or past it is `EFBIG`
@@ -211,64 +183,9 @@ fn write_within_limit(v: &mut Volume, ino: u32, offset: u64, data: &[u8]) -> Res
     v.write(ino, offset, &data[..len]).map(|_| len)
 }
 
-/// Damaged data blocks named on stderr at most, per daemon.
-const DAMAGE_LINES: u64 = 100;
-
 /// Bytes `copy_file_range` reads and writes at a time: the memory it holds,
 /// and how long other requests wait for the volume's lock between pieces.
 const COPY_PIECE: u64 = 8 << 20;
-
-fn system_time(t: Timespec) -> SystemTime {
-    if t.sec >= 0 {
-        UNIX_EPOCH + Duration::new(t.sec as u64, t.nsec)
-    } else {
-        UNIX_EPOCH - Duration::from_secs(t.sec.unsigned_abs()) + Duration::from_nanos(u64::from(t.nsec))
-    }
-}
-
-/// A time the kernel sent, as fuser 0.18 hands it over. The kernel sends
-/// seconds and nanoseconds (floored: -0.25 s is -1 s + 750 ms); fuser turns
-/// negative seconds into the epoch minus seconds *and* nanoseconds (its
-/// `system_time_from_time`, marked TODO there), so the pair is read back
-/// the way fuser wrote it — not as the instant it names. The mount's
-/// syscall test holds this against the kernel's ext4 (times before 1970).
-fn timespec(t: SystemTime) -> Timespec {
-    match t.duration_since(UNIX_EPOCH) {
-        Ok(d) => Timespec { sec: d.as_secs() as i64, nsec: d.subsec_nanos() },
-        Err(before) => Timespec { sec: -(before.duration().as_secs() as i64), nsec: before.duration().subsec_nanos() },
-    }
-}
-
-fn time_or_now(t: TimeOrNow) -> Timespec {
-    match t {
-        TimeOrNow::SpecificTime(t) => timespec(t),
-        TimeOrNow::Now => timespec(SystemTime::now()),
-    }
-}
-
-fn kind(mode: u16) -> FileType {
-    match mode & 0o170_000 {
-        0o040_000 => FileType::Directory,
-        0o120_000 => FileType::Symlink,
-        0o020_000 => FileType::CharDevice,
-        0o060_000 => FileType::BlockDevice,
-        0o010_000 => FileType::NamedPipe,
-        0o140_000 => FileType::Socket,
-        _ => FileType::RegularFile,
-    }
-}
-
-fn kind_of_entry(file_type: u8) -> FileType {
-    match file_type {
-        2 => FileType::Directory,
-        3 => FileType::CharDevice,
-        4 => FileType::BlockDevice,
-        5 => FileType::NamedPipe,
-        6 => FileType::Socket,
-        7 => FileType::Symlink,
-        _ => FileType::RegularFile,
-    }
-}
 
 impl Fs {
     fn attr(&self, inode: &Inode) -> FileAttr {
@@ -350,78 +267,46 @@ impl Fs {
         receiver.recv().unwrap_or(Err(Errno::EIO))
     }
 
-    /// Owner of a new inode in `parent`: the caller, with the parent's
-    /// group when the parent is set-group-ID (and its mode keeps the bit
-    /// for a directory), as the kernel's `inode_init_owner` does.
+    /// Owner of a new inode in `parent` (`creds::new_inode_owner`).
     fn new_inode(volume: &Volume, req: &Request, parent: u32, mode: u16) -> Result<NewInode, Error> {
         let dir = volume.inode(parent)?;
-        let mut new = NewInode { mode, uid: req.uid(), gid: req.gid() };
-        if dir.mode & 0o2000 != 0 {
-            new.gid = dir.gid;
-            if mode & 0o170_000 == 0o040_000 {
-                new.mode |= 0o2000;
-            }
-        }
-        Ok(new)
+        Ok(creds::new_inode_owner(dir.mode, dir.gid, mode, req.uid(), req.gid()))
     }
 
     /// Whether the caller of `req` is in group `gid` or holds
     /// `CAP_FSETID` — the kernel's `in_group_or_capable`, which FUSE does
     /// not pass along (fuser does not negotiate `FUSE_SETXATTR_EXT`, which
-    /// carries it as `FUSE_SETXATTR_ACL_KILL_SGID`): the request names the
-    /// caller's fsgid, and `/proc` its supplementary groups and
-    /// capabilities. A caller gone before it is read is judged by its uid
-    /// alone (root: capable).
+    /// carries it as `FUSE_SETXATTR_ACL_KILL_SGID`).
     fn in_group_or_capable(req: &Request, gid: u32) -> bool {
         req.gid() == gid || Self::in_group_or_has(req, Some(gid), CAP_FSETID)
     }
 
-    /// Whose allocations the request's are (reserve.rs): the reserved
-    /// blocks' owner, a member of their group (not root's), or a holder
-    /// of `CAP_SYS_RESOURCE` may take them (`ext4_has_free_clusters`).
-    /// /proc is read only for a caller who is neither the owner nor in
-    /// the group by its own gid.
+    /// Whose allocations the request's are (`creds::reserve_caller`).
     fn caller(req: &Request, volume: &Volume) -> Caller {
-        let (uid, gid) = volume.reserved_blocks_owner();
-        let group = (gid != 0).then_some(gid);
-        let privileged =
-            req.uid() == uid || group == Some(req.gid()) || Self::in_group_or_has(req, group, CAP_SYS_RESOURCE);
-        if privileged {
-            Caller::Privileged
-        } else {
-            Caller::Unprivileged
-        }
+        creds::reserve_caller(req.uid(), req.gid(), volume.reserved_blocks_owner(), |group| {
+            Self::in_group_or_has(req, group, CAP_SYS_RESOURCE)
+        })
     }
 
     /// Inode `ino`'s mode, and the set-ID bits a change by `req` takes off
-    /// it (the kernel's `setattr_should_drop_suidgid`, left to csumfs with
-    /// KILLPRIV_V2): none from a caller with `CAP_FSETID` unless `judged`
-    /// (a write the kernel flagged, whose caller it found without; a chown,
-    /// which takes them from anyone); else set-user-ID, and set-group-ID
-    /// when the file is group-executable or the caller is outside its
-    /// group. Directories keep theirs. Reads /proc for set-ID files only:
+    /// it (`creds::setid_bits_to_drop`). Reads /proc for set-ID files only:
     /// called before the volume's lock is taken.
     fn setid_to_drop(&self, req: &Request, ino: u32, judged: bool) -> Result<(u16, u16), Errno> {
         let inode = self.read().inode(ino).map_err(|e| errno(&e))?;
-        if inode.is_dir() || inode.mode & 0o6000 == 0 || !judged && Self::in_group_or_has(req, None, CAP_FSETID) {
-            return Ok((inode.mode, 0));
-        }
-        let group_bit_goes =
-            inode.mode & 0o2000 != 0 && (inode.mode & 0o010 != 0 || !Self::in_group_or_capable(req, inode.gid));
-        Ok((inode.mode, inode.mode & 0o4000 | if group_bit_goes { 0o2000 } else { 0 }))
+        let drop = creds::setid_bits_to_drop(
+            inode.mode,
+            inode.is_dir(),
+            judged,
+            || Self::in_group_or_has(req, None, CAP_FSETID),
+            || Self::in_group_or_capable(req, inode.gid),
+        );
+        Ok((inode.mode, drop))
     }
 
     /// Whether the caller's supplementary groups hold `gid`, or its
-    /// effective capabilities `capability` (`/proc/PID/status`; root when
-    /// that is gone).
+    /// effective capabilities `capability`.
     fn in_group_or_has(req: &Request, gid: Option<u32>, capability: u32) -> bool {
-        let Ok(status) = std::fs::read_to_string(format!("/proc/{}/status", req.pid())) else {
-            return req.uid() == 0;
-        };
-        let field = |name: &str| status.lines().find_map(|l| l.strip_prefix(name)).unwrap_or("").trim().to_string();
-        let in_groups = field("Groups:").split_whitespace().any(|g| g.parse().ok() == gid);
-        let capabilities = u64::from_str_radix(&field("CapEff:"), 16).unwrap_or(0);
-        in_groups || capabilities & 1 << capability != 0
+        creds::in_group_or_has(req.pid(), req.uid(), gid, capability)
     }
 
     fn handle(&self) -> FileHandle {
@@ -449,21 +334,8 @@ macro_rules! reply_empty {
     };
 }
 
-/// The capability to keep the set-group-ID bit outside the file's group.
-const CAP_FSETID: u32 = 4;
-/// `CAP_SYS_RESOURCE`: may take the reserved blocks, and change `chattr +j`.
-const CAP_SYS_RESOURCE: u32 = 24;
 /// `setxattr`'s two flags at once.
 const CREATE_AND_REPLACE: i32 = libc::XATTR_CREATE | libc::XATTR_REPLACE;
-/// `_IOR('X', 31, struct fsxattr)`.
-const FS_IOC_FSGETXATTR: u32 = 0x801C_581F;
-/// `FS_IMMUTABLE_FL | FS_APPEND_FL`: only root changes them.
-const IMMUTABLE_OR_APPEND: u32 = 0x10 | 0x20;
-
-/// Inode flag → `FS_XFLAG_*` (sync, immutable, append, nodump, noatime,
-/// project inherit, DAX), as `fileattr_fill_flags` maps them.
-const XFLAGS: [(u32, u32); 7] =
-    [(0x8, 0x20), (0x10, 0x8), (0x20, 0x10), (0x40, 0x80), (0x80, 0x40), (0x2000_0000, 0x200), (0x200_0000, 0x8000)];
 
 impl Filesystem for Fs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
@@ -921,42 +793,26 @@ impl Filesystem for Fs {
             let Some(flags) = in_data.get(..4).map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes"))) else {
                 return reply.error(Errno::from_i32(libc::EINVAL));
             };
-            // The owner (or root) may set flags; only root
-            // (CAP_LINUX_IMMUTABLE) changes immutable and append-only —
-            // the VFS's fileattr_set_prepare checks that too.
-            let (root, inode) = (req.uid() == 0, self.read().inode(from_fuse(ino)));
-            match inode {
-                Ok(inode) if inode.uid != req.uid() && !root => return reply.error(Errno::EPERM),
-                Ok(inode) if (inode.flags ^ flags) & IMMUTABLE_OR_APPEND != 0 && !root => {
-                    return reply.error(Errno::EPERM)
-                }
-                // Data journaling: CAP_SYS_RESOURCE, as ext4_ioctl_setflags
-                // asks (then stored on an image with a journal: attr.rs).
-                Ok(inode)
-                    if (inode.flags ^ flags) & csumkit::ext4::format::FLAG_JOURNAL_DATA != 0
-                        && !Self::in_group_or_has(req, None, CAP_SYS_RESOURCE) =>
-                {
-                    return reply.error(Errno::EPERM)
+            match self.read().inode(from_fuse(ino)) {
+                Ok(inode) => {
+                    let may = ioctl::may_set_flags(req.uid(), inode.uid, inode.flags, flags, || {
+                        Self::in_group_or_has(req, None, CAP_SYS_RESOURCE)
+                    });
+                    if !may {
+                        return reply.error(Errno::EPERM);
+                    }
                 }
                 Err(e) => return reply.error(errno(&e)),
-                Ok(_) => {}
             }
             return match self.change(req, |v| v.set_flags(from_fuse(ino), flags)) {
                 Ok(_) => reply.ioctl(0, &[]),
                 Err(e) => reply.error(e),
             };
         }
-        if cmd == FS_IOC_FSGETXATTR {
-            // The kernel asks for this before a SETFLAGS (vfs_fileattr_set):
-            // the flags as XFS names them, as ext4_fileattr_get reports.
+        if cmd == ioctl::FS_IOC_FSGETXATTR {
+            // The kernel asks for this before a SETFLAGS (vfs_fileattr_set).
             return match self.read().inode(from_fuse(ino)) {
-                Ok(inode) => {
-                    let flags = crate::inode::attr::visible_flags(&inode);
-                    let xflags = XFLAGS.iter().filter(|(fl, _)| flags & fl != 0).fold(0, |x, (_, xf)| x | xf);
-                    let mut fsxattr = [0u8; 28];
-                    fsxattr[..4].copy_from_slice(&xflags.to_le_bytes());
-                    reply.ioctl(0, &fsxattr);
-                }
+                Ok(inode) => reply.ioctl(0, &ioctl::fsxattr(crate::inode::attr::visible_flags(&inode))),
                 Err(e) => reply.error(errno(&e)),
             };
         }
