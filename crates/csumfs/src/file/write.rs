@@ -259,10 +259,8 @@ impl Volume {
 
     /// Before an uninitialised group's bitmap at `[at, at + len)` is
     /// written whole over the file's own map (no log): read ahead at once.
-    /// Page by page that was a 4 KiB device read per page where the page
-    /// cache had let them go (the map is advised random): after 100 000
-    /// files a 16 GiB fallocate's four 64 KiB bitmaps were 64 such reads,
-    /// 1.2–8 ms where a fresh image took 1.0.
+    /// Page by page it would be a device read per page where the page
+    /// cache has let them go (the map is advised random).
     fn read_ahead(&mut self, at: usize, len: usize) {
         if !matches!(self.map, Bytes::Private(_)) && !self.map.in_memory(at, len) {
             self.map.will_need(at, len);
@@ -576,8 +574,7 @@ impl Volume {
             // Passed over on its descriptor's count alone when it cannot
             // have a run long enough (at the goal, any run is): a volume
             // filling up has many full groups, and asking each one's tree
-            // cost a 16 GiB fallocate ~1 µs per group (50 µs at 300 GiB of
-            // 1 TiB in 4 GiB groups).
+            // would cost a large fallocate a tree walk per full group.
             let least = if step == 0 && !group.block_uninit() { 1 } else { min_run };
             if self.group_free_blocks(&group)? < least {
                 continue;
@@ -1203,13 +1200,11 @@ impl Volume {
 /// Whether the checksums of `bytes` whole blocks are worth computing on the
 /// helper thread while the piece is written (`store/crc_helper.rs`): handing a
 /// piece over costs this thread a notify and a lock, and the helper needs
-/// a CPU the write leaves idle. On the portable engine (~400 µs per MiB)
-/// it pays from a few blocks; with CRC instructions (~48 µs per MiB) it
-/// does not on a 2-vCPU machine, where the host's writeback of the image
-/// takes the other vCPU (docs/mount.md has the measurements) — so there
-/// only pieces of 8 MiB and more (library writes; FUSE hands over at most
-/// 1 MiB) go to the helper, as they went to a scoped thread (30–50 µs to
-/// start and join) before.
+/// a CPU the write leaves idle. On the portable engine it pays from a few
+/// blocks; with CRC instructions the CRC is so cheap that the hand-over
+/// and the host's writeback of the image (which takes the other CPU of a
+/// small machine) cost more — so there only pieces of 8 MiB and more
+/// (library writes; FUSE hands over at most 1 MiB) go to the helper.
 fn overlap_pays(bytes: usize) -> bool {
     let min = if csumkit::Backend::active() == csumkit::Backend::Portable { 32 << 10 } else { 8 << 20 };
     bytes >= min

@@ -34,9 +34,8 @@ impl Bytes {
     /// Tells the kernel the map is read at random: a page fault reads that
     /// page, not the device's readahead window around it. Metadata is read
     /// at random, and a fault in a region never read (new blocks of a
-    /// sparse image) would otherwise zero-fill megabytes (`read_ahead_kb`
-    /// is 8 MiB on this VM's disk: a 1 GiB fallocate took 3–8 ms, most of
-    /// it memset of readahead pages). File data asks for readahead of what
+    /// sparse image) would otherwise zero-fill the whole readahead window
+    /// (`read_ahead_kb`, megabytes on many disks). File data asks for readahead of what
     /// it is about to copy ([`will_need`](Self::will_need)).
     pub(crate) fn advise_random(&self) {
         let _ = match self {

@@ -59,8 +59,8 @@ pub(crate) struct DataSums {
     /// place: a ByteLog commit's end empties them only when nothing of
     /// that came after it was staged.
     pub(crate) version: u64,
-    /// Checksums a write's whole blocks while the write goes on (seed
-    /// 002's overlap): started for the first piece large enough.
+    /// Checksums a write's whole blocks while the write goes on (the async data
+    /// checksums' overlap): started for the first piece large enough.
     pub(crate) helper: Option<std::sync::Arc<crate::store::crc_helper::CrcHelper>>,
     /// Blocks whose checksum this process has seen match (`txn/part_write.rs`).
     pub(crate) known_good: KnownGood,
@@ -71,9 +71,8 @@ pub(crate) struct DataSums {
 pub(crate) const INTENT_REGION_BYTES: u64 = 1 << 20;
 
 /// How much of the volume a log commit leaves on the intent list (it
-/// empties a longer one). Random overwrites in place without a sync
-/// announced their regions anew after each commit: 775 flushes for 20 000
-/// 4 KiB writes into a 128 MiB file, 17% of their time. The price is
+/// empties a longer one), so random overwrites in place without a sync do
+/// not announce their regions anew after each commit. The price is
 /// after a crash only: the listed blocks that no longer match their
 /// checksum are forgotten, in regions written up to one checkpoint
 /// (`CHECKPOINT_AGE`) ago rather than one commit ago.

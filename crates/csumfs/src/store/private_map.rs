@@ -7,8 +7,7 @@
 //! built over a template spliced over its pages ([`PrivateMap::blank`])
 //! rather than over the file's pages: a store's first touch of a file page
 //! faults a page-cache page in (read from the device, or zeroed for a hole)
-//! and then copies it, 16 times per 64 KiB block — ~100 µs for a bitmap
-//! (measured on this project's VMs, 2026-11-28). A checkpoint maps the
+//! and then copies it, 16 times per 64 KiB block. A checkpoint maps the
 //! spliced pages to the file again ([`PrivateMap::hand_back`]).
 //!
 //! A template is a memory file holding the bytes such a block starts

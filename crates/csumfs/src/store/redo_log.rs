@@ -54,8 +54,7 @@ use resize::LogResize;
 const ENTRY_HEADER: usize = 12;
 /// File data written in place in pieces of at least this many bytes
 /// starts for the disk at once: a stream's fsync then waits for its tail
-/// only, not for all it wrote (a 512 MiB write + fsync, 1 MiB at a time:
-/// the fsync alone took 0.27 s of 0.75). Smaller writes wait in the page
+/// only, not for all it wrote. Smaller writes wait in the page
 /// cache, where rewrites of the same pages cost nothing.
 pub(crate) const WRITE_BEHIND_BYTES: usize = 256 << 10;
 /// Commit at the end of an operation once this many bytes are pending…
@@ -65,9 +64,7 @@ pub(crate) const COMMIT_AGE: Duration = Duration::from_secs(5);
 /// Writes of up to a page are logged with the metadata, up to this many
 /// bytes per commit: a small file's `fsync`, or a database's after a page
 /// rewritten, is then one append to the log and one flush, not a write of
-/// the image and a record, each flushed (4 KiB rewritten + `fdatasync`,
-/// 4 KiB blocks: 0.18–0.20 ms and 9.7 KiB on the disk per call when the
-/// page went to the image). Larger writes go to the image file directly:
+/// the image and a record, each flushed. Larger writes go to the image file directly:
 /// logged, their bytes would reach the disk twice (log, then checkpoint).
 pub(crate) const LOGGED_DATA_BYTES: usize = 64 << 10;
 /// Checkpoint once this many pages of the private map differ from the file…

@@ -45,8 +45,8 @@ impl Volume {
         Volume::open_logged_on(path, log, log_bytes, options, sidecar, None).map(|(v, r, _)| (v, r))
     }
 
-    /// [`open_logged`](Self::open_logged) for an image on a PI device (seed
-    /// 004): its PI in `metadata` (created when missing), every write of
+    /// [`open_logged`](Self::open_logged) for an image on a PI device (PI
+    /// offload): its PI in `metadata` (created when missing), every write of
     /// the image — checkpoints, data — through the device. `sidecar`: data
     /// checksums kept as well (none on a `pi` mount; `ext4 checkpoint`
     /// passes the sidecar when there is one, so that the checksums a log
