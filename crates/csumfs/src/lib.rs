@@ -13,8 +13,10 @@
 //!   block access;
 //! - `inode/`, `space/`, `file/`, `xattr/`, `dir/` — the operations, each
 //!   an `impl Volume` over the floors below;
-//! - `txn/` — durability: the operation boundary (`transaction`), ByteLog
-//!   commits, syncs and checkpoints, data checksums, PI offload;
+//! - `txn/` — durability: the operation boundary (`transaction`), every
+//!   store to the image, ByteLog commits, syncs and checkpoints, data
+//!   checksums, PI offload;
+//! - `mount` — the mount recipe (recovery order, companion files);
 //! - `fuse` — the FUSE server over all of it.
 //!
 //! Every metadata checksum is verified as its structure is read, as the

@@ -11,10 +11,10 @@
 //! get wrong.
 
 use crate::error::Error;
-use crate::file::write::Fill;
 use crate::format::inode::put_time;
 use crate::format::le::{le32, put16, put32};
 use crate::inode::table::{Inode, FLAG_EXTENTS, FLAG_INLINE_DATA};
+use crate::space::grow::Fill;
 use crate::volume::Volume;
 use csumkit::ext4::fields::{I_BLOCK, I_FLAGS, I_MTIME, I_MTIME_EXTRA, I_SIZE_HIGH, I_SIZE_LO};
 

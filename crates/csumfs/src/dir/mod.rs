@@ -2,6 +2,7 @@
 //! entry insertion and removal, and the namespace operations built on
 //! them (create, link, rename, unlink, rmdir).
 
+pub(crate) mod create;
 pub(crate) mod htree;
 pub(crate) mod inline;
 pub(crate) mod namespace;

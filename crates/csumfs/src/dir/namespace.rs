@@ -5,13 +5,14 @@
 //! patched the same way, and the two parents' link counts follow.
 
 use crate::error::Error;
-use crate::file::write::{file_type, Fill};
+use crate::format::dir_block::file_type;
 use crate::format::flags::inherited_flags;
 use crate::format::inode::{encode_time, now, put_time};
 use crate::format::le::{le16, put16, put32};
 use crate::inode::immutable;
 use crate::inode::table::NewInode;
 use crate::inode::table::{Inode, FLAG_EXTENTS, FLAG_INDEX, ROOT};
+use crate::space::grow::Fill;
 use crate::volume::Volume;
 use csumkit::ext4::fields::{I_BLOCK, I_LINKS_COUNT, I_SIZE_LO};
 

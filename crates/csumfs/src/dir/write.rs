@@ -100,7 +100,7 @@ impl Volume {
     fn append_dir_block(&mut self, dir: &Inode) -> Result<u64, Error> {
         let bs = self.layout.block_size;
         let logical = dir.size / bs;
-        let grown = self.grow(dir.clone(), logical, 1, crate::file::write::Fill::Nothing)?;
+        let grown = self.grow(dir.clone(), logical, 1, crate::space::grow::Fill::Nothing)?;
         let physical = self
             .runs(&grown)?
             .iter()

@@ -26,3 +26,17 @@ pub(crate) fn new_dir_block(bs: usize, seed: u32, entries: &[(u32, u8, &[u8])]) 
     put32(&mut block, bs - 4, crc);
     block
 }
+
+/// `EXT4_FT_*` of a mode.
+pub(crate) fn file_type(mode: u16) -> u8 {
+    match mode & 0o170_000 {
+        0o100_000 => 1,
+        0o040_000 => 2,
+        0o020_000 => 3,
+        0o060_000 => 4,
+        0o010_000 => 5,
+        0o140_000 => 6,
+        0o120_000 => 7,
+        _ => 0,
+    }
+}

@@ -7,3 +7,4 @@ pub(crate) mod immutable;
 pub(crate) mod migrate;
 pub(crate) mod orphan;
 pub(crate) mod table;
+pub(crate) mod write;

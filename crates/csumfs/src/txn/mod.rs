@@ -8,4 +8,5 @@ pub(crate) mod group_sync;
 pub(crate) mod part_write;
 pub(crate) mod pi;
 pub(crate) mod redo;
+pub(crate) mod stores;
 pub(crate) mod undo;
