@@ -240,7 +240,7 @@ pub fn mount(image: &Path, config: &MountConfig) -> Result<(Volume, Vec<MountEve
         (true, pi) => {
             // The log's replay carries data checksums into the sidecar.
             let sidecar = (config.data_checksums && pi.is_none()).then_some(c.data_checksums.as_path());
-            open_logged(image, c, config.log_bytes, options, sidecar, pi, &mut events)?
+            open_logged(image, c, config.log_bytes, options, sidecar, pi, &mut events)?.0
         }
         (false, None) if !config.write => open_read_only(image, c, options, &mut events)?,
         (false, None) => open_in_place(image, c, options, &mut events)?,
@@ -390,7 +390,7 @@ fn open_logged(
     sidecar: Option<&Path>,
     pi: Option<Protection>,
     events: &mut Vec<MountEvent>,
-) -> Result<Volume, MountError> {
+) -> Result<(Volume, Replayed), MountError> {
     finish_undo_left(image, c, options)?;
     let shown =
         |source| MountError { file: image.to_path_buf(), detail: Some(format!("log {}", c.log.display())), source };
@@ -406,7 +406,7 @@ fn open_logged(
     if replayed.commits > 0 {
         events.push(MountEvent::Replayed(c.log.clone(), replayed));
     }
-    Ok(volume)
+    Ok((volume, replayed))
 }
 
 /// `csumkit ext4 checkpoint`'s recipe: what a `log=off` mount left put
@@ -428,19 +428,14 @@ pub fn checkpoint(image: &Path, companions: &Companions) -> Result<Checkpointed,
         return Err(CheckpointError::LogMissing(companions.log.clone()));
     }
     let sidecar = companions.data_checksums.exists().then_some(companions.data_checksums.as_path());
+    let pi =
+        csumkit::pi::split_protection(&companions.pi).map_err(|e| at(&companions.pi)(Error::Invalid(e.to_string())))?;
+    let (mut volume, replayed) = open_logged(image, companions, LOG_BYTES, options, sidecar, pi, &mut Vec::new())?;
     let shown = |source| MountError {
         file: image.to_path_buf(),
         detail: Some(format!("log {}", companions.log.display())),
         source,
     };
-    let pi =
-        csumkit::pi::split_protection(&companions.pi).map_err(|e| at(&companions.pi)(Error::Invalid(e.to_string())))?;
-    let (mut volume, replayed) = match pi {
-        Some(p) => Volume::open_logged_pi(image, &companions.log, LOG_BYTES, options, &companions.pi, p, sidecar)
-            .map(|(volume, replayed, _)| (volume, replayed)),
-        None => Volume::open_logged(image, &companions.log, LOG_BYTES, options, sidecar),
-    }
-    .map_err(shown)?;
     // What the kernel would do at mount: free what a stopped mount left.
     free_orphans_left(&mut volume).map_err(shown)?;
     volume.checkpoint().map_err(shown)?;

@@ -12,7 +12,7 @@ use crate::inode::table::NewInode;
 use crate::inode::table::{Inode, FLAG_EXTENTS};
 use crate::space::grow::Fill;
 use crate::volume::Volume;
-use csumkit::ext4::fields::{I_LINKS_COUNT, I_SIZE_LO};
+use csumkit::ext4::fields::{I_CTIME, I_CTIME_EXTRA, I_LINKS_COUNT, I_MTIME, I_MTIME_EXTRA, I_SIZE_LO};
 
 impl Volume {
     pub(crate) fn touch_dir(&mut self, dir: u32, link_delta: i32) -> Result<(), Error> {
@@ -21,10 +21,23 @@ impl Volume {
         let links = (i32::from(dir.links) + link_delta) as u16;
         self.edit_inode(&dir, |r| {
             put16(r, I_LINKS_COUNT, links);
-            put_time(r, 0x10, 0x88, (sec, extra));
-            put_time(r, 0x0C, 0x84, (sec, extra));
+            put_time(r, I_MTIME, I_MTIME_EXTRA, (sec, extra));
+            put_time(r, I_CTIME, I_CTIME_EXTRA, (sec, extra));
         })?;
         Ok(())
+    }
+
+    /// Directory `dir`, ready to take the new name `name`: extent-mapped
+    /// (a block-mapped directory is converted first), a directory, the name
+    /// valid and absent, and the directory not immutable or append-only.
+    pub(crate) fn parent_for_new_name(&mut self, dir: u32, name: &[u8]) -> Result<Inode, Error> {
+        let parent = self.extent_mapped_dir(dir)?;
+        if !parent.is_dir() {
+            return Err(Error::NotDir(format!("inode {dir}")));
+        }
+        self.check_new_name(&parent, name)?;
+        immutable::may_add_name(&parent)?;
+        Ok(parent)
     }
 
     pub(crate) fn check_new_name(&self, dir: &Inode, name: &[u8]) -> Result<(), Error> {
@@ -46,12 +59,7 @@ impl Volume {
     /// [`Error::Exists`], [`Error::NameTooLong`], [`Error::NotDir`];
     /// [`Error::Unsupported`] for directories this writer cannot grow.
     pub fn create(&mut self, dir: u32, name: &[u8], new: NewInode) -> Result<Inode, Error> {
-        let parent = self.extent_mapped_dir(dir)?;
-        if !parent.is_dir() {
-            return Err(Error::NotDir(format!("inode {dir}")));
-        }
-        self.check_new_name(&parent, name)?;
-        immutable::may_add_name(&parent)?;
+        let parent = self.parent_for_new_name(dir, name)?;
         let group = self.layout.inode_group(u64::from(dir)).0;
         let ino = self.allocate_inode(group, false)?;
         // Only files, directories and symlinks are extent-mapped (as
@@ -74,12 +82,7 @@ impl Volume {
     /// # Errors
     /// As [`create`](Self::create).
     pub fn mkdir(&mut self, dir: u32, name: &[u8], new: NewInode) -> Result<Inode, Error> {
-        let parent = self.extent_mapped_dir(dir)?;
-        if !parent.is_dir() {
-            return Err(Error::NotDir(format!("inode {dir}")));
-        }
-        self.check_new_name(&parent, name)?;
-        immutable::may_add_name(&parent)?;
+        let parent = self.parent_for_new_name(dir, name)?;
         // Orlov-like spread: a new top-level directory goes to the group
         // after its parent's, deeper ones stay near their parent.
         let parent_group = self.layout.inode_group(u64::from(dir)).0;

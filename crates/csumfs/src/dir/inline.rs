@@ -80,7 +80,7 @@ impl Volume {
                 let inode = self.write(ino, 0, bytes)?;
                 // The content did not change: neither does the mtime.
                 self.edit_inode(&inode, |r| {
-                    put_time(r, 0x10, 0x88, (mtime, mtime_extra));
+                    put_time(r, I_MTIME, I_MTIME_EXTRA, (mtime, mtime_extra));
                 })?
             }
             None => inode,

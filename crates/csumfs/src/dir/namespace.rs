@@ -14,7 +14,7 @@ use crate::inode::table::NewInode;
 use crate::inode::table::{Inode, FLAG_EXTENTS, FLAG_INDEX, ROOT};
 use crate::space::grow::Fill;
 use crate::volume::Volume;
-use csumkit::ext4::fields::{I_BLOCK, I_LINKS_COUNT, I_SIZE_LO};
+use csumkit::ext4::fields::{I_BLOCK, I_CTIME, I_CTIME_EXTRA, I_LINKS_COUNT, I_SIZE_LO};
 
 /// How `rename` treats an existing target.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -153,7 +153,7 @@ impl Volume {
         let links = inode.links + 1;
         self.edit_inode(&inode, |r| {
             put16(r, I_LINKS_COUNT, links);
-            put_time(r, 0x0C, 0x84, (sec, extra));
+            put_time(r, I_CTIME, I_CTIME_EXTRA, (sec, extra));
         })
     }
 
@@ -167,12 +167,7 @@ impl Volume {
         if target.is_empty() || target.len() >= bs {
             return Err(Error::NameTooLong(String::from_utf8_lossy(target).into_owned()));
         }
-        let parent = self.extent_mapped_dir(dir)?;
-        if !parent.is_dir() {
-            return Err(Error::NotDir(format!("inode {dir}")));
-        }
-        self.check_new_name(&parent, name)?;
-        immutable::may_add_name(&parent)?;
+        let parent = self.parent_for_new_name(dir, name)?;
         let group = self.layout.inode_group(u64::from(dir)).0;
         let ino = self.allocate_inode(group, false)?;
         let new = NewInode { mode: 0o120_777, uid, gid };
@@ -220,7 +215,7 @@ impl Volume {
     fn touch_inode(&mut self, inode: &Inode) -> Result<(), Error> {
         let (sec, extra) = encode_time(now());
         self.edit_inode(inode, |r| {
-            put_time(r, 0x0C, 0x84, (sec, extra));
+            put_time(r, I_CTIME, I_CTIME_EXTRA, (sec, extra));
         })?;
         Ok(())
     }

@@ -13,8 +13,8 @@ use crate::inode::immutable;
 use crate::inode::table::{Inode, FLAG_INDEX, FLAG_INLINE_DATA};
 use crate::volume::Volume;
 use csumkit::ext4::fields::{
-    BG_USED_DIRS_HI, BG_USED_DIRS_LO, I_BLOCK, I_BLOCKS_HIGH, I_BLOCKS_LO, I_DTIME, I_FILE_ACL_HIGH, I_FILE_ACL_LO,
-    I_FLAGS, I_LINKS_COUNT, I_SIZE_HIGH, I_SIZE_LO,
+    BG_USED_DIRS_HI, BG_USED_DIRS_LO, I_BLOCK, I_BLOCKS_HIGH, I_BLOCKS_LO, I_CTIME, I_CTIME_EXTRA, I_DTIME,
+    I_FILE_ACL_HIGH, I_FILE_ACL_LO, I_FLAGS, I_LINKS_COUNT, I_SIZE_HIGH, I_SIZE_LO,
 };
 
 impl Volume {
@@ -67,7 +67,7 @@ impl Volume {
             let links = inode.links - 1;
             let inode = self.edit_inode(&inode, |r| {
                 put16(r, I_LINKS_COUNT, links);
-                put_time(r, 0x0C, 0x84, (sec, extra));
+                put_time(r, I_CTIME, I_CTIME_EXTRA, (sec, extra));
             })?;
             if links == 0 {
                 // Freed at its last close; on the orphan list meanwhile.

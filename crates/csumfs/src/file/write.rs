@@ -12,7 +12,7 @@ use crate::space::grow::Fill;
 use crate::space::map::Run;
 use crate::stats::Stats;
 use crate::volume::Volume;
-use csumkit::ext4::fields::{I_SIZE_HIGH, I_SIZE_LO};
+use csumkit::ext4::fields::{I_CTIME, I_CTIME_EXTRA, I_MTIME, I_MTIME_EXTRA, I_SIZE_HIGH, I_SIZE_LO};
 use csumkit::ext4::format::FLAG_JOURNAL_DATA;
 
 /// Whether the checksums of `bytes` whole blocks are worth computing on the
@@ -159,8 +159,8 @@ impl Volume {
         self.edit_inode(inode, |r| {
             put32(r, I_SIZE_LO, size as u32);
             put32(r, I_SIZE_HIGH, (size >> 32) as u32);
-            put_time(r, 0x10, 0x88, (sec, extra));
-            put_time(r, 0x0C, 0x84, (sec, extra));
+            put_time(r, I_MTIME, I_MTIME_EXTRA, (sec, extra));
+            put_time(r, I_CTIME, I_CTIME_EXTRA, (sec, extra));
         })
     }
 }

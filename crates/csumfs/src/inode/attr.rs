@@ -100,7 +100,7 @@ impl Volume {
         self.edit_inode(inode, |r| {
             let kept = u16::from_le_bytes([r[0], r[1]]) & 0o170_000;
             put16(r, I_MODE, kept | mode & 0o7777);
-            put_time(r, 0x0C, 0x84, (sec, e));
+            put_time(r, I_CTIME, I_CTIME_EXTRA, (sec, e));
         })
     }
 
@@ -173,7 +173,7 @@ impl Volume {
         let (sec, extra) = encode_time(now());
         self.edit_inode(&inode, |r| {
             put32(r, I_FLAGS, new);
-            put_time(r, 0x0C, 0x84, (sec, extra));
+            put_time(r, I_CTIME, I_CTIME_EXTRA, (sec, extra));
         })
     }
 

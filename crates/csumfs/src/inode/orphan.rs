@@ -12,15 +12,8 @@ use crate::format::le::{le32, put32};
 use crate::inode::table::{Inode, FLAG_EXTENTS};
 use crate::volume::Volume;
 use csumkit::crc32c;
+use csumkit::ext4::fields::{I_DTIME, S_FEATURE_RO_COMPAT, S_LAST_ORPHAN, S_ORPHAN_FILE_INUM};
 
-/// `s_last_orphan` in the superblock.
-const S_LAST_ORPHAN: usize = 0xE8;
-/// `i_dtime`: the next orphan while the inode has no links.
-const I_DTIME: usize = 0x14;
-/// `s_feature_ro_compat`.
-const S_RO_COMPAT: usize = 0x64;
-/// `s_orphan_file_inum`.
-const S_ORPHAN_FILE_INUM: usize = 0x280;
 /// `orphan_present`: the orphan file names orphans.
 pub(crate) const RO_COMPAT_ORPHAN_PRESENT: u32 = 0x1_0000;
 /// An orphan file block's tail magic.
@@ -151,7 +144,7 @@ impl Volume {
             }
         }
         let flags = self.layout.features.ro_compat & !RO_COMPAT_ORPHAN_PRESENT;
-        self.patch("superblock", 1024, (0x3FC, 0x3FC, !0), &[(S_RO_COMPAT, &flags.to_le_bytes())])?;
+        self.patch("superblock", 1024, (0x3FC, 0x3FC, !0), &[(S_FEATURE_RO_COMPAT, &flags.to_le_bytes())])?;
         std::sync::Arc::make_mut(&mut self.layout).features.ro_compat = flags;
         Ok(freed)
     }

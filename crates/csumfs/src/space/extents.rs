@@ -13,7 +13,7 @@ use crate::inode::table::{Inode, FLAG_EXTENTS};
 use crate::space::map::Run;
 use crate::volume::Caller;
 use crate::volume::Volume;
-use csumkit::ext4::fields::{I_BLOCKS_HIGH, I_BLOCKS_LO};
+use csumkit::ext4::fields::{I_BLOCKS_HIGH, I_BLOCKS_LO, I_CTIME, I_CTIME_EXTRA, I_MTIME, I_MTIME_EXTRA};
 
 impl Volume {
     /// Sets the size of regular file `ino`: blocks past the new end are
@@ -206,8 +206,8 @@ impl Volume {
     fn touch_file(&mut self, inode: &Inode) -> Result<Inode, Error> {
         let (sec, extra) = encode_time(now());
         self.edit_inode(inode, |r| {
-            put_time(r, 0x10, 0x88, (sec, extra));
-            put_time(r, 0x0C, 0x84, (sec, extra));
+            put_time(r, I_MTIME, I_MTIME_EXTRA, (sec, extra));
+            put_time(r, I_CTIME, I_CTIME_EXTRA, (sec, extra));
         })
     }
 

@@ -21,7 +21,7 @@ use crate::xattr::ea_inode;
 use crate::xattr::read::{split, Entry};
 use csumkit::crc32c;
 use csumkit::ext4::fields::{
-    I_BLOCKS_HIGH, I_BLOCKS_LO, I_FILE_ACL_HIGH, I_FILE_ACL_LO, XATTR_H_CHECKSUM, XATTR_H_HASH,
+    I_BLOCKS_HIGH, I_BLOCKS_LO, I_CTIME, I_CTIME_EXTRA, I_FILE_ACL_HIGH, I_FILE_ACL_LO, XATTR_H_CHECKSUM, XATTR_H_HASH,
 };
 use csumkit::ext4::Features;
 use std::ffi::OsStr;
@@ -369,7 +369,7 @@ impl Volume {
             }
             put32(r, I_BLOCKS_LO, sectors as u32);
             put16(r, I_BLOCKS_HIGH, (sectors >> 32) as u16);
-            put_time(r, 0x0C, 0x84, (sec, e));
+            put_time(r, I_CTIME, I_CTIME_EXTRA, (sec, e));
         })
     }
 

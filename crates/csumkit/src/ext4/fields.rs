@@ -123,6 +123,7 @@ pub const BG_INODE_BITMAP_CSUM_HI: usize = 0x3A;
 //   0x5C s_feature_compat u32        0x60 s_feature_incompat u32
 //   0x64 s_feature_ro_compat u32     0x68 s_uuid[16]
 //   0xCE s_reserved_gdt_blocks u16   0xE0 s_journal_inum u32
+//   0xE8 s_last_orphan u32
 //   0xFE s_desc_size u16             0x104 s_first_meta_bg u32
 //   0x150 s_blocks_count_hi u32      0x158 s_free_blocks_count_hi u32
 //   0x168 s_mmp_block u64            0x24C s_backup_bgs[2] u32
@@ -159,6 +160,8 @@ pub const S_UUID: usize = 0x68;
 pub const S_RESERVED_GDT_BLOCKS: usize = 0xCE;
 /// `s_journal_inum` (u32).
 pub const S_JOURNAL_INUM: usize = 0xE0;
+/// `s_last_orphan` (u32): the head of the orphan chain.
+pub const S_LAST_ORPHAN: usize = 0xE8;
 /// `s_desc_size` (u16).
 pub const S_DESC_SIZE: usize = 0xFE;
 /// `s_first_meta_bg` (u32).

@@ -28,8 +28,7 @@ const INCOMPAT_ENCRYPT: u32 = 0x1_0000;
 const INCOMPAT_CASEFOLD: u32 = 0x2_0000;
 const INCOMPAT_INLINE_DATA: u32 = 0x8000;
 
-/// `i_block`: 60 bytes at 0x28.
-pub(super) const I_BLOCK: usize = 0x28;
+pub(super) use super::fields::I_BLOCK;
 const I_BLOCK_LEN: usize = 60;
 /// Name index and name of the xattr that holds the rest of inline data.
 const SYSTEM_DATA: (u8, &[u8]) = (7, b"data");
