@@ -1,7 +1,7 @@
 //! Whether the kernel has an image file mounted, through a loop device.
 //! The kernel takes no lock csumfs sees (`store/image_lock.rs`), and a read-only
 //! kernel mount marks nothing on disk (a read-write one does: `needs_recovery`
-//! or `s_state`, `file/write.rs`), so e2fsck's way is taken: the loop devices whose
+//! or `s_state`, `format/features.rs`), so e2fsck's way is taken: the loop devices whose
 //! backing file is this one (`/sys/block/loopN/loop/backing_file`), and
 //! whether one of them is a mount's source (`/proc/self/mountinfo`).
 
