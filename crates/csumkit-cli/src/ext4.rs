@@ -3,6 +3,7 @@
 //! The reading commands (`ls`, `cat`, `stat`, `getfattr`) are in `ext4_read`.
 
 use clap::{Args, Subcommand};
+use csumkit::ext4::feature_bits::INCOMPAT_RECOVER;
 use csumkit::ext4::{self, Report};
 use csumkit::Error;
 use std::io::{BufRead, IsTerminal, Write};
@@ -323,7 +324,7 @@ fn check(args: &CheckArgs) -> Result<ExitCode, Error> {
     // with a journal, `s_state` without `EXT2_VALID_FS` without one.
     let incompat =
         marked.get(1024 + 0x60..1024 + 0x64).map_or(0, |b| u32::from_le_bytes(b.try_into().expect("4 bytes")));
-    let journal_pending = incompat & ext4::Features::INCOMPAT_RECOVER != 0;
+    let journal_pending = incompat & INCOMPAT_RECOVER != 0;
     if args.repair && (journal_pending || !csumfs::cleanly_unmounted(&marked)) {
         return Err(Error::Invalid {
             what: "--repair",

@@ -12,6 +12,7 @@ use crate::inode::table::Inode;
 use crate::space::map::Run;
 use crate::volume::Volume;
 use csumkit::crc32c;
+use csumkit::ext4::feature_bits::INCOMPAT_LARGEDIR;
 
 /// Where an interior node's count/limit sit: after its fake dirent.
 pub(crate) const NODE_COUNT_AT: usize = 8;
@@ -111,7 +112,7 @@ impl Volume {
 
     /// Index levels a tree may have (the kernel's `ext4_dir_htree_level`).
     pub(crate) fn htree_levels(&self) -> u8 {
-        if self.layout.features.incompat & csumkit::ext4::Features::INCOMPAT_LARGEDIR != 0 {
+        if self.layout.features.incompat & INCOMPAT_LARGEDIR != 0 {
             3
         } else {
             2

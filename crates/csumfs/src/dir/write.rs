@@ -17,13 +17,13 @@ use crate::format::dir_block::new_dir_block;
 use crate::format::le::{le16, le32, put16, put32};
 use crate::inode::table::{Inode, FLAG_INDEX, FLAG_INLINE_DATA};
 use crate::volume::Volume;
+use csumkit::ext4::feature_bits::COMPAT_DIR_INDEX;
 use csumkit::ext4::fields::{I_FLAGS, I_SIZE_HIGH, I_SIZE_LO};
 
 /// One live entry of a leaf: (inode, file type, name).
 type Entry = (u32, u8, Vec<u8>);
 
 /// `EXT4_FEATURE_COMPAT_DIR_INDEX`.
-const COMPAT_DIR_INDEX: u32 = 0x20;
 
 /// Entries change only in directories with blocks: every caller converts an
 /// inline directory first (`extent_mapped_dir`), so one reaching a block

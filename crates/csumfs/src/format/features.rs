@@ -4,8 +4,14 @@
 //! clean-unmount state a writer needs.
 
 use crate::error::Error;
+use csumkit::ext4::feature_bits::{
+    INCOMPAT_64BIT, INCOMPAT_CASEFOLD, INCOMPAT_CSUM_SEED, INCOMPAT_DIRDATA, INCOMPAT_EA_INODE, INCOMPAT_ENCRYPT,
+    INCOMPAT_EXTENTS, INCOMPAT_FILETYPE, INCOMPAT_FLEX_BG, INCOMPAT_INLINE_DATA, INCOMPAT_JOURNAL_DEV,
+    INCOMPAT_LARGEDIR, INCOMPAT_META_BG, INCOMPAT_MMP, INCOMPAT_RECOVER, RO_COMPAT_BIGALLOC, RO_COMPAT_PROJECT,
+    RO_COMPAT_QUOTA, RO_COMPAT_READONLY,
+};
 use csumkit::ext4::fields::S_STATE;
-use csumkit::ext4::{Features, Layout};
+use csumkit::ext4::Layout;
 
 /// Incompat feature bit csumfs sets on disk while its log holds changes
 /// the image lacks, or a mount may write it (no ext4 feature uses it).
@@ -15,16 +21,11 @@ pub const LOG_PENDING: u32 = 0x4000_0000;
 /// (`txn/undo.rs`); [`LOG_PENDING`] is the ByteLog's.
 pub const UNDO_PENDING: u32 = 0x2000_0000;
 
-const RO_COMPAT_QUOTA: u32 = 0x100;
-const RO_COMPAT_BIGALLOC: u32 = 0x200;
-const RO_COMPAT_READONLY: u32 = 0x1000;
-const RO_COMPAT_PROJECT: u32 = 0x2000;
-
 /// Refuses, by name, images this writer would damage.
 pub(crate) fn refuse_for_writing(layout: &Layout, image: &[u8]) -> Result<(), Error> {
     let f = layout.features;
     let refusals: [(bool, &'static str, &'static str); 6] = [
-        (f.incompat & 0x40 == 0, "^extent", "csumfs writes extent-mapped files only: open it read-only"),
+        (f.incompat & INCOMPAT_EXTENTS == 0, "^extent", "csumfs writes extent-mapped files only: open it read-only"),
         (f.ro_compat & RO_COMPAT_QUOTA != 0, "quota", "quota files are not updated by csumfs: open it read-only"),
         (
             f.ro_compat & RO_COMPAT_PROJECT != 0,
@@ -85,16 +86,25 @@ pub(crate) const REFUSED_INCOMPAT: [(u32, &str, &str); 6] = [
          unmount it, or run `csumkit ext4 checkpoint IMAGE` (or mount it with csumkit mount again)",
     ),
     (
-        Features::INCOMPAT_RECOVER,
+        INCOMPAT_RECOVER,
         "needs_recovery",
         "the kernel has it mounted read-write, or its journal holds transactions not yet replayed: unmount it, or \
          run e2fsck (or mount it once with the kernel)",
     ),
-    (0x1000, "dirdata", "directory entries with extra data are not read here"),
-    (0x1_0000, "encrypt", "encrypted names and data are not read here"),
-    (0x2_0000, "casefold", "case-insensitive lookups are not implemented here"),
+    (INCOMPAT_DIRDATA, "dirdata", "directory entries with extra data are not read here"),
+    (INCOMPAT_ENCRYPT, "encrypt", "encrypted names and data are not read here"),
+    (INCOMPAT_CASEFOLD, "casefold", "case-insensitive lookups are not implemented here"),
 ];
 /// Incompat features read here: filetype, journal_dev, meta_bg, extents,
 /// 64bit, mmp, flex_bg, ea_inode, csum_seed, large_dir, inline_data.
-pub(crate) const KNOWN_INCOMPAT: u32 =
-    0x2 | 0x8 | 0x10 | 0x40 | 0x80 | 0x100 | 0x200 | 0x400 | 0x2000 | 0x4000 | 0x8000;
+pub(crate) const KNOWN_INCOMPAT: u32 = INCOMPAT_FILETYPE
+    | INCOMPAT_JOURNAL_DEV
+    | INCOMPAT_META_BG
+    | INCOMPAT_EXTENTS
+    | INCOMPAT_64BIT
+    | INCOMPAT_MMP
+    | INCOMPAT_FLEX_BG
+    | INCOMPAT_EA_INODE
+    | INCOMPAT_CSUM_SEED
+    | INCOMPAT_LARGEDIR
+    | INCOMPAT_INLINE_DATA;

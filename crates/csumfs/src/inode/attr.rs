@@ -13,6 +13,7 @@ use crate::inode::immutable::{self, FLAG_IMMUTABLE};
 use crate::inode::table::NewInode;
 use crate::inode::table::{Inode, FLAG_EXTENTS};
 use crate::volume::Volume;
+use csumkit::ext4::feature_bits::COMPAT_HAS_JOURNAL;
 use csumkit::ext4::fields::{
     I_ATIME, I_ATIME_EXTRA, I_BLOCK, I_CTIME, I_CTIME_EXTRA, I_FLAGS, I_GID, I_GID_HIGH, I_MODE, I_MTIME,
     I_MTIME_EXTRA, I_UID, I_UID_HIGH,
@@ -167,7 +168,7 @@ impl Volume {
         // Data journaling is stored on an image with a journal, as ext4
         // stores it (`ext4_change_inode_journal_flag` does nothing without
         // one); the ByteLog journals such a file's data (`store_file_data`).
-        let journal = self.layout.features.compat & csumkit::ext4::Features::COMPAT_HAS_JOURNAL != 0;
+        let journal = self.layout.features.compat & COMPAT_HAS_JOURNAL != 0;
         let settable = if journal { FLAGS_SETTABLE | FLAG_JOURNAL_DATA } else { FLAGS_SETTABLE };
         let new = inode.flags & !settable | flags & settable;
         let (sec, extra) = encode_time(now());

@@ -12,10 +12,10 @@ use crate::format::le::{le32, put32};
 use crate::inode::table::{Inode, FLAG_EXTENTS};
 use crate::volume::Volume;
 use csumkit::crc32c;
+use csumkit::ext4::feature_bits::RO_COMPAT_ORPHAN_PRESENT;
 use csumkit::ext4::fields::{I_DTIME, S_FEATURE_RO_COMPAT, S_LAST_ORPHAN, S_ORPHAN_FILE_INUM};
 
 /// `orphan_present`: the orphan file names orphans.
-pub(crate) const RO_COMPAT_ORPHAN_PRESENT: u32 = 0x1_0000;
 /// An orphan file block's tail magic.
 const ORPHAN_MAGIC: u32 = 0x0B10_CA04;
 

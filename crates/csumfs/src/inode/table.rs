@@ -6,6 +6,7 @@ use crate::format::inode::{extra_fields_end, Timespec};
 use crate::format::le::{le16, le32};
 use crate::volume::Volume;
 use csumkit::ext4::checksum;
+use csumkit::ext4::feature_bits::INCOMPAT_64BIT;
 use csumkit::ext4::fields::{
     I_ATIME, I_ATIME_EXTRA, I_BLOCK, I_BLOCKS_HIGH, I_BLOCKS_LO, I_CRTIME, I_CRTIME_EXTRA, I_CTIME, I_CTIME_EXTRA,
     I_EXTRA_ISIZE, I_FILE_ACL_HIGH, I_FILE_ACL_LO, I_FLAGS, I_GENERATION, I_GID, I_GID_HIGH, I_LINKS_COUNT, I_MODE,
@@ -159,7 +160,7 @@ impl Volume {
         let crtime = if fields_end >= I_CRTIME + 4 { time(I_CRTIME, I_CRTIME_EXTRA) } else { Timespec::default() };
         let mut i_block = [0u8; 60];
         i_block.copy_from_slice(&raw[I_BLOCK..I_BLOCK + 60]);
-        let wide_acl = l.features.incompat & csumkit::ext4::Features::INCOMPAT_64BIT != 0;
+        let wide_acl = l.features.incompat & INCOMPAT_64BIT != 0;
         let mode = le16(raw, I_MODE);
         let is_dev = matches!(mode & 0o170_000, 0o020_000 | 0o060_000);
         let rdev = if is_dev {

@@ -13,6 +13,7 @@ use crate::inode::table::{Inode, FLAG_EXTENTS};
 use crate::space::map::Run;
 use crate::volume::Caller;
 use crate::volume::Volume;
+use csumkit::ext4::feature_bits::RO_COMPAT_HUGE_FILE;
 use csumkit::ext4::fields::{I_BLOCKS_HIGH, I_BLOCKS_LO, I_CTIME, I_CTIME_EXTRA, I_MTIME, I_MTIME_EXTRA};
 
 impl Volume {
@@ -58,7 +59,6 @@ impl Volume {
     /// more than 2^32 - 1 512-byte sectors (the 32-bit `i_blocks`) hold.
     /// Writes, truncates and fallocates past it are `EFBIG` there and here.
     pub fn max_file_size(&self) -> u64 {
-        const RO_COMPAT_HUGE_FILE: u32 = 0x8;
         let bs = self.layout.block_size;
         let blocks = u64::from(u32::MAX);
         if self.layout.features.ro_compat & RO_COMPAT_HUGE_FILE != 0 {

@@ -10,10 +10,9 @@
 
 use crate::error::Error;
 use crate::volume::{Caller, Volume};
-use csumkit::ext4::Features;
+use csumkit::ext4::feature_bits::{COMPAT_HAS_JOURNAL, INCOMPAT_64BIT, INCOMPAT_EXTENTS};
 
 /// `EXT4_FEATURE_INCOMPAT_EXTENTS`.
-const INCOMPAT_EXTENTS: u32 = 0x40;
 
 impl Volume {
     /// Whose allocations the next operations are (until set again).
@@ -32,7 +31,7 @@ impl Volume {
     pub(crate) fn free_and_reserved_blocks(&self) -> (u64, u64) {
         let sb = &self.map[1024..2048];
         let le32 = |at: usize| u64::from(u32::from_le_bytes(sb[at..at + 4].try_into().expect("4 bytes")));
-        let wide = self.layout.features.incompat & Features::INCOMPAT_64BIT != 0;
+        let wide = self.layout.features.incompat & INCOMPAT_64BIT != 0;
         let high = |at: usize| if wide { le32(at) << 32 } else { 0 };
         (le32(0x0C) | high(0x158), le32(0x08) | high(0x154))
     }
@@ -122,7 +121,7 @@ impl Volume {
         let table = (l.inodes_per_group * l.inode_size).div_ceil(l.block_size);
         let groups: u64 = (0..l.groups).map(|g| l.base_meta_blocks(g) + table + 2).sum();
         let journal_inode = le32(0xE0);
-        let journal = if l.features.compat & Features::COMPAT_HAS_JOURNAL != 0 && journal_inode != 0 {
+        let journal = if l.features.compat & COMPAT_HAS_JOURNAL != 0 && journal_inode != 0 {
             self.inode(journal_inode).map_or(0, |j| j.size / l.block_size)
         } else {
             0

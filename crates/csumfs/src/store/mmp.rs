@@ -17,7 +17,8 @@
 
 use crate::error::Error;
 use csumkit::crc32c;
-use csumkit::ext4::{Features, Layout};
+use csumkit::ext4::feature_bits::INCOMPAT_MMP;
+use csumkit::ext4::Layout;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -164,7 +165,7 @@ pub(crate) fn protect(
     layout: &Layout,
     sb: &[u8],
 ) -> Result<Option<MultiMountProtection>, Error> {
-    if layout.features.incompat & Features::INCOMPAT_MMP == 0 {
+    if layout.features.incompat & INCOMPAT_MMP == 0 {
         return Ok(None);
     }
     let update_interval = u16::from_le_bytes([sb[0x166], sb[0x167]]);

@@ -20,10 +20,10 @@ use crate::volume::Volume;
 use crate::xattr::ea_inode;
 use crate::xattr::read::{split, Entry};
 use csumkit::crc32c;
+use csumkit::ext4::feature_bits::INCOMPAT_EA_INODE;
 use csumkit::ext4::fields::{
     I_BLOCKS_HIGH, I_BLOCKS_LO, I_CTIME, I_CTIME_EXTRA, I_FILE_ACL_HIGH, I_FILE_ACL_LO, XATTR_H_CHECKSUM, XATTR_H_HASH,
 };
-use csumkit::ext4::Features;
 use std::ffi::OsStr;
 
 /// What `setxattr` requires of the name's presence (`XATTR_CREATE`,
@@ -198,7 +198,7 @@ impl Volume {
         mode: XattrMode,
     ) -> Result<Inode, Error> {
         let bs = self.layout.block_size as usize;
-        let value_inodes = self.layout.features.incompat & Features::INCOMPAT_EA_INODE != 0;
+        let value_inodes = self.layout.features.incompat & INCOMPAT_EA_INODE != 0;
         let mut entries = self.editable_entries(&inode)?;
         let found = entries.iter().position(|e| e.index == index && e.suffix == suffix);
         let name = || String::from_utf8_lossy(suffix).into_owned();

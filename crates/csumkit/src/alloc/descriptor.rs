@@ -18,17 +18,13 @@
 //! over the little-endian group number and the descriptor with the checksum
 //! field read as zero.
 
+use crate::ext4::fields::{
+    BG_BLOCK_BITMAP_CSUM_HI, BG_BLOCK_BITMAP_CSUM_LO, BG_BLOCK_BITMAP_HI, BG_BLOCK_BITMAP_LO, BG_CHECKSUM, BG_FLAGS,
+    BG_FREE_BLOCKS_HI, BG_FREE_BLOCKS_LO,
+};
+
 /// Descriptor size on media.
 pub const DESC_SIZE: usize = 64;
-
-const BLOCK_BITMAP_LO: usize = 0x00;
-const FREE_BLOCKS_LO: usize = 0x0C;
-const FLAGS: usize = 0x12;
-const BITMAP_CSUM_LO: usize = 0x18;
-const CHECKSUM: usize = 0x1E;
-const BLOCK_BITMAP_HI: usize = 0x20;
-const FREE_BLOCKS_HI: usize = 0x2C;
-const BITMAP_CSUM_HI: usize = 0x38;
 
 /// `EXT4_BG_BLOCK_UNINIT`: the block bitmap is not initialized on media.
 /// Cleared the first time the group is allocated from.
@@ -44,8 +40,8 @@ impl Descriptor {
     /// A descriptor with the given bitmap location; all else zero.
     pub fn new(block_bitmap: u64) -> Self {
         let mut desc = Descriptor { bytes: [0; DESC_SIZE] };
-        desc.put32(BLOCK_BITMAP_LO, block_bitmap as u32);
-        desc.put32(BLOCK_BITMAP_HI, (block_bitmap >> 32) as u32);
+        desc.put32(BG_BLOCK_BITMAP_LO, block_bitmap as u32);
+        desc.put32(BG_BLOCK_BITMAP_HI, (block_bitmap >> 32) as u32);
         desc
     }
 
@@ -61,7 +57,7 @@ impl Descriptor {
 
     /// Block number of the group's block bitmap.
     pub fn block_bitmap(&self) -> u64 {
-        u64::from(self.get32(BLOCK_BITMAP_LO)) | u64::from(self.get32(BLOCK_BITMAP_HI)) << 32
+        u64::from(self.get32(BG_BLOCK_BITMAP_LO)) | u64::from(self.get32(BG_BLOCK_BITMAP_HI)) << 32
     }
 
     fn get32(&self, at: usize) -> u32 {
@@ -82,39 +78,39 @@ impl Descriptor {
 
     /// Free blocks in the group (lo and hi halves).
     pub fn free_blocks(&self) -> u32 {
-        u32::from(self.get16(FREE_BLOCKS_LO)) | u32::from(self.get16(FREE_BLOCKS_HI)) << 16
+        u32::from(self.get16(BG_FREE_BLOCKS_LO)) | u32::from(self.get16(BG_FREE_BLOCKS_HI)) << 16
     }
 
     /// Sets the free-blocks count.
     pub fn set_free_blocks(&mut self, free: u32) {
-        self.put16(FREE_BLOCKS_LO, free as u16);
-        self.put16(FREE_BLOCKS_HI, (free >> 16) as u16);
+        self.put16(BG_FREE_BLOCKS_LO, free as u16);
+        self.put16(BG_FREE_BLOCKS_HI, (free >> 16) as u16);
     }
 
     /// `bg_flags`.
     pub fn flags(&self) -> u16 {
-        self.get16(FLAGS)
+        self.get16(BG_FLAGS)
     }
 
     /// Sets `bg_flags`.
     pub fn set_flags(&mut self, flags: u16) {
-        self.put16(FLAGS, flags);
+        self.put16(BG_FLAGS, flags);
     }
 
     /// The stored block bitmap checksum (lo and hi halves).
     pub fn bitmap_csum(&self) -> u32 {
-        u32::from(self.get16(BITMAP_CSUM_LO)) | u32::from(self.get16(BITMAP_CSUM_HI)) << 16
+        u32::from(self.get16(BG_BLOCK_BITMAP_CSUM_LO)) | u32::from(self.get16(BG_BLOCK_BITMAP_CSUM_HI)) << 16
     }
 
     /// Stores the block bitmap checksum.
     pub fn set_bitmap_csum(&mut self, csum: u32) {
-        self.put16(BITMAP_CSUM_LO, csum as u16);
-        self.put16(BITMAP_CSUM_HI, (csum >> 16) as u16);
+        self.put16(BG_BLOCK_BITMAP_CSUM_LO, csum as u16);
+        self.put16(BG_BLOCK_BITMAP_CSUM_HI, (csum >> 16) as u16);
     }
 
     /// The stored `bg_checksum`.
     pub fn checksum(&self) -> u16 {
-        self.get16(CHECKSUM)
+        self.get16(BG_CHECKSUM)
     }
 
     /// `bg_checksum` as it should be for group `group` of a volume with
@@ -126,6 +122,6 @@ impl Descriptor {
     /// Recomputes and stores `bg_checksum`.
     pub fn seal(&mut self, csum_seed: u32, group: u32) {
         let checksum = self.compute_checksum(csum_seed, group);
-        self.put16(CHECKSUM, checksum);
+        self.put16(BG_CHECKSUM, checksum);
     }
 }

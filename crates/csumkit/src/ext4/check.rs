@@ -3,12 +3,16 @@
 
 use super::checker::Checker;
 use super::checksum::{self, INODE_CSUM_HI, INODE_CSUM_LO};
+use super::feature_bits::{
+    COMPAT_HAS_JOURNAL, COMPAT_ORPHAN_FILE, INCOMPAT_FILETYPE, INCOMPAT_JOURNAL_DEV, INCOMPAT_LARGEDIR,
+    INCOMPAT_RECOVER, RO_COMPAT_BIGALLOC, RO_COMPAT_HUGE_FILE,
+};
 use super::fields::{
     I_BLOCKS_HIGH, I_BLOCKS_LO, I_FLAGS, I_LINKS_COUNT, S_CHECKSUM, S_FIRST_INO, S_FREE_BLOCKS_HI, S_FREE_BLOCKS_LO,
     S_FREE_INODES, S_JOURNAL_INUM, S_ORPHAN_FILE_INUM,
 };
 use super::inode_rules::{self as rules, S_IFDIR, S_IFLNK, S_IFREG};
-use super::layout::{superblock_checksum, Features, Group, Layout, SUPER_OFFSET};
+use super::layout::{superblock_checksum, Group, Layout, SUPER_OFFSET};
 use super::report::{Finding, Report, Unchecked};
 use super::structure::{self, Claim};
 use super::tree_rules::{self, Tree, ROOT};
@@ -26,9 +30,6 @@ const EXTENT_MAGIC: u16 = 0xF30A;
 const EXTENT_DEPTH_MAX: u16 = 5;
 /// Logical blocks an extent-mapped file can address (32-bit `ee_block`).
 const LOGICAL_BLOCKS: u64 = 1 << 32;
-const INCOMPAT_FILETYPE: u32 = 0x2;
-const RO_COMPAT_HUGE_FILE: u32 = 0x8;
-const RO_COMPAT_BIGALLOC: u32 = 0x200;
 
 /// The highest hash a name can have (0xFFFFFFFE is the end cookie).
 const HASH_MAX: u32 = 0xFFFF_FFFC;
@@ -82,11 +83,10 @@ pub fn check(image: &[u8]) -> Result<Report, Error> {
     let layout = Layout::parse(image)?;
     let sb = &image[SUPER_OFFSET as usize..][..1024];
     let features = layout.features;
-    let journal_inum = (features.compat & Features::COMPAT_HAS_JOURNAL != 0
-        && features.incompat & Features::INCOMPAT_JOURNAL_DEV == 0)
+    let journal_inum = (features.compat & COMPAT_HAS_JOURNAL != 0 && features.incompat & INCOMPAT_JOURNAL_DEV == 0)
         .then(|| u64::from(le32(sb, S_JOURNAL_INUM)))
         .filter(|&i| i != 0);
-    let orphan_inum = (features.compat & Features::COMPAT_ORPHAN_FILE != 0)
+    let orphan_inum = (features.compat & COMPAT_ORPHAN_FILE != 0)
         .then(|| u64::from(le32(sb, S_ORPHAN_FILE_INUM)))
         .filter(|&i| i != 0);
     let first_ino = match le32(sb, S_FIRST_INO) {
@@ -219,14 +219,14 @@ impl<'a> Checker<'a> {
                 self.report.unchecked.push(Unchecked { what, count, why });
             }
         };
-        let recover = features.incompat & Features::INCOMPAT_RECOVER != 0;
+        let recover = features.incompat & INCOMPAT_RECOVER != 0;
         note(
             "journal awaiting replay",
             u64::from(recover),
             "transactions not yet replayed (descriptor and commit block checksums): mount or e2fsck replays them",
         );
-        let external = features.incompat & Features::INCOMPAT_JOURNAL_DEV == 0
-            && features.compat & Features::COMPAT_HAS_JOURNAL != 0
+        let external = features.incompat & INCOMPAT_JOURNAL_DEV == 0
+            && features.compat & COMPAT_HAS_JOURNAL != 0
             && le32(sb, S_JOURNAL_INUM) == 0;
         note("external journal", u64::from(external), "the journal is on another device: check that device");
     }
@@ -735,7 +735,7 @@ impl<'a> Checker<'a> {
         let (version, info_length, levels) = (root[0x1C], usize::from(root[0x1D]), root[0x1E]);
         // As dx_probe: indirect_levels below ext4_dir_htree_level (3 index
         // levels with large_dir, else 2).
-        let htree_levels = if self.layout.features.incompat & Features::INCOMPAT_LARGEDIR != 0 { 3 } else { 2 };
+        let htree_levels = if self.layout.features.incompat & INCOMPAT_LARGEDIR != 0 { 3 } else { 2 };
         if info_length != 8 || levels >= htree_levels {
             return Err(corrupt(&where_(), format!("dx_root info length {info_length}, {levels} indirect levels")));
         }

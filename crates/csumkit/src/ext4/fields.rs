@@ -84,6 +84,12 @@ pub const I_CRTIME_EXTRA: usize = 0x94;
 //   0x32 bg_itable_unused_hi u16  0x34 bg_exclude_bitmap_hi u32
 //   0x38 bg_block_bitmap_csum_hi u16  0x3A bg_inode_bitmap_csum_hi u16
 
+/// `bg_block_bitmap_lo` (u32).
+pub const BG_BLOCK_BITMAP_LO: usize = 0x00;
+/// `bg_inode_bitmap_lo` (u32).
+pub const BG_INODE_BITMAP_LO: usize = 0x04;
+/// `bg_inode_table_lo` (u32).
+pub const BG_INODE_TABLE_LO: usize = 0x08;
 /// `bg_free_blocks_count_lo` (u16).
 pub const BG_FREE_BLOCKS_LO: usize = 0x0C;
 /// `bg_free_inodes_count_lo` (u16).
@@ -98,6 +104,14 @@ pub const BG_BLOCK_BITMAP_CSUM_LO: usize = 0x18;
 pub const BG_INODE_BITMAP_CSUM_LO: usize = 0x1A;
 /// `bg_itable_unused_lo` (u16).
 pub const BG_ITABLE_UNUSED_LO: usize = 0x1C;
+/// `bg_checksum` (u16).
+pub const BG_CHECKSUM: usize = 0x1E;
+/// `bg_block_bitmap_hi` (u32).
+pub const BG_BLOCK_BITMAP_HI: usize = 0x20;
+/// `bg_inode_bitmap_hi` (u32).
+pub const BG_INODE_BITMAP_HI: usize = 0x24;
+/// `bg_inode_table_hi` (u32).
+pub const BG_INODE_TABLE_HI: usize = 0x28;
 /// `bg_free_blocks_count_hi` (u16).
 pub const BG_FREE_BLOCKS_HI: usize = 0x2C;
 /// `bg_free_inodes_count_hi` (u16).

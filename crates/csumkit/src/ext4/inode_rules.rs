@@ -5,6 +5,10 @@
 //! checksum over an inode that breaks any of them is damage, not a
 //! checksum to rewrite. Each rule returns why, or `None`.
 
+use super::feature_bits::{
+    COMPAT_DIR_INDEX, COMPAT_IMAGIC_INODES, INCOMPAT_64BIT, INCOMPAT_CASEFOLD, INCOMPAT_EA_INODE, INCOMPAT_ENCRYPT,
+    INCOMPAT_EXTENTS, INCOMPAT_INLINE_DATA, INCOMPAT_LARGEDIR, RO_COMPAT_HUGE_FILE, RO_COMPAT_VERITY,
+};
 use super::fields::{
     I_BLOCKS_HIGH, I_DTIME, I_EXTRA_ISIZE, I_FILE_ACL_HIGH, I_FLAGS, I_LINKS_COUNT, I_SIZE_HIGH, I_SIZE_LO,
 };
@@ -17,16 +21,6 @@ pub(super) use super::format::{
     FLAG_INDEX, FLAG_INLINE_DATA, FLAG_VERITY, MODE_TYPE, S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK, S_IFREG,
     S_IFSOCK,
 };
-
-const COMPAT_IMAGIC_INODES: u32 = 0x2;
-const COMPAT_DIR_INDEX: u32 = 0x20;
-const RO_COMPAT_HUGE_FILE: u32 = 0x8;
-const RO_COMPAT_VERITY: u32 = 0x8000;
-const INCOMPAT_EXTENTS: u32 = 0x40;
-const INCOMPAT_EA_INODE: u32 = 0x400;
-const INCOMPAT_ENCRYPT: u32 = 0x1_0000;
-const INCOMPAT_CASEFOLD: u32 = 0x2_0000;
-const INCOMPAT_INLINE_DATA: u32 = 0x8000;
 
 pub(super) use super::fields::I_BLOCK;
 const I_BLOCK_LEN: usize = 60;
@@ -83,7 +77,7 @@ pub(super) fn content(features: Features, inode_size: usize, raw: &[u8], reserve
     if le32(raw, 0x70) != 0 {
         return Some("i_faddr is set".into());
     }
-    if !has(Features::INCOMPAT_64BIT, features.incompat) && le16(raw, I_FILE_ACL_HIGH) != 0 {
+    if !has(INCOMPAT_64BIT, features.incompat) && le16(raw, I_FILE_ACL_HIGH) != 0 {
         return Some("the high half of i_file_acl is set without the 64bit feature".into());
     }
     if !has(RO_COMPAT_HUGE_FILE, features.ro_compat) && le16(raw, I_BLOCKS_HIGH) != 0 {
@@ -116,7 +110,7 @@ pub(super) fn content(features: Features, inode_size: usize, raw: &[u8], reserve
     if has(FLAG_EA_INODE, flags) && t != S_IFREG {
         return Some("the ea_inode flag is set on a file that is not regular".into());
     }
-    if t == S_IFDIR && !has(Features::INCOMPAT_LARGEDIR, features.incompat) && le32(raw, I_SIZE_HIGH) != 0 {
+    if t == S_IFDIR && !has(INCOMPAT_LARGEDIR, features.incompat) && le32(raw, I_SIZE_HIGH) != 0 {
         return Some("a directory with the high half of its size set, without the large_dir feature".into());
     }
     if matches!(t, S_IFCHR | S_IFBLK | S_IFIFO | S_IFSOCK) {

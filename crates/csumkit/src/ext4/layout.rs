@@ -19,8 +19,13 @@
 //! | 0x270 | `s_checksum_seed` |
 //! | 0x3FC | `s_checksum` = CRC32C(!0, bytes 0..0x3FC) |
 
+use super::feature_bits::{
+    COMPAT_SPARSE_SUPER2, INCOMPAT_64BIT, INCOMPAT_CSUM_SEED, INCOMPAT_META_BG, RO_COMPAT_BIGALLOC,
+    RO_COMPAT_METADATA_CSUM, RO_COMPAT_SPARSE_SUPER,
+};
 use super::fields::{
-    BG_FLAGS, S_BACKUP_BGS, S_BLOCKS_COUNT_HI, S_BLOCKS_COUNT_LO, S_BLOCKS_PER_GROUP, S_CHECKSUM_SEED,
+    BG_BLOCK_BITMAP_HI, BG_BLOCK_BITMAP_LO, BG_FLAGS, BG_INODE_BITMAP_HI, BG_INODE_BITMAP_LO, BG_INODE_TABLE_HI,
+    BG_INODE_TABLE_LO, S_BACKUP_BGS, S_BLOCKS_COUNT_HI, S_BLOCKS_COUNT_LO, S_BLOCKS_PER_GROUP, S_CHECKSUM_SEED,
     S_CLUSTERS_PER_GROUP, S_DESC_SIZE, S_FEATURE_COMPAT, S_FEATURE_INCOMPAT, S_FEATURE_RO_COMPAT, S_FIRST_DATA_BLOCK,
     S_FIRST_META_BG, S_INODES_COUNT, S_INODES_PER_GROUP, S_INODE_SIZE, S_LOG_BLOCK_SIZE, S_LOG_CLUSTER_SIZE, S_MAGIC,
     S_RESERVED_GDT_BLOCKS, S_UUID,
@@ -32,13 +37,6 @@ use crate::{crc32c, Error};
 /// Byte offset of the superblock.
 pub const SUPER_OFFSET: u64 = 1024;
 const MAGIC: u16 = 0xEF53;
-const RO_COMPAT_SPARSE_SUPER: u32 = 0x1;
-const RO_COMPAT_BIGALLOC: u32 = 0x200;
-const RO_COMPAT_METADATA_CSUM: u32 = 0x400;
-const INCOMPAT_META_BG: u32 = 0x10;
-const INCOMPAT_64BIT: u32 = 0x80;
-const INCOMPAT_CSUM_SEED: u32 = 0x2000;
-const COMPAT_SPARSE_SUPER2: u32 = 0x200;
 
 /// The geometry of an ext4 image with `metadata_csum`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -86,25 +84,6 @@ pub struct Features {
     pub incompat: u32,
     /// `s_feature_ro_compat`.
     pub ro_compat: u32,
-}
-
-impl Features {
-    /// `has_journal`.
-    pub const COMPAT_HAS_JOURNAL: u32 = 0x4;
-    /// `orphan_file`.
-    pub const COMPAT_ORPHAN_FILE: u32 = 0x1000;
-    /// The journal holds transactions not yet replayed.
-    pub const INCOMPAT_RECOVER: u32 = 0x4;
-    /// The journal is on another device.
-    pub const INCOMPAT_JOURNAL_DEV: u32 = 0x8;
-    /// Multiple mount protection.
-    pub const INCOMPAT_MMP: u32 = 0x100;
-    /// 64-bit block numbers.
-    pub const INCOMPAT_64BIT: u32 = INCOMPAT_64BIT;
-    /// Large xattr values in inodes of their own.
-    pub const INCOMPAT_EA_INODE: u32 = 0x400;
-    /// Directories over 2 GiB and htrees of 3 index levels.
-    pub const INCOMPAT_LARGEDIR: u32 = 0x4000;
 }
 
 /// Which groups hold a superblock backup (the kernel's `ext4_bg_has_super`).
@@ -387,9 +366,9 @@ impl Layout {
         Ok(Group {
             number: g,
             desc_offset: at,
-            block_bitmap: addr(0x00, 0x20),
-            inode_bitmap: addr(0x04, 0x24),
-            inode_table: addr(0x08, 0x28),
+            block_bitmap: addr(BG_BLOCK_BITMAP_LO, BG_BLOCK_BITMAP_HI),
+            inode_bitmap: addr(BG_INODE_BITMAP_LO, BG_INODE_BITMAP_HI),
+            inode_table: addr(BG_INODE_TABLE_LO, BG_INODE_TABLE_HI),
             flags: le16(d, BG_FLAGS),
         })
     }

@@ -25,6 +25,7 @@
 mod check;
 mod checker;
 pub mod checksum;
+pub mod feature_bits;
 pub mod fields;
 pub mod format;
 pub mod hash;

@@ -9,8 +9,8 @@
 //! | MMP block (`ext4_mmp_csum`) | le32 at 0x3FC | fs seed, bytes 0..0x3FC |
 
 use super::checker::Checker;
+use super::feature_bits::{INCOMPAT_MMP, RO_COMPAT_ORPHAN_PRESENT};
 use super::fields::{I_BLOCK, I_SIZE_HIGH, I_SIZE_LO, S_MMP_BLOCK};
-use super::layout::Features;
 use super::leaves::{physical, Leaf};
 use super::structure;
 use crate::crc32c;
@@ -23,7 +23,6 @@ const JBD2_CSUM_V3: u32 = 0x10;
 const ORPHAN_MAGIC: u32 = 0x0B10_CA04;
 const MMP_MAGIC: u32 = 0x004D_4D50;
 /// `orphan_present`: inodes are recorded in the orphan file.
-const RO_COMPAT_ORPHAN_PRESENT: u32 = 0x1_0000;
 
 fn be32(b: &[u8], at: usize) -> u32 {
     u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
@@ -113,7 +112,7 @@ impl Checker<'_> {
     }
 
     pub(super) fn mmp(&mut self) -> Result<(), Error> {
-        if self.layout.features.incompat & Features::INCOMPAT_MMP == 0 {
+        if self.layout.features.incompat & INCOMPAT_MMP == 0 {
             return Ok(());
         }
         let sb = &self.image[super::layout::SUPER_OFFSET as usize..][..1024];

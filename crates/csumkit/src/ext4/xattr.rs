@@ -12,9 +12,9 @@
 //! 0x10..0x14 read as zero.
 
 use super::checker::Checker;
+use super::feature_bits::INCOMPAT_64BIT;
 use super::fields::{I_ATIME, I_FILE_ACL_HIGH, I_FILE_ACL_LO, I_GENERATION};
 use super::inode_rules::{self as rules, FLAG_EA_INODE};
-use super::layout::Features;
 use super::leaves::{physical, Leaf};
 use super::xattr_entries::{
     entries, hash_entry, in_inode, XattrBlock, XattrEntry, BLOCK_HEADER, EA_INODE_VALUE_MAX, XATTR_MAGIC,
@@ -45,8 +45,7 @@ impl Checker<'_> {
     /// time any inode names it; returns the clusters it charges.
     fn xattr_block(&mut self, inum: u64, raw: &[u8]) -> Result<u64, Error> {
         let generation = le32(raw, I_GENERATION);
-        let hi =
-            if self.layout.features.incompat & Features::INCOMPAT_64BIT != 0 { le16(raw, I_FILE_ACL_HIGH) } else { 0 };
+        let hi = if self.layout.features.incompat & INCOMPAT_64BIT != 0 { le16(raw, I_FILE_ACL_HIGH) } else { 0 };
         let block = u64::from(le32(raw, I_FILE_ACL_LO)) | u64::from(hi) << 32;
         if block == 0 {
             return Ok(0);

@@ -133,7 +133,7 @@ pub fn counts_match_the_image(report: &Report, image: &[u8], label: &str) {
     assert_eq!(c.inodes, layout.inodes_count - free_inodes, "{label}: {c:?}");
     // Distinct xattr blocks (`i_file_acl`, its high half with 64bit) of
     // the in-use inodes, and the orphan file's blocks (its size).
-    let wide = layout.features.incompat & 0x80 != 0;
+    let wide = layout.features.incompat & csumkit::ext4::feature_bits::INCOMPAT_64BIT != 0;
     let inode_at = |inum: u64| {
         let g = &groups[((inum - 1) / layout.inodes_per_group) as usize];
         (g.inode_table * layout.block_size + (inum - 1) % layout.inodes_per_group * layout.inode_size) as usize
