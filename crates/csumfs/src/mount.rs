@@ -480,7 +480,7 @@ pub fn default_protection(image: &Path, companions: &Companions) -> Result<Prote
     // volume opens (and refuses, by name, what it refuses).
     let block = image_bytes(image)
         .ok()
-        .and_then(|b| (b.len() >= 2048).then(|| crate::format::le::le32(&b, 1024 + 24)))
+        .and_then(|b| (b.len() >= 2048).then(|| csumkit::le::le32(&b, 1024 + 24)))
         .filter(|&log| log <= 6)
         .map_or(4096, |log| 1024u32 << log)
         .min(4096);

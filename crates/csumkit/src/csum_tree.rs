@@ -30,6 +30,7 @@
 //! | internal 32.. | up to 169 children: first block u64, location u64, the child's generation u64 |
 //! | super 32..56 | root location u64, root level u32, tree height u32, root generation u64 |
 
+use crate::le::{le32, le64};
 use crate::Error;
 use std::collections::BTreeSet;
 
@@ -521,14 +522,6 @@ struct Child {
     location: u64,
     level: usize,
     generation: u64,
-}
-
-fn le64(node: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(node[at..at + 8].try_into().expect("8 bytes"))
-}
-
-fn le32(node: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(node[at..at + 4].try_into().expect("4 bytes"))
 }
 
 /// Checks a node read at `child.location`: magic and CRC, the level and

@@ -33,7 +33,7 @@ pub mod erofs;
 mod error;
 pub mod ext4;
 pub mod file;
-mod le;
+pub mod le;
 pub mod pi;
 #[cfg(unix)]
 pub mod pipeline;

@@ -2,17 +2,15 @@
 //! new name passes, and the parent's times and link count.
 
 use crate::error::Error;
-use crate::format::dir_block::file_type;
-use crate::format::dir_block::new_dir_block;
+use crate::format::dir_block::{file_type, new_dir_block};
 use crate::format::flags::inherited_flags;
 use crate::format::inode::{encode_time, now, put_time};
-use crate::format::le::{put16, put32};
 use crate::inode::immutable;
-use crate::inode::table::NewInode;
-use crate::inode::table::{Inode, FLAG_EXTENTS};
+use crate::inode::table::{Inode, NewInode, FLAG_EXTENTS};
 use crate::space::grow::Fill;
 use crate::volume::Volume;
 use csumkit::ext4::fields::{I_CTIME, I_CTIME_EXTRA, I_LINKS_COUNT, I_MTIME, I_MTIME_EXTRA, I_SIZE_LO};
+use csumkit::le::{put16, put32};
 
 impl Volume {
     pub(crate) fn touch_dir(&mut self, dir: u32, link_delta: i32) -> Result<(), Error> {

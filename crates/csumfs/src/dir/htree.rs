@@ -7,12 +7,15 @@
 //! is an error, never a wrong leaf (a name reported absent, or added twice).
 
 use crate::error::{corrupt, Error};
-use crate::format::le::{le16, le32};
 use crate::inode::table::Inode;
 use crate::space::map::Run;
 use crate::volume::Volume;
 use csumkit::crc32c;
 use csumkit::ext4::feature_bits::INCOMPAT_LARGEDIR;
+use csumkit::ext4::fields::{
+    DX_ROOT_HASH_VERSION, DX_ROOT_INDIRECT_LEVELS, DX_ROOT_INFO_LENGTH, DX_ROOT_RESERVED_ZERO, DX_ROOT_UNUSED_FLAGS,
+};
+use csumkit::le::{le16, le32};
 
 /// Where an interior node's count/limit sit: after its fake dirent.
 pub(crate) const NODE_COUNT_AT: usize = 8;
@@ -133,7 +136,8 @@ impl Volume {
             Ok(root) => root,
             Err(bad) => return Ok(Err(bad)),
         };
-        let (version, levels, flags) = (root[0x1C], root[0x1E], root[0x1F]);
+        let (version, levels, flags) =
+            (root[DX_ROOT_HASH_VERSION], root[DX_ROOT_INDIRECT_LEVELS], root[DX_ROOT_UNUSED_FLAGS]);
         let hash = match self.name_hash(version, name) {
             _ if levels >= self.htree_levels() => return Ok(Err(BadIndex(format!("{levels} indirect levels")))),
             _ if flags & 1 != 0 => return Ok(Err(BadIndex(format!("hash flags {flags:#x}")))),
@@ -210,7 +214,10 @@ impl Volume {
         let bs = node.len();
         let framed = if count_at == ROOT_COUNT_AT {
             let dotdot_spans = rec_len_at(node, 12 + 4, bs as u64) == bs as u64 - 12;
-            rec_len_at(node, 4, bs as u64) == 12 && dotdot_spans && le32(node, 0x18) == 0 && node[0x1D] == 8
+            rec_len_at(node, 4, bs as u64) == 12
+                && dotdot_spans
+                && le32(node, DX_ROOT_RESERVED_ZERO) == 0
+                && node[DX_ROOT_INFO_LENGTH] == 8
         } else {
             is_index_block(node, 1, bs as u64)
         };

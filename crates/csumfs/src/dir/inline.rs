@@ -12,11 +12,11 @@
 
 use crate::error::Error;
 use crate::format::inode::put_time;
-use crate::format::le::{le32, put16, put32};
 use crate::inode::table::{Inode, FLAG_EXTENTS, FLAG_INLINE_DATA};
 use crate::space::grow::Fill;
 use crate::volume::Volume;
 use csumkit::ext4::fields::{I_BLOCK, I_FLAGS, I_MTIME, I_MTIME_EXTRA, I_SIZE_HIGH, I_SIZE_LO};
+use csumkit::le::{le32, put16, put32};
 
 /// `EXT4_XATTR_INDEX_SYSTEM` and the name that holds inline data.
 const SYSTEM_INDEX: u8 = 7;

@@ -8,13 +8,14 @@ use crate::error::Error;
 use crate::format::dir_block::file_type;
 use crate::format::flags::inherited_flags;
 use crate::format::inode::{encode_time, now, put_time};
-use crate::format::le::{le16, put16, put32};
 use crate::inode::immutable;
-use crate::inode::table::NewInode;
-use crate::inode::table::{Inode, FLAG_EXTENTS, FLAG_INDEX, ROOT};
+use crate::inode::table::{Inode, NewInode, FLAG_EXTENTS, FLAG_INDEX, ROOT};
 use crate::space::grow::Fill;
 use crate::volume::Volume;
-use csumkit::ext4::fields::{I_BLOCK, I_CTIME, I_CTIME_EXTRA, I_LINKS_COUNT, I_SIZE_LO};
+use csumkit::ext4::fields::{
+    DX_ROOT_INFO_LENGTH, DX_ROOT_RESERVED_ZERO, I_BLOCK, I_CTIME, I_CTIME_EXTRA, I_LINKS_COUNT, I_SIZE_LO,
+};
+use csumkit::le::{le16, put16, put32};
 
 /// How `rename` treats an existing target.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -255,7 +256,7 @@ impl Volume {
     fn patch_dx_root(&mut self, dir: &Inode, physical: u64, at: usize, bytes: &[u8]) -> Result<(), Error> {
         let bs = self.layout.block_size as usize;
         let block = self.block(physical, &|| format!("directory {} htree root", dir.ino))?;
-        let count_at = 0x18 + usize::from(block[0x1D]);
+        let count_at = DX_ROOT_RESERVED_ZERO + usize::from(block[DX_ROOT_INFO_LENGTH]);
         let (limit, count) = (usize::from(le16(block, count_at)), usize::from(le16(block, count_at + 2)));
         let tail = count_at + 8 * limit;
         let covered = count_at + 8 * count;

@@ -4,10 +4,10 @@
 
 use crate::dir::htree::is_index_block;
 use crate::error::{corrupt, Error};
-use crate::format::le::{le16, le32};
 use crate::inode::table::{Inode, FLAG_INDEX, FLAG_INLINE_DATA};
 use crate::volume::Volume;
 use csumkit::crc32c;
+use csumkit::le::{le16, le32};
 
 /// A directory block: where an entry was found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -219,16 +219,14 @@ impl Volume {
 
     fn verify_leaf(&self, dir: &Inode, physical: u64, block: &[u8]) -> Result<(), Error> {
         let bs = block.len();
-        let tail = &block[bs - 12..];
-        let has_tail = le32(tail, 0) == 0 && le16(tail, 4) == 12 && tail[6] == 0 && tail[7] == 0xDE;
-        if !has_tail {
+        if !csumkit::ext4::checksum::has_dir_tail(block) {
             return Err(corrupt(format!("directory {} block {physical}", dir.ino), "no checksum tail"));
         }
         if self.verified_dir_block(physical, dir.csum_seed) {
             return Ok(());
         }
         let computed = crc32c::raw_update(dir.csum_seed, &block[..bs - 12]);
-        self.verify(&|| format!("directory {} block {physical}", dir.ino), le32(tail, 8), computed)?;
+        self.verify(&|| format!("directory {} block {physical}", dir.ino), le32(block, bs - 4), computed)?;
         self.remember_verified_dir_block(physical, dir.csum_seed);
         Ok(())
     }

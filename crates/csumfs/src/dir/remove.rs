@@ -8,7 +8,6 @@
 use crate::dir::read::records;
 use crate::error::Error;
 use crate::format::inode::{encode_time, now, put_time};
-use crate::format::le::{le16, le32, put16, put32};
 use crate::inode::immutable;
 use crate::inode::table::{Inode, FLAG_INDEX, FLAG_INLINE_DATA};
 use crate::volume::Volume;
@@ -16,6 +15,7 @@ use csumkit::ext4::fields::{
     BG_USED_DIRS_HI, BG_USED_DIRS_LO, I_BLOCK, I_BLOCKS_HIGH, I_BLOCKS_LO, I_CTIME, I_CTIME_EXTRA, I_DTIME,
     I_FILE_ACL_HIGH, I_FILE_ACL_LO, I_FLAGS, I_LINKS_COUNT, I_SIZE_HIGH, I_SIZE_LO,
 };
+use csumkit::le::{le16, le32, put16, put32};
 
 impl Volume {
     /// Removes the name `name` (not a directory) from `dir`; the inode

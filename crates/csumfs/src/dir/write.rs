@@ -14,11 +14,11 @@ use crate::dir::htree::{index_csum, index_limit, BadIndex, IndexStep, NODE_COUNT
 use crate::dir::read::record_len;
 use crate::error::{corrupt, Error};
 use crate::format::dir_block::new_dir_block;
-use crate::format::le::{le16, le32, put16, put32};
 use crate::inode::table::{Inode, FLAG_INDEX, FLAG_INLINE_DATA};
 use crate::volume::Volume;
 use csumkit::ext4::feature_bits::COMPAT_DIR_INDEX;
-use csumkit::ext4::fields::{I_FLAGS, I_SIZE_HIGH, I_SIZE_LO};
+use csumkit::ext4::fields::{DX_ROOT_HASH_VERSION, DX_ROOT_INDIRECT_LEVELS, I_FLAGS, I_SIZE_HIGH, I_SIZE_LO};
+use csumkit::le::{le16, le32, put16, put32};
 
 /// One live entry of a leaf: (inode, file type, name).
 type Entry = (u32, u8, Vec<u8>);
@@ -220,7 +220,7 @@ impl Volume {
         let mut node = self.block(physical, &what)?.to_vec();
         let count = usize::from(le16(&node, count_at + 2));
         let (moved_from, parent) = if i == 0 {
-            let levels = node[0x1E];
+            let levels = node[DX_ROOT_INDIRECT_LEVELS];
             if levels + 1 >= self.htree_levels() {
                 return Err(Error::Io {
                     context: format!("directory {}: its htree index is full ({} levels)", dir.ino, levels + 1),
@@ -250,7 +250,7 @@ impl Volume {
                 // The root keeps one entry, the new node; a level more.
                 put16(&mut node, count_at + 2, 1);
                 put32(&mut node, count_at + 4, new_logical as u32);
-                node[0x1E] += 1;
+                node[DX_ROOT_INDIRECT_LEVELS] += 1;
             }
             Some(IndexStep { physical: parent_physical, count_at: parent_count_at, chosen }) => {
                 put16(&mut node, count_at + 2, moved_from as u16);
@@ -295,7 +295,7 @@ impl Volume {
         root[18] = 2;
         root[19] = entries[1].1;
         root[20..22].copy_from_slice(b"..");
-        root[0x1C] = self.hash.default_version;
+        root[DX_ROOT_HASH_VERSION] = self.hash.default_version;
         root[0x1D] = 8; // info_length
         let count_at = ROOT_COUNT_AT;
         put16(&mut root, count_at, index_limit(bs, count_at) as u16);

@@ -5,7 +5,6 @@
 
 use crate::error::Error;
 use crate::format::inode::{encode_time, now, put_time};
-use crate::format::le::put32;
 use crate::inode::immutable;
 use crate::inode::table::{Inode, FLAG_EXTENTS};
 use crate::space::grow::Fill;
@@ -14,6 +13,7 @@ use crate::stats::Stats;
 use crate::volume::Volume;
 use csumkit::ext4::fields::{I_CTIME, I_CTIME_EXTRA, I_MTIME, I_MTIME_EXTRA, I_SIZE_HIGH, I_SIZE_LO};
 use csumkit::ext4::format::FLAG_JOURNAL_DATA;
+use csumkit::le::put32;
 
 /// Whether the checksums of `bytes` whole blocks are worth computing on the
 /// helper thread while the piece is written (`store/crc_helper.rs`): handing a

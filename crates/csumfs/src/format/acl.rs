@@ -5,7 +5,7 @@
 //! `fs/ext4/acl.h`.
 
 use crate::error::Error;
-use crate::format::le::{le16, le32};
+use csumkit::le::{le16, le32};
 
 const USER_OBJ: u16 = 0x01;
 const USER: u16 = 0x02;

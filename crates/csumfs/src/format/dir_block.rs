@@ -2,8 +2,8 @@
 //! the last spanning the rest, then the checksum tail
 //! (`struct ext4_dir_entry_tail`).
 
-use crate::format::le::{put16, put32};
 use csumkit::crc32c;
+use csumkit::le::{put16, put32};
 
 /// A new directory leaf block holding `entries` (the last spanning the
 /// rest), with its checksum tail (checksummed in full: it is new).
@@ -19,9 +19,7 @@ pub(crate) fn new_dir_block(bs: usize, seed: u32, entries: &[(u32, u8, &[u8])]) 
         block[at + 8..at + 8 + name.len()].copy_from_slice(name);
         at += rec_len;
     }
-    // The tail: a fake entry of inode 0, rec_len 12, name_len 0, type 0xDE.
-    put16(&mut block, bs - 12 + 4, 12);
-    block[bs - 12 + 7] = 0xDE;
+    csumkit::ext4::checksum::put_dir_tail(&mut block);
     let crc = crc32c::raw_update(seed, &block[..bs - 12]);
     put32(&mut block, bs - 4, crc);
     block

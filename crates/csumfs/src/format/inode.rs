@@ -2,8 +2,8 @@
 //! reach (`i_extra_isize`) and the timestamp encoding with its epoch bits
 //! and nanoseconds (`ext4_encode_extra_time`).
 
-use crate::format::le::{le16, put32};
 use csumkit::ext4::fields::I_EXTRA_ISIZE;
+use csumkit::le::{le16, put32};
 
 /// Seconds and nanoseconds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

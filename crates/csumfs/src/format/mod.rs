@@ -9,5 +9,4 @@ pub(crate) mod dir_block;
 pub(crate) mod features;
 pub(crate) mod flags;
 pub(crate) mod inode;
-pub(crate) mod le;
 pub(crate) mod xattr;

@@ -6,12 +6,9 @@
 
 use crate::error::Error;
 use crate::format::flags::{dax_compatible, mask_flags, FLAGS_MODIFIABLE, FLAGS_SETTABLE, FLAG_NOCOW, SETTABLE_REMEDY};
-use crate::format::inode::Timespec;
-use crate::format::inode::{encode_time, now, put_time};
-use crate::format::le::{put16, put32};
+use crate::format::inode::{encode_time, now, put_time, Timespec};
 use crate::inode::immutable::{self, FLAG_IMMUTABLE};
-use crate::inode::table::NewInode;
-use crate::inode::table::{Inode, FLAG_EXTENTS};
+use crate::inode::table::{Inode, NewInode, FLAG_EXTENTS};
 use crate::volume::Volume;
 use csumkit::ext4::feature_bits::COMPAT_HAS_JOURNAL;
 use csumkit::ext4::fields::{
@@ -19,6 +16,7 @@ use csumkit::ext4::fields::{
     I_MTIME_EXTRA, I_UID, I_UID_HIGH,
 };
 use csumkit::ext4::format::FLAG_JOURNAL_DATA;
+use csumkit::le::{put16, put32};
 
 /// What [`Volume::set_attr`] changes; `None` leaves a field as it is.
 #[derive(Clone, Copy, Debug, Default)]

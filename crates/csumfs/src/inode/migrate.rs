@@ -9,10 +9,13 @@
 //! of the small files ext4 makes one of (`migrate`).
 
 use crate::error::Error;
-use crate::format::le::{le32, put16, put32};
 use crate::inode::table::{Inode, FLAG_EXTENTS, FLAG_INLINE_DATA};
 use crate::volume::Volume;
-use csumkit::ext4::fields::{I_BLOCK, I_BLOCKS_HIGH, I_BLOCKS_LO, I_FLAGS};
+use csumkit::ext4::fields::{
+    EE_BLOCK, EE_LEN, EE_START_HI, EE_START_LO, EH_DEPTH, EH_ENTRIES, EXT_ENTRY_BYTES, I_BLOCK, I_BLOCKS_HIGH,
+    I_BLOCKS_LO, I_FLAGS,
+};
+use csumkit::le::{le16, le32, put16, put32};
 
 impl Volume {
     /// Inode `ino` extent-mapped: inline content moved to a block, a block
@@ -93,18 +96,17 @@ impl Volume {
         // error here, not a block map.
         self.runs(&inode)?;
         let root = &inode.raw[I_BLOCK..I_BLOCK + 60];
-        let (entries, depth) = (u16::from_le_bytes([root[2], root[3]]), u16::from_le_bytes([root[6], root[7]]));
+        let (entries, depth) = (le16(root, EH_ENTRIES), le16(root, EH_DEPTH));
         if depth != 0 || entries > 1 {
             return Err(refused("a block map for a file of more than one extent"));
         }
         let mut map = [0u32; 15];
         if entries == 1 {
-            let extent = &root[12..24];
-            let start = u32::from_le_bytes(extent[..4].try_into().expect("4 bytes")) as usize;
+            let extent = &root[EXT_ENTRY_BYTES..2 * EXT_ENTRY_BYTES];
+            let start = le32(extent, EE_BLOCK) as usize;
             // The raw length: an unwritten extent's is over 32 768.
-            let len = usize::from(u16::from_le_bytes([extent[4], extent[5]]));
-            let physical = u64::from(u16::from_le_bytes([extent[6], extent[7]])) << 32
-                | u64::from(u32::from_le_bytes(extent[8..12].try_into().expect("4 bytes")));
+            let len = usize::from(le16(extent, EE_LEN));
+            let physical = u64::from(le16(extent, EE_START_HI)) << 32 | u64::from(le32(extent, EE_START_LO));
             if start + len > 12 {
                 return Err(refused("a block map for a file past its first 12 blocks"));
             }

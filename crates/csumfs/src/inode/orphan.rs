@@ -8,12 +8,12 @@
 //! and rolled back like the rest of its operation.
 
 use crate::error::{corrupt, Error};
-use crate::format::le::{le32, put32};
 use crate::inode::table::{Inode, FLAG_EXTENTS};
 use crate::volume::Volume;
 use csumkit::crc32c;
 use csumkit::ext4::feature_bits::RO_COMPAT_ORPHAN_PRESENT;
 use csumkit::ext4::fields::{I_DTIME, S_FEATURE_RO_COMPAT, S_LAST_ORPHAN, S_ORPHAN_FILE_INUM};
+use csumkit::le::{le32, put32};
 
 /// `orphan_present`: the orphan file names orphans.
 /// An orphan file block's tail magic.
@@ -25,7 +25,7 @@ impl Volume {
     }
 
     fn set_last_orphan(&mut self, ino: u32) -> Result<(), Error> {
-        self.patch("superblock", 1024, (0x3FC, 0x3FC, !0), &[(S_LAST_ORPHAN, &ino.to_le_bytes())])
+        self.patch_superblock(&[(S_LAST_ORPHAN, &ino.to_le_bytes())])
     }
 
     /// Puts `inode` (its last link just dropped, still held) at the head
@@ -144,7 +144,7 @@ impl Volume {
             }
         }
         let flags = self.layout.features.ro_compat & !RO_COMPAT_ORPHAN_PRESENT;
-        self.patch("superblock", 1024, (0x3FC, 0x3FC, !0), &[(S_FEATURE_RO_COMPAT, &flags.to_le_bytes())])?;
+        self.patch_superblock(&[(S_FEATURE_RO_COMPAT, &flags.to_le_bytes())])?;
         std::sync::Arc::make_mut(&mut self.layout).features.ro_compat = flags;
         Ok(freed)
     }

@@ -3,7 +3,6 @@
 
 use crate::error::{corrupt, Error};
 use crate::format::inode::{extra_fields_end, Timespec};
-use crate::format::le::{le16, le32};
 use crate::volume::Volume;
 use csumkit::ext4::checksum;
 use csumkit::ext4::feature_bits::INCOMPAT_64BIT;
@@ -12,6 +11,7 @@ use csumkit::ext4::fields::{
     I_EXTRA_ISIZE, I_FILE_ACL_HIGH, I_FILE_ACL_LO, I_FLAGS, I_GENERATION, I_GID, I_GID_HIGH, I_LINKS_COUNT, I_MODE,
     I_MTIME, I_MTIME_EXTRA, I_SIZE_HIGH, I_SIZE_LO, I_UID, I_UID_HIGH,
 };
+use csumkit::le::{le16, le32};
 
 /// `i_flags` bits this code looks at.
 pub(crate) use csumkit::ext4::format::{FLAG_EA_INODE, FLAG_EXTENTS, FLAG_INDEX, FLAG_INLINE_DATA};

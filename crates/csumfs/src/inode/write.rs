@@ -4,9 +4,7 @@
 use crate::error::Error;
 use crate::format::flags::is_synchronous;
 use crate::format::inode::{encode_time, now};
-use crate::format::le::{le16, le32, put16, put32};
-use crate::inode::table::NewInode;
-use crate::inode::table::{Inode, FLAG_EXTENTS};
+use crate::inode::table::{Inode, NewInode, FLAG_EXTENTS};
 use crate::splice::splice_all;
 use crate::stats::Stats;
 use crate::volume::Volume;
@@ -14,6 +12,7 @@ use csumkit::crc32c;
 use csumkit::ext4::fields::{
     I_BLOCK, I_EXTRA_ISIZE, I_FLAGS, I_GENERATION, I_GID, I_GID_HIGH, I_LINKS_COUNT, I_MODE, I_UID, I_UID_HIGH,
 };
+use csumkit::le::{le16, le32, put16, put32};
 
 impl Volume {
     /// Rewrites inode `ino`'s bytes with `edit`, moving its checksum by

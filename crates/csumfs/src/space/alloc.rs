@@ -5,7 +5,6 @@
 //! initialised on first use; blocks freed.
 
 use crate::error::Error;
-use crate::format::le::{le16, le32, put16};
 use crate::stats::Stats;
 use crate::volume::{Checksums, Volume};
 use csumkit::crc32c;
@@ -15,6 +14,7 @@ use csumkit::ext4::fields::{
     BG_USED_DIRS_HI, BG_USED_DIRS_LO, S_FIRST_INO,
 };
 use csumkit::ext4::Group;
+use csumkit::le::{le16, le32, put16};
 
 /// Whether the 64 bits from `b` (a multiple of 64, inside `bitmap`) all
 /// equal `ones`: whole words are skipped at once (a group of 65 528 blocks

@@ -20,15 +20,17 @@
 //! `ENOSPC` leaves the tree as it was.
 
 use crate::error::{corrupt, Error};
-use crate::format::le::{le16, le32, put16, put32};
 use crate::inode::table::{Inode, FLAG_EXTENTS, FLAG_INLINE_DATA};
 use crate::space::map::Run;
 use crate::splice::changes;
 use crate::volume::Volume;
 use csumkit::crc32c;
-use csumkit::ext4::fields::{I_BLOCKS_HIGH, I_BLOCKS_LO};
+use csumkit::ext4::fields::{
+    EE_BLOCK, EE_LEN, EE_START_HI, EE_START_LO, EH_DEPTH, EH_ENTRIES, EH_MAGIC, EH_MAX, EI_BLOCK, EI_LEAF_HI,
+    EI_LEAF_LO, EXT_MAGIC, I_BLOCKS_HIGH, I_BLOCKS_LO,
+};
+use csumkit::le::{le16, le32, put16, put32};
 
-const MAGIC: u16 = 0xF30A;
 /// Entries of the root node in `i_block`.
 const ROOT_ENTRIES: usize = 4;
 /// `EXT4_MAX_EXTENT_DEPTH`.
@@ -93,18 +95,18 @@ fn remapped(old: &[Run], from: u64, to: u64, put: &[Run]) -> (Vec<Run>, Vec<Run>
 /// One 12-byte entry: an extent (leaf) or (first file block, child block) (index).
 fn leaf_entry(r: &Run) -> [u8; 12] {
     let mut e = [0u8; 12];
-    put32(&mut e, 0, r.logical as u32);
-    put16(&mut e, 4, (if r.uninit { r.len + 32768 } else { r.len }) as u16);
-    put16(&mut e, 6, (r.physical >> 32) as u16);
-    put32(&mut e, 8, r.physical as u32);
+    put32(&mut e, EE_BLOCK, r.logical as u32);
+    put16(&mut e, EE_LEN, (if r.uninit { r.len + 32768 } else { r.len }) as u16);
+    put16(&mut e, EE_START_HI, (r.physical >> 32) as u16);
+    put32(&mut e, EE_START_LO, r.physical as u32);
     e
 }
 
 fn index_entry(first: u64, child: u64) -> [u8; 12] {
     let mut e = [0u8; 12];
-    put32(&mut e, 0, first as u32);
-    put32(&mut e, 4, child as u32);
-    put16(&mut e, 8, (child >> 32) as u16);
+    put32(&mut e, EI_BLOCK, first as u32);
+    put32(&mut e, EI_LEAF_LO, child as u32);
+    put16(&mut e, EI_LEAF_HI, (child >> 32) as u16);
     e
 }
 
@@ -112,10 +114,10 @@ fn index_entry(first: u64, child: u64) -> [u8; 12] {
 fn node_bytes(len: usize, max: usize, depth: usize, entries: &[[u8; 12]]) -> Vec<u8> {
     debug_assert!(entries.len() <= max && 12 + 12 * max <= len);
     let mut node = vec![0u8; len];
-    put16(&mut node, 0, MAGIC);
-    put16(&mut node, 2, entries.len() as u16);
-    put16(&mut node, 4, max as u16);
-    put16(&mut node, 6, depth as u16);
+    put16(&mut node, EH_MAGIC, EXT_MAGIC);
+    put16(&mut node, EH_ENTRIES, entries.len() as u16);
+    put16(&mut node, EH_MAX, max as u16);
+    put16(&mut node, EH_DEPTH, depth as u16);
     for (k, e) in entries.iter().enumerate() {
         node[12 + 12 * k..24 + 12 * k].copy_from_slice(e);
     }
@@ -190,7 +192,7 @@ impl Volume {
                 let same_shape: Option<Vec<(usize, usize)>> = match old {
                     Some(b) => {
                         let old_bytes = self.block(b, &|| format!("inode {} extent block {b}", inode.ino))?;
-                        (usize::from(le16(old_bytes, 4)) == per_block).then(|| {
+                        (usize::from(le16(old_bytes, EH_MAX)) == per_block).then(|| {
                             changes(&old_bytes[..tail], &new[..tail])
                                 .into_iter()
                                 .map(|(at, o, _)| (at, o.len()))
@@ -271,8 +273,11 @@ impl Volume {
     pub(crate) fn read_tree(&self, inode: &Inode) -> Result<Tree, Error> {
         let what = || format!("inode {} extent tree", inode.ino);
         let root = &inode.i_block;
-        let depth = usize::from(le16(root, 6));
-        if le16(root, 0) != MAGIC || le16(root, 2) > le16(root, 4) || le16(root, 4) as usize > ROOT_ENTRIES {
+        let depth = usize::from(le16(root, EH_DEPTH));
+        if le16(root, EH_MAGIC) != EXT_MAGIC
+            || le16(root, EH_ENTRIES) > le16(root, EH_MAX)
+            || le16(root, EH_MAX) as usize > ROOT_ENTRIES
+        {
             return Err(corrupt(what(), "bad root header"));
         }
         if depth > DEPTH_MAX {
@@ -282,9 +287,12 @@ impl Volume {
         // Depth first, left to right: each level's nodes come out in file order.
         let mut stack: Vec<(u64, usize)> = Vec::new();
         let push_children = |node: &[u8], d: usize, stack: &mut Vec<(u64, usize)>| {
-            for e in (0..usize::from(le16(node, 2))).rev() {
+            for e in (0..usize::from(le16(node, EH_ENTRIES))).rev() {
                 let at = 12 + 12 * e;
-                stack.push((u64::from(le32(node, at + 4)) | u64::from(le16(node, at + 8)) << 32, d - 1));
+                stack.push((
+                    u64::from(le32(node, at + EI_LEAF_LO)) | u64::from(le16(node, at + EI_LEAF_HI)) << 32,
+                    d - 1,
+                ));
             }
         };
         if depth == 0 {
@@ -294,9 +302,13 @@ impl Volume {
         }
         while let Some((block, d)) = stack.pop() {
             let bytes = self.block(block, &|| format!("inode {} extent block {block}", inode.ino))?;
-            let (entries, max) = (usize::from(le16(bytes, 2)), usize::from(le16(bytes, 4)));
+            let (entries, max) = (usize::from(le16(bytes, EH_ENTRIES)), usize::from(le16(bytes, EH_MAX)));
             let tail = 12 + 12 * max;
-            if le16(bytes, 0) != MAGIC || entries > max || tail + 4 > bytes.len() || usize::from(le16(bytes, 6)) != d {
+            if le16(bytes, EH_MAGIC) != EXT_MAGIC
+                || entries > max
+                || tail + 4 > bytes.len()
+                || usize::from(le16(bytes, EH_DEPTH)) != d
+            {
                 return Err(corrupt(format!("inode {} extent block {block}", inode.ino), "bad header"));
             }
             let computed = crc32c::raw_update(inode.csum_seed, &bytes[..tail]);
@@ -328,12 +340,12 @@ impl Volume {
     }
 
     fn collect_extents(&self, node: &[u8], out: &mut Vec<Run>) {
-        for e in 0..usize::from(le16(node, 2)) {
+        for e in 0..usize::from(le16(node, EH_ENTRIES)) {
             let at = 12 + 12 * e;
-            let raw = u64::from(le16(node, at + 4));
+            let raw = u64::from(le16(node, at + EE_LEN));
             let (len, uninit) = if raw > 32768 { (raw - 32768, true) } else { (raw, false) };
-            let physical = u64::from(le32(node, at + 8)) | u64::from(le16(node, at + 6)) << 32;
-            out.push(Run { logical: u64::from(le32(node, at)), len, physical, uninit });
+            let physical = u64::from(le32(node, at + EE_START_LO)) | u64::from(le16(node, at + EE_START_HI)) << 32;
+            out.push(Run { logical: u64::from(le32(node, at + EE_BLOCK)), len, physical, uninit });
         }
     }
 }

@@ -7,14 +7,13 @@
 
 use crate::error::Error;
 use crate::format::inode::{encode_time, now, put_time};
-use crate::format::le::{put16, put32};
 use crate::inode::immutable;
 use crate::inode::table::{Inode, FLAG_EXTENTS};
 use crate::space::map::Run;
-use crate::volume::Caller;
-use crate::volume::Volume;
+use crate::volume::{Caller, Volume};
 use csumkit::ext4::feature_bits::RO_COMPAT_HUGE_FILE;
 use csumkit::ext4::fields::{I_BLOCKS_HIGH, I_BLOCKS_LO, I_CTIME, I_CTIME_EXTRA, I_MTIME, I_MTIME_EXTRA};
+use csumkit::le::{put16, put32};
 
 impl Volume {
     /// Sets the size of regular file `ino`: blocks past the new end are

@@ -3,12 +3,12 @@
 //! tree cannot take them.
 
 use crate::error::Error;
-use crate::format::le::{put16, put32};
 use crate::inode::immutable;
 use crate::inode::table::{Inode, FLAG_EXTENTS};
 use crate::space::map::Run;
 use crate::volume::Volume;
 use csumkit::ext4::fields::{I_BLOCKS_HIGH, I_BLOCKS_LO, I_SIZE_HIGH, I_SIZE_LO};
+use csumkit::le::{put16, put32};
 
 /// What new blocks hold.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

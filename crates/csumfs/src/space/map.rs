@@ -2,9 +2,9 @@
 //! verified) or, without `extents`, its block map.
 
 use crate::error::{corrupt, Error};
-use crate::format::le::le32;
 use crate::inode::table::{Inode, FLAG_EXTENTS};
 use crate::volume::Volume;
+use csumkit::le::le32;
 
 /// A run of data blocks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

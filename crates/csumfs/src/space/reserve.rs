@@ -11,6 +11,11 @@
 use crate::error::Error;
 use crate::volume::{Caller, Volume};
 use csumkit::ext4::feature_bits::{COMPAT_HAS_JOURNAL, INCOMPAT_64BIT, INCOMPAT_EXTENTS};
+use csumkit::ext4::fields::{
+    S_DEF_RESGID, S_DEF_RESUID, S_FREE_BLOCKS_HI, S_FREE_BLOCKS_LO, S_FREE_INODES, S_JOURNAL_INUM, S_OVERHEAD_CLUSTERS,
+    S_R_BLOCKS_COUNT_HI, S_R_BLOCKS_COUNT_LO,
+};
+use csumkit::le::{le16, le32};
 
 /// `EXT4_FEATURE_INCOMPAT_EXTENTS`.
 
@@ -24,16 +29,16 @@ impl Volume {
     #[must_use]
     pub fn reserved_blocks_owner(&self) -> (u32, u32) {
         let sb = &self.map[1024..2048];
-        (u32::from(u16::from_le_bytes([sb[0x50], sb[0x51]])), u32::from(u16::from_le_bytes([sb[0x52], sb[0x53]])))
+        (u32::from(le16(sb, S_DEF_RESUID)), u32::from(le16(sb, S_DEF_RESGID)))
     }
 
     /// (free blocks, reserved blocks) as the superblock counts them.
     pub(crate) fn free_and_reserved_blocks(&self) -> (u64, u64) {
         let sb = &self.map[1024..2048];
-        let le32 = |at: usize| u64::from(u32::from_le_bytes(sb[at..at + 4].try_into().expect("4 bytes")));
+        let le32 = |at: usize| u64::from(le32(sb, at));
         let wide = self.layout.features.incompat & INCOMPAT_64BIT != 0;
         let high = |at: usize| if wide { le32(at) << 32 } else { 0 };
-        (le32(0x0C) | high(0x158), le32(0x08) | high(0x154))
+        (le32(S_FREE_BLOCKS_LO) | high(S_FREE_BLOCKS_HI), le32(S_R_BLOCKS_COUNT_LO) | high(S_R_BLOCKS_COUNT_HI))
     }
 
     /// ext4's reserve for extent-tree growth (`ext4_calculate_resv_clusters`).
@@ -91,7 +96,7 @@ impl Volume {
     pub fn statfs(&self) -> StatFs {
         let l = &self.layout;
         let free_blocks = self.free_and_reserved_blocks().0;
-        let free_inodes = u32::from_le_bytes(self.map[1024 + 0x10..1024 + 0x14].try_into().expect("4 bytes"));
+        let free_inodes = le32(&self.map, 1024 + S_FREE_INODES);
         StatFs {
             block_size: l.block_size,
             blocks: l.blocks_count.saturating_sub(self.overhead_blocks()),
@@ -112,15 +117,14 @@ impl Volume {
     fn overhead_blocks(&self) -> u64 {
         let l = &self.layout;
         let sb = &self.map[1024..2048];
-        let le32 = |at: usize| u32::from_le_bytes(sb[at..at + 4].try_into().expect("4 bytes"));
-        let (cluster, stored) = (self.cluster_blocks(), u64::from(le32(0x248)));
+        let (cluster, stored) = (self.cluster_blocks(), u64::from(le32(sb, S_OVERHEAD_CLUSTERS)));
         // The kernel's own test of "ridiculous": clusters against blocks.
         if cluster > 1 && stored != 0 && stored <= l.blocks_count {
             return stored * cluster;
         }
         let table = (l.inodes_per_group * l.inode_size).div_ceil(l.block_size);
         let groups: u64 = (0..l.groups).map(|g| l.base_meta_blocks(g) + table + 2).sum();
-        let journal_inode = le32(0xE0);
+        let journal_inode = le32(sb, S_JOURNAL_INUM);
         let journal = if l.features.compat & COMPAT_HAS_JOURNAL != 0 && journal_inode != 0 {
             self.inode(journal_inode).map_or(0, |j| j.size / l.block_size)
         } else {

@@ -32,6 +32,7 @@ use crate::ranges::RangeSet;
 use crate::stats::Stats;
 use csumkit::crc32c;
 use csumkit::csum_tree::{ChecksumTree, NodeStore, NODE_BYTES};
+use csumkit::le::le64;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
@@ -134,10 +135,6 @@ impl FileStore {
         let io = |source| Error::Io { context: "checksum sidecar intent list".into(), source };
         self.file.write_all_at(&0u64.to_le_bytes(), INTENT_COUNT_AT).map_err(io)
     }
-}
-
-fn le64(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
 }
 
 /// What in the image's superblock ties a sidecar to it.

@@ -18,7 +18,9 @@
 use crate::error::Error;
 use csumkit::crc32c;
 use csumkit::ext4::feature_bits::INCOMPAT_MMP;
+use csumkit::ext4::fields::{S_MMP_BLOCK, S_MMP_UPDATE_INTERVAL};
 use csumkit::ext4::Layout;
+use csumkit::le::{le16, le32, le64};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -117,10 +119,6 @@ impl MultiMountProtection {
     }
 }
 
-fn le32(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
-}
-
 /// Who wrote the block last, as the kernel names it ("node, device").
 fn holder(b: &[u8; STRUCT_BYTES]) -> String {
     let text = |r: std::ops::Range<usize>| {
@@ -168,8 +166,8 @@ pub(crate) fn protect(
     if layout.features.incompat & INCOMPAT_MMP == 0 {
         return Ok(None);
     }
-    let update_interval = u16::from_le_bytes([sb[0x166], sb[0x167]]);
-    let number = u64::from_le_bytes(sb[0x168..0x170].try_into().expect("8 bytes"));
+    let update_interval = le16(sb, S_MMP_UPDATE_INTERVAL);
+    let number = le64(sb, S_MMP_BLOCK);
     if number < layout.first_data_block || number >= layout.blocks_count {
         return Err(crate::error::corrupt("superblock", format!("s_mmp_block {number} is outside the filesystem")));
     }

@@ -36,13 +36,13 @@
 
 use crate::error::Error;
 use crate::format::features::LOG_PENDING;
-use crate::format::le::le32;
 use crate::ranges::RangeSet;
 use crate::stats::Stats;
 use crate::store::data_sums::DataSums;
 use crate::store::log_writer::Writer;
 use crate::store::medium::Backing;
 use crate::store::private_map::PAGE;
+use csumkit::le::le32;
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};

@@ -36,8 +36,8 @@
 
 use crate::error::Error;
 use crate::format::features::UNDO_PENDING;
-use crate::format::le::le32;
 use csumkit::ext4::fields::S_FEATURE_INCOMPAT;
+use csumkit::le::{le32, le64};
 use std::fs::File;
 use std::path::Path;
 use std::sync::atomic::{compiler_fence, Ordering};
@@ -70,10 +70,6 @@ pub(crate) struct UndoLog {
     pub(crate) data_blocks: Vec<u64>,
     /// Nested `begin`s; the outermost `end` commits or rolls back.
     pub(crate) depth: u32,
-}
-
-fn le64(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
 }
 
 fn io(path: &Path) -> impl Fn(std::io::Error) -> Error + '_ {

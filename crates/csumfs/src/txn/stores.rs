@@ -7,15 +7,15 @@
 //! `sync`, the one way everything reaches the media.
 
 use crate::error::Error;
-use crate::format::le::{le32, put16, put32};
 use crate::splice::SPLICE_MIN_BYTES;
 use crate::stats::Stats;
 use crate::store::bytes::Bytes;
 use crate::store::private_map::PAGE;
 use crate::volume::{Checksums, Volume};
 use csumkit::crc32c;
-use csumkit::ext4::fields::{S_FREE_BLOCKS_HI, S_FREE_BLOCKS_LO, S_FREE_INODES};
+use csumkit::ext4::fields::{S_CHECKSUM, S_FREE_BLOCKS_HI, S_FREE_BLOCKS_LO, S_FREE_INODES};
 use csumkit::ext4::Group;
+use csumkit::le::{le32, put16, put32};
 
 /// Whether every byte of `bytes` is zero: or-ed whole, without an exit
 /// inside (vector instructions).
@@ -285,8 +285,14 @@ impl Volume {
         let inodes = (i64::from(le32(sb, S_FREE_INODES)) + free_inodes) as u32;
         let (lo, hi, inodes) =
             ((blocks as u32).to_le_bytes(), ((blocks >> 32) as u32).to_le_bytes(), inodes.to_le_bytes());
-        let edits: [(usize, &[u8]); 3] = [(0x0C, &lo), (0x10, &inodes), (0x158, &hi)];
-        self.patch("superblock", 1024, (0x3FC, 0x3FC, !0), &edits[..if wide { 3 } else { 2 }])
+        let edits: [(usize, &[u8]); 3] = [(S_FREE_BLOCKS_LO, &lo), (S_FREE_INODES, &inodes), (S_FREE_BLOCKS_HI, &hi)];
+        self.patch_superblock(&edits[..if wide { 3 } else { 2 }])
+    }
+
+    /// [`patch`](Self::patch) of the superblock: its CRC32C (seeded with
+    /// `!0`) covers every byte before `s_checksum`.
+    pub(crate) fn patch_superblock(&mut self, edits: &[(usize, &[u8])]) -> Result<(), Error> {
+        self.patch("superblock", 1024, (S_CHECKSUM, S_CHECKSUM, !0), edits)
     }
 
     /// Makes every change durable: `fdatasync` of the image file, which

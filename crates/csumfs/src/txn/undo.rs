@@ -7,11 +7,10 @@
 
 use crate::error::Error;
 use crate::format::features::UNDO_PENDING;
-use crate::format::le::le32;
-use crate::store::undo_log::undo_pending;
-use crate::store::undo_log::{Record, UndoLog};
+use crate::store::undo_log::{undo_pending, Record, UndoLog};
 use crate::volume::Volume;
 use csumkit::ext4::fields::S_FEATURE_INCOMPAT;
+use csumkit::le::le32;
 use std::path::Path;
 
 impl Volume {
@@ -61,7 +60,7 @@ impl Volume {
             return Ok(false);
         }
         let incompat = le32(&self.map, 1024 + S_FEATURE_INCOMPAT) ^ UNDO_PENDING;
-        self.patch("superblock", 1024, (0x3FC, 0x3FC, !0), &[(0x60, &incompat.to_le_bytes())])?;
+        self.patch_superblock(&[(S_FEATURE_INCOMPAT, &incompat.to_le_bytes())])?;
         Ok(true)
     }
 

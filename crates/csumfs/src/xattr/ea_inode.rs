@@ -8,12 +8,11 @@
 //! quota charge, which e2fsck checks). The count reaching 0 frees it.
 
 use crate::error::{corrupt, Error};
-use crate::format::le::{le32, put32};
 use crate::format::xattr::EA_INODE_HASH;
-use crate::inode::table::NewInode;
-use crate::inode::table::{Inode, FLAG_EA_INODE, FLAG_EXTENTS};
+use crate::inode::table::{Inode, NewInode, FLAG_EA_INODE, FLAG_EXTENTS};
 use crate::volume::Volume;
 use csumkit::crc32c;
+use csumkit::le::{le32, put32};
 
 /// `i_ctime`: the high half of the reference count.
 const I_CTIME: usize = 0x0C;

@@ -7,13 +7,13 @@
 
 use crate::error::{corrupt, Error};
 use crate::format::acl::Acl;
-use crate::format::le::{le16, le32};
 use crate::format::xattr::{EA_INODE_HASH, MAGIC};
 use crate::inode::table::Inode;
 use crate::stats::Stats;
 use crate::volume::Volume;
 use csumkit::crc32c;
 use csumkit::ext4::fields::XATTR_H_CHECKSUM;
+use csumkit::le::{le16, le32};
 use csumkit::xattr_filter::{bit_of, Filter};
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};

@@ -11,7 +11,6 @@
 use crate::error::{corrupt, Error};
 use crate::format::acl::{ACCESS, DEFAULT};
 use crate::format::inode::{encode_time, now, put_time};
-use crate::format::le::{le32, put16, put32};
 use crate::format::xattr::MAGIC;
 use crate::inode::immutable;
 use crate::inode::table::{Inode, FLAG_INLINE_DATA};
@@ -24,6 +23,7 @@ use csumkit::ext4::feature_bits::INCOMPAT_EA_INODE;
 use csumkit::ext4::fields::{
     I_BLOCKS_HIGH, I_BLOCKS_LO, I_CTIME, I_CTIME_EXTRA, I_FILE_ACL_HIGH, I_FILE_ACL_LO, XATTR_H_CHECKSUM, XATTR_H_HASH,
 };
+use csumkit::le::{le32, put16, put32};
 use std::ffi::OsStr;
 
 /// What `setxattr` requires of the name's presence (`XATTR_CREATE`,

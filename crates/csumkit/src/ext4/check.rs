@@ -8,8 +8,10 @@ use super::feature_bits::{
     INCOMPAT_RECOVER, RO_COMPAT_BIGALLOC, RO_COMPAT_HUGE_FILE,
 };
 use super::fields::{
-    I_BLOCKS_HIGH, I_BLOCKS_LO, I_FLAGS, I_LINKS_COUNT, S_CHECKSUM, S_FIRST_INO, S_FREE_BLOCKS_HI, S_FREE_BLOCKS_LO,
-    S_FREE_INODES, S_JOURNAL_INUM, S_ORPHAN_FILE_INUM,
+    DX_ROOT_HASH_VERSION, DX_ROOT_INDIRECT_LEVELS, DX_ROOT_INFO_LENGTH, EE_LEN, EE_START_HI, EE_START_LO, EH_DEPTH,
+    EH_ENTRIES, EH_MAGIC, EH_MAX, EI_LEAF_HI, EI_LEAF_LO, EXT_MAGIC, I_BLOCKS_HIGH, I_BLOCKS_LO, I_FLAGS,
+    I_LINKS_COUNT, S_CHECKSUM, S_FIRST_INO, S_FREE_BLOCKS_HI, S_FREE_BLOCKS_LO, S_FREE_INODES, S_JOURNAL_INUM,
+    S_ORPHAN_FILE_INUM,
 };
 use super::inode_rules::{self as rules, S_IFDIR, S_IFLNK, S_IFREG};
 use super::layout::{superblock_checksum, Group, Layout, SUPER_OFFSET};
@@ -25,7 +27,6 @@ const INODE_FLAG_INDEX: u32 = rules::FLAG_INDEX;
 const INODE_FLAG_EXTENTS: u32 = rules::FLAG_EXTENTS;
 const INODE_FLAG_INLINE_DATA: u32 = rules::FLAG_INLINE_DATA;
 const INODE_FLAG_EA_INODE: u32 = rules::FLAG_EA_INODE;
-const EXTENT_MAGIC: u16 = 0xF30A;
 /// Deeper extent trees than this are corrupt (ext4 allows 5 levels).
 const EXTENT_DEPTH_MAX: u16 = 5;
 /// Logical blocks an extent-mapped file can address (32-bit `ee_block`).
@@ -615,9 +616,10 @@ impl<'a> Checker<'a> {
             Some(b) => format!("inode {inum} extent block {b}"),
             None => format!("inode {inum} extent root"),
         };
-        let (magic, entries, max, depth) = (le16(node, 0), le16(node, 2), le16(node, 4), le16(node, 6));
+        let (magic, entries, max, depth) =
+            (le16(node, EH_MAGIC), le16(node, EH_ENTRIES), le16(node, EH_MAX), le16(node, EH_DEPTH));
         let depth_max = depth_expected.unwrap_or(EXTENT_DEPTH_MAX);
-        if magic != EXTENT_MAGIC || entries > max || 12 + 12 * usize::from(max) > node.len() || depth > depth_max {
+        if magic != EXT_MAGIC || entries > max || 12 + 12 * usize::from(max) > node.len() || depth > depth_max {
             return Err(corrupt(
                 &where_(),
                 format!("bad extent header (magic {magic:#06x}, {entries}/{max} entries, depth {depth})"),
@@ -663,10 +665,10 @@ impl<'a> Checker<'a> {
             let entry = &node[12 + 12 * e..24 + 12 * e];
             let logical = first(e);
             if depth == 0 {
-                let raw_len = le16(entry, 4);
+                let raw_len = le16(entry, EE_LEN);
                 let unwritten = raw_len > 32768;
                 let len = if unwritten { raw_len - 32768 } else { raw_len };
-                let physical = u64::from(le32(entry, 8)) | u64::from(le16(entry, 6)) << 32;
+                let physical = u64::from(le32(entry, EE_START_LO)) | u64::from(le16(entry, EE_START_HI)) << 32;
                 let last = logical + u64::from(len);
                 let mut shape = |why: String| {
                     walk.damage.get_or_insert_with(|| format!("{}: {why}", where_()));
@@ -687,7 +689,7 @@ impl<'a> Checker<'a> {
                 }
                 walk.leaves.push((logical as u32, physical, len));
             } else {
-                let child = u64::from(le32(entry, 4)) | u64::from(le16(entry, 8)) << 32;
+                let child = u64::from(le32(entry, EI_LEAF_LO)) | u64::from(le16(entry, EI_LEAF_HI)) << 32;
                 let child_end = if e + 1 < usize::from(entries) { first(e + 1) } else { end };
                 if logical < start || child_end <= logical {
                     walk.damage.get_or_insert_with(|| {
@@ -732,7 +734,8 @@ impl<'a> Checker<'a> {
         let where_ = || format!("inode {inum} htree");
         let root_block = physical(0).ok_or_else(|| corrupt(&where_(), "no block 0".into()))?;
         let root = self.block(root_block, &where_)?;
-        let (version, info_length, levels) = (root[0x1C], usize::from(root[0x1D]), root[0x1E]);
+        let (version, info_length, levels) =
+            (root[DX_ROOT_HASH_VERSION], usize::from(root[DX_ROOT_INFO_LENGTH]), root[DX_ROOT_INDIRECT_LEVELS]);
         // As dx_probe: indirect_levels below ext4_dir_htree_level (3 index
         // levels with large_dir, else 2).
         let htree_levels = if self.layout.features.incompat & INCOMPAT_LARGEDIR != 0 { 3 } else { 2 };
@@ -819,9 +822,7 @@ impl<'a> Checker<'a> {
         let location = format!("inode {inum} block {block} (logical {logical})");
         let first_ino = self.first_ino;
         let Some(count_offset) = index_count_offset else {
-            let tail = &data[bs - 12..];
-            let has_tail = le32(tail, 0) == 0 && le16(tail, 4) == 12 && tail[6] == 0 && tail[7] == 0xDE;
-            if !has_tail {
+            if !super::checksum::has_dir_tail(data) {
                 self.report.missing_tails.push((inum, block));
                 return Ok(());
             }
@@ -845,7 +846,7 @@ impl<'a> Checker<'a> {
             if let Some(f) = self.finding(
                 "directory block",
                 location,
-                le32(tail, 8),
+                le32(data, bs - 4),
                 computed,
                 vec![(at, computed.to_le_bytes().to_vec())],
             ) {

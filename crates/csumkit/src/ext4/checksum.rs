@@ -16,6 +16,32 @@ pub const INODE_CSUM_HI: usize = 0x82;
 /// `bg_checksum`'s offset in a group descriptor.
 pub const DESC_CSUM: usize = 0x1E;
 
+/// Bytes of a directory leaf's checksum tail (`struct ext4_dir_entry_tail`):
+/// a fake entry of inode 0, rec_len 12, name_len 0, file type
+/// [`DIR_TAIL_FT`], then the leaf's CRC32C.
+pub const DIR_TAIL_BYTES: usize = 12;
+/// `EXT4_FT_DIR_CSUM`, the tail's file type.
+pub const DIR_TAIL_FT: u8 = 0xDE;
+
+/// Whether a directory leaf block ends in a checksum tail.
+pub fn has_dir_tail(block: &[u8]) -> bool {
+    let Some(at) = block.len().checked_sub(DIR_TAIL_BYTES) else { return false };
+    let tail = &block[at..];
+    crate::le::le32(tail, 0) == 0
+        && crate::le::le16(tail, 4) == DIR_TAIL_BYTES as u16
+        && tail[6] == 0
+        && tail[7] == DIR_TAIL_FT
+}
+
+/// Writes an empty checksum tail at the end of `block` (its CRC is the
+/// caller's to store in the last 4 bytes).
+pub fn put_dir_tail(block: &mut [u8]) {
+    let at = block.len() - DIR_TAIL_BYTES;
+    block[at..].fill(0);
+    crate::le::put16(block, at + 4, DIR_TAIL_BYTES as u16);
+    block[at + 7] = DIR_TAIL_FT;
+}
+
 /// Inodes up to this size are summed in one call over a copy with their
 /// checksum fields zeroed: one pass instead of six short ones, each of
 /// which pays the engine's dispatch and tail handling.

@@ -197,14 +197,82 @@ pub const S_FREE_BLOCKS_LO: usize = 0x0C;
 pub const S_FREE_INODES: usize = 0x10;
 /// `s_state` (u16): `EXT2_VALID_FS` 0x1, `EXT2_ERROR_FS` 0x2.
 pub const S_STATE: usize = 0x3A;
+/// `s_r_blocks_count_lo` (u32): the reserved blocks.
+pub const S_R_BLOCKS_COUNT_LO: usize = 0x08;
+/// `s_def_resuid` (u16): who may use the reserved blocks.
+pub const S_DEF_RESUID: usize = 0x50;
+/// `s_def_resgid` (u16).
+pub const S_DEF_RESGID: usize = 0x52;
 /// `s_first_ino` (u32).
 pub const S_FIRST_INO: usize = 0x54;
 /// `s_feature_incompat` (u32).
 pub const S_FEATURE_INCOMPAT: usize = 0x60;
 /// `s_free_blocks_count_hi` (u32).
 pub const S_FREE_BLOCKS_HI: usize = 0x158;
+/// `s_r_blocks_count_hi` (u32).
+pub const S_R_BLOCKS_COUNT_HI: usize = 0x154;
+/// `s_flags` (u32): signed or unsigned directory hashes.
+pub const S_FLAGS: usize = 0x160;
+/// `s_hash_seed` (4 × u32).
+pub const S_HASH_SEED: usize = 0xEC;
+/// `s_overhead_clusters` (u32).
+pub const S_OVERHEAD_CLUSTERS: usize = 0x248;
+/// `s_mmp_update_interval` (u16, seconds).
+pub const S_MMP_UPDATE_INTERVAL: usize = 0x166;
 /// `s_checksum` (u32): CRC32C of the 1020 bytes before it.
 pub const S_CHECKSUM: usize = 0x3FC;
+
+// struct ext4_extent_header, then 12-byte entries: ext4_extent in a leaf
+// (depth 0), ext4_extent_idx above; a block's tail holds its checksum
+//
+//   header: 0x00 eh_magic u16   0x02 eh_entries u16   0x04 eh_max u16
+//           0x06 eh_depth u16   0x08 eh_generation u32
+//   extent: 0x00 ee_block u32   0x04 ee_len u16   0x06 ee_start_hi u16   0x08 ee_start_lo u32
+//   index:  0x00 ei_block u32   0x04 ei_leaf_lo u32   0x08 ei_leaf_hi u16
+
+/// `EXT4_EXT_MAGIC`.
+pub const EXT_MAGIC: u16 = 0xF30A;
+/// Bytes of the header and of each entry.
+pub const EXT_ENTRY_BYTES: usize = 12;
+/// `eh_magic` (u16).
+pub const EH_MAGIC: usize = 0x00;
+/// `eh_entries` (u16).
+pub const EH_ENTRIES: usize = 0x02;
+/// `eh_max` (u16).
+pub const EH_MAX: usize = 0x04;
+/// `eh_depth` (u16).
+pub const EH_DEPTH: usize = 0x06;
+/// `ee_block` (u32): the first logical block.
+pub const EE_BLOCK: usize = 0x00;
+/// `ee_len` (u16): over 32 768 for an unwritten extent.
+pub const EE_LEN: usize = 0x04;
+/// `ee_start_hi` (u16).
+pub const EE_START_HI: usize = 0x06;
+/// `ee_start_lo` (u32).
+pub const EE_START_LO: usize = 0x08;
+/// `ei_block` (u32).
+pub const EI_BLOCK: usize = 0x00;
+/// `ei_leaf_lo` (u32).
+pub const EI_LEAF_LO: usize = 0x04;
+/// `ei_leaf_hi` (u16).
+pub const EI_LEAF_HI: usize = 0x08;
+
+// struct dx_root (an htree's first block): its `.` and `..` entries, then
+//
+//   0x18 dx_root_info.reserved_zero u32   0x1C hash_version u8
+//   0x1D info_length u8 (8)               0x1E indirect_levels u8
+//   0x1F unused_flags u8                  0x20 limit u16, count u16, block u32, entries
+
+/// `dx_root_info.reserved_zero` (u32).
+pub const DX_ROOT_RESERVED_ZERO: usize = 0x18;
+/// `dx_root_info.hash_version` (u8).
+pub const DX_ROOT_HASH_VERSION: usize = 0x1C;
+/// `dx_root_info.info_length` (u8): 8, the info's own size.
+pub const DX_ROOT_INFO_LENGTH: usize = 0x1D;
+/// `dx_root_info.indirect_levels` (u8).
+pub const DX_ROOT_INDIRECT_LEVELS: usize = 0x1E;
+/// `dx_root_info.unused_flags` (u8).
+pub const DX_ROOT_UNUSED_FLAGS: usize = 0x1F;
 
 // struct ext4_xattr_header (an xattr block's first 32 bytes)
 //

@@ -4,6 +4,9 @@
 //! with `s_hash_seed`. Lookups hash the name and walk the index to the one
 //! leaf block that can hold it.
 
+use super::fields::{S_FLAGS, S_HASH_SEED};
+use crate::le::le32;
+
 /// `dx_root_info.hash_version` values (the unsigned ones are +3).
 pub const LEGACY: u8 = 0;
 /// Half-MD4 (mke2fs's default).
@@ -25,8 +28,8 @@ pub struct HashSetup {
 impl HashSetup {
     /// From the 1024 superblock bytes.
     pub fn from_superblock(sb: &[u8]) -> HashSetup {
-        let word = |i: usize| u32::from_le_bytes(sb[0xEC + 4 * i..0xF0 + 4 * i].try_into().expect("4 bytes"));
-        let flags = u32::from_le_bytes(sb[0x160..0x164].try_into().expect("4 bytes"));
+        let word = |i: usize| le32(sb, S_HASH_SEED + 4 * i);
+        let flags = le32(sb, S_FLAGS);
         HashSetup { seed: [word(0), word(1), word(2), word(3)], default_version: sb[0xFC], unsigned: flags & 0x2 != 0 }
     }
 
