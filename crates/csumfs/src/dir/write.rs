@@ -23,8 +23,6 @@ use csumkit::le::{le16, le32, put16, put32};
 /// One live entry of a leaf: (inode, file type, name).
 type Entry = (u32, u8, Vec<u8>);
 
-/// `EXT4_FEATURE_COMPAT_DIR_INDEX`.
-
 /// Entries change only in directories with blocks: every caller converts an
 /// inline directory first (`extent_mapped_dir`), so one reaching a block
 /// edit is a bug here, refused rather than written through.

@@ -17,8 +17,6 @@ use csumkit::ext4::fields::{
 };
 use csumkit::le::{le16, le32};
 
-/// `EXT4_FEATURE_INCOMPAT_EXTENTS`.
-
 impl Volume {
     /// Whose allocations the next operations are (until set again).
     pub fn set_caller(&mut self, caller: Caller) {

@@ -22,7 +22,6 @@ const JBD2_CSUM_V2: u32 = 0x8;
 const JBD2_CSUM_V3: u32 = 0x10;
 const ORPHAN_MAGIC: u32 = 0x0B10_CA04;
 const MMP_MAGIC: u32 = 0x004D_4D50;
-/// `orphan_present`: inodes are recorded in the orphan file.
 
 fn be32(b: &[u8], at: usize) -> u32 {
     u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
