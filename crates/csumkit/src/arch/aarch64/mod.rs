@@ -3,12 +3,9 @@
 //! generic folding kernel of `crc::fold` with PMULL as its multiplier; the
 //! algebra uses PMULL for its Barrett reductions.
 //!
-//! Every function here is `unsafe` with `#[target_feature]`: callers must
-//! have checked the CPU features (see `Backend::is_available`).
-
-// Intrinsics inside `#[target_feature]` functions whose safety contract (CPU
-// support) is stated once per function.
-#![allow(unsafe_op_in_unsafe_fn)]
+//! Every function here is safe with `#[target_feature]`; the dispatch
+//! (`arch/mod.rs`) calls a kernel through an `unsafe fn` pointer only after
+//! `Backend::is_available` said yes.
 
 use super::Kernel;
 use crate::crc::fold::{chunk_bytes, fold_to_128};
@@ -39,7 +36,7 @@ impl Clmul for PmullClmul {
 
 #[inline]
 #[target_feature(enable = "crc")]
-unsafe fn crc32c_instr(mut crc: u32, data: &[u8]) -> u32 {
+fn crc32c_instr(mut crc: u32, data: &[u8]) -> u32 {
     let mut words = data.chunks_exact(8);
     for word in &mut words {
         crc = __crc32cd(crc, u64::from_le_bytes(word.try_into().unwrap()));
@@ -63,11 +60,9 @@ pub(crate) fn kernel(backend: Backend, algorithm: Algorithm) -> Option<Kernel> {
 
 /// Raw update: the CRC32 instructions alone for short CRC32C inputs, the
 /// tables for short inputs of the others, PMULL folding above.
-///
-/// # Safety
-/// The CPU must support NEON, the CRC extension and PMULL (`aes`).
+/// NEON, the CRC extension and PMULL (`aes`).
 #[target_feature(enable = "neon,aes,crc")]
-unsafe fn pmull_kernel<const A: usize>(state: u64, data: &[u8]) -> u64 {
+fn pmull_kernel<const A: usize>(state: u64, data: &[u8]) -> u64 {
     let spec = Algorithm::ALL[A].spec();
     if spec.algorithm == Algorithm::Crc32c && data.len() < CRC32C_FOLD_MIN_BYTES {
         return crc32c_instr(state as u32, data) as u64;
@@ -78,8 +73,9 @@ unsafe fn pmull_kernel<const A: usize>(state: u64, data: &[u8]) -> u64 {
     update_pmull(spec, state, data)
 }
 
-#[inline(always)]
-unsafe fn update_pmull(spec: &Spec, state: u64, data: &[u8]) -> u64 {
+#[inline]
+#[target_feature(enable = "neon,aes,crc")]
+fn update_pmull(spec: &Spec, state: u64, data: &[u8]) -> u64 {
     let whole = data.len() & !15;
     let crc32c = spec.algorithm == Algorithm::Crc32c;
     let state = if whole == 0 {
@@ -109,10 +105,8 @@ pub(crate) mod algebra {
 
     macro_rules! with_pmull {
         ($($name:ident($($arg:ident: $ty:ty),*);)*) => {$(
-            /// # Safety
-            /// The CPU must support PMULL (`aes`).
             #[target_feature(enable = "neon,aes")]
-            pub(crate) unsafe fn $name(spec: &Spec, $($arg: $ty),*) -> u64 {
+            pub(crate) fn $name(spec: &Spec, $($arg: $ty),*) -> u64 {
                 algebra::$name::<PmullClmul>(spec, $($arg),*)
             }
         )*};

@@ -1,10 +1,6 @@
 //! The checksum algebra compiled with PCLMULQDQ: the generic code in
 //! `crc::algebra` is inlined here with the hardware carry-less multiplier.
 
-// The bodies are intrinsics inside `#[target_feature]` functions whose
-// safety contract (CPU support, in-bounds pointers) is stated once per function.
-#![allow(unsafe_op_in_unsafe_fn)]
-
 use super::crc32c_algebra;
 use crate::crc::algebra;
 use crate::crc::gf2::{Clmul, Modulus};
@@ -59,8 +55,9 @@ impl Clmul for HwClmul {
 
 /// `v >> d` over the whole 128 bits, for `1 <= d <= 64`; `d` is a constant
 /// once inlined, so this is one or three shift instructions.
-#[inline(always)]
-unsafe fn shift_right_128(v: __m128i, d: u32) -> __m128i {
+#[inline]
+#[target_feature(enable = "sse2")]
+fn shift_right_128(v: __m128i, d: u32) -> __m128i {
     // Whole-byte shifts are one instruction.
     match d {
         16 => return _mm_srli_si128::<2>(v),
@@ -77,10 +74,8 @@ unsafe fn shift_right_128(v: __m128i, d: u32) -> __m128i {
 /// on the generic algebra with PCLMULQDQ Barrett reduction.
 macro_rules! with_pclmul {
     ($($name:ident($($arg:ident: $ty:ty),*) => $crc32c:expr;)*) => {$(
-        /// # Safety
-        /// The CPU must support PCLMULQDQ, SSE4.1, SSE4.2 and POPCNT.
         #[target_feature(enable = "sse2,sse4.1,sse4.2,popcnt,pclmulqdq")]
-        pub(crate) unsafe fn $name(spec: &Spec, $($arg: $ty),*) -> u64 {
+        pub(crate) fn $name(spec: &Spec, $($arg: $ty),*) -> u64 {
             if spec.algorithm == Algorithm::Crc32c {
                 return $crc32c as u64;
             }

@@ -13,10 +13,6 @@
 //! done modulo P and lifted back with the Chinese remainder theorem (the
 //! remainder modulo `x + 1` is the run length's parity).
 
-// Intrinsics inside `#[target_feature]` functions whose safety contract
-// (CPU support) is stated once per function.
-#![allow(unsafe_op_in_unsafe_fn)]
-
 use crate::crc::gf2::{div_x_plus_1_shifts, Modulus};
 use core::arch::x86_64::*;
 
@@ -73,23 +69,26 @@ const fn build_tables() -> Tables {
 }
 
 /// `a * b * x^33 mod G`.
-#[inline(always)]
-unsafe fn mul(a: u32, b: u32) -> u32 {
+#[inline]
+#[target_feature(enable = "sse4.2,pclmulqdq")]
+fn mul(a: u32, b: u32) -> u32 {
     let product = _mm_clmulepi64_si128(_mm_cvtsi32_si128(a as i32), _mm_cvtsi32_si128(b as i32), 0x00);
     _mm_crc32_u64(0, _mm_cvtsi128_si64(product) as u64) as u32
 }
 
 /// `E(e) = x^(e - 33) mod G` for any `e`.
-#[inline(always)]
-unsafe fn epow(e: u64) -> u32 {
+#[inline]
+#[target_feature(enable = "sse4.2,pclmulqdq")]
+fn epow(e: u64) -> u32 {
     epow_bounded(e, e)
 }
 
 /// [`epow`] for `e <= bound`: the product tree follows `bound`, so a caller
 /// with a fixed bound (a bitmap's size) gets predictable branches and, for
 /// small buffers, fewer products.
-#[inline(always)]
-unsafe fn epow_bounded(e: u64, bound: u64) -> u32 {
+#[inline]
+#[target_feature(enable = "sse4.2,pclmulqdq")]
+fn epow_bounded(e: u64, bound: u64) -> u32 {
     debug_assert!(e <= bound);
     let e = if bound >= X_ORDER { e % X_ORDER } else { e };
     let f = |i: usize| TABLES.pow[i][((e >> (8 * i)) & 0xff) as usize];
@@ -103,42 +102,39 @@ unsafe fn epow_bounded(e: u64, bound: u64) -> u32 {
 }
 
 /// `E(8 * len_bytes)` without overflowing.
-#[inline(always)]
-unsafe fn epow_bytes(len_bytes: u64) -> u32 {
+#[inline]
+#[target_feature(enable = "sse4.2,pclmulqdq")]
+fn epow_bytes(len_bytes: u64) -> u32 {
     epow((len_bytes % X_ORDER) * 8)
 }
 
 /// The multiplier that moves a register `len_bytes` forward, as if that
 /// many zero bytes followed it; [`shift_by`] applies it.
-#[inline(always)]
-pub(super) unsafe fn shift_key(len_bytes: u64) -> u32 {
+#[inline]
+#[target_feature(enable = "sse4.2,pclmulqdq")]
+pub(super) fn shift_key(len_bytes: u64) -> u32 {
     epow_bytes(len_bytes)
 }
 
 /// `reg * x^(8 * len_bytes) mod G` for `key = shift_key(len_bytes)`.
-#[inline(always)]
-pub(super) unsafe fn shift_by(reg: u32, key: u32) -> u32 {
+#[inline]
+#[target_feature(enable = "sse4.2,pclmulqdq")]
+pub(super) fn shift_by(reg: u32, key: u32) -> u32 {
     mul(reg, key)
 }
 
-/// # Safety
-/// The CPU must support SSE4.2 and PCLMULQDQ.
 #[target_feature(enable = "sse4.2,pclmulqdq")]
-pub(crate) unsafe fn combine(crc_a: u32, crc_b: u32, len_b: u64) -> u32 {
+pub(crate) fn combine(crc_a: u32, crc_b: u32, len_b: u64) -> u32 {
     mul(crc_a, epow_bytes(len_b)) ^ crc_b
 }
 
-/// # Safety
-/// As [`combine`].
 #[target_feature(enable = "sse4.2,pclmulqdq")]
-pub(crate) unsafe fn zero_extend(crc: u32, zeros: u64) -> u32 {
+pub(crate) fn zero_extend(crc: u32, zeros: u64) -> u32 {
     mul(!crc, epow_bytes(zeros)) ^ !0
 }
 
-/// # Safety
-/// As [`combine`].
 #[target_feature(enable = "sse4.2,pclmulqdq")]
-pub(crate) unsafe fn splice_shift(crc: u32, lin_delta: u32, trailing_bytes: u64, total_len: u64) -> u32 {
+pub(crate) fn splice_shift(crc: u32, lin_delta: u32, trailing_bytes: u64, total_len: u64) -> u32 {
     // A block-sized buffer bounds the exponent: fewer table products.
     let shift = match total_len.checked_mul(8) {
         Some(bound) if bound < X_ORDER => epow_bounded(trailing_bytes * 8, bound),
@@ -150,10 +146,8 @@ pub(crate) unsafe fn splice_shift(crc: u32, lin_delta: u32, trailing_bytes: u64,
 /// Bits `[total_bits - shift - len, total_bits - shift)` flipped; the range
 /// has been validated.
 ///
-/// # Safety
-/// As [`combine`].
 #[target_feature(enable = "sse4.2,pclmulqdq,popcnt")]
-pub(crate) unsafe fn flip_range(crc: u32, total_bits: u64, bit_offset: u64, bit_len: u64) -> u32 {
+pub(crate) fn flip_range(crc: u32, total_bits: u64, bit_offset: u64, bit_len: u64) -> u32 {
     if bit_len == 0 {
         return crc;
     }

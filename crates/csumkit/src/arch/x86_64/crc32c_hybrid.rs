@@ -10,10 +10,6 @@
 //! 2-vCPU AMD EPYC (Zen 1) VM, `csumkit bench crc`: +4–6 % from 8 KiB up.
 //! Joining costs three `x^k` products, so short inputs take the plain fold.
 
-// Intrinsics inside `#[target_feature]` functions whose safety contract
-// (CPU support) is the caller's.
-#![allow(unsafe_op_in_unsafe_fn)]
-
 use super::crc32c_algebra::{shift_by, shift_key};
 use super::fold::{fold128, fold4_into_last, inject, key128, load128, reduce128};
 use core::arch::x86_64::*;
@@ -22,6 +18,7 @@ use core::arch::x86_64::*;
 /// three measured alike; one (latency-bound) and more words per step
 /// (the multiplier starves) were slower.
 const STREAMS: usize = 2;
+const _: () = assert!(STREAMS == 2, "update names its two streams");
 /// Bytes one loop step consumes: 64 folded, one 8-byte word per stream.
 const STEP_BYTES: usize = 64 + STREAMS * 8;
 /// Below this many bytes the plain fold is as fast or faster.
@@ -29,12 +26,9 @@ pub(super) const HYBRID_MIN_BYTES: usize = 4096;
 
 /// The raw CRC32C register after `data` (at least [`HYBRID_MIN_BYTES`])
 /// from `state`.
-///
-/// # Safety
-/// The CPU must support SSE4.2, SSSE3, SSE4.1 and PCLMULQDQ (the caller is
-/// compiled with them enabled).
-#[inline(always)]
-pub(super) unsafe fn update(state: u64, data: &[u8]) -> u64 {
+#[inline]
+#[target_feature(enable = "sse2,ssse3,sse4.1,sse4.2,pclmulqdq")]
+pub(super) fn update(state: u64, data: &[u8]) -> u64 {
     assert!(data.len() >= HYBRID_MIN_BYTES);
     let spec = &crate::crc::spec::CRC32C;
     // Layout: [folded: 64 * (steps + 1)] [stream 0] [stream 1] [tail < STEP_BYTES].
@@ -42,27 +36,23 @@ pub(super) unsafe fn update(state: u64, data: &[u8]) -> u64 {
     let stream_bytes = 8 * steps;
     let (folded, rest) = data.split_at(64 * (steps + 1));
     let (streams, tail) = rest.split_at(STREAMS * stream_bytes);
+    let (head, folded) = folded.as_chunks::<64>().0.split_first().expect("steps + 1 blocks");
+    let (w0, w1) = streams.split_at(stream_bytes);
+    let (w0, w1) = (w0.as_chunks::<8>().0, w1.as_chunks::<8>().0);
 
-    let mut p = folded.as_ptr();
-    let mut x0 = _mm_xor_si128(load128::<true>(p), inject::<true>(spec, state));
-    let mut x1 = load128::<true>(p.add(16));
-    let mut x2 = load128::<true>(p.add(32));
-    let mut x3 = load128::<true>(p.add(48));
+    let (h, _) = head.as_chunks::<16>();
+    let mut x0 = _mm_xor_si128(load128::<true>(&h[0]), inject::<true>(spec, state));
+    let [mut x1, mut x2, mut x3] = [load128::<true>(&h[1]), load128::<true>(&h[2]), load128::<true>(&h[3])];
     let k512 = key128(&spec.fold.k512);
-    let mut words = streams.as_ptr();
     let mut regs = [0u64; STREAMS];
-    for _ in 0..steps {
-        // SAFETY: step i reads folded[64 (i + 1)..][..64] and word i of each
-        // stream; `steps` was sized so both lie inside their regions.
-        p = p.add(64);
-        x0 = _mm_xor_si128(fold128(x0, k512), load128::<true>(p));
-        x1 = _mm_xor_si128(fold128(x1, k512), load128::<true>(p.add(16)));
-        x2 = _mm_xor_si128(fold128(x2, k512), load128::<true>(p.add(32)));
-        x3 = _mm_xor_si128(fold128(x3, k512), load128::<true>(p.add(48)));
-        for (i, reg) in regs.iter_mut().enumerate() {
-            *reg = _mm_crc32_u64(*reg, words.add(i * stream_bytes).cast::<u64>().read_unaligned());
-        }
-        words = words.add(8);
+    for ((block, word0), word1) in folded.iter().zip(w0).zip(w1) {
+        let (b, _) = block.as_chunks::<16>();
+        x0 = _mm_xor_si128(fold128(x0, k512), load128::<true>(&b[0]));
+        x1 = _mm_xor_si128(fold128(x1, k512), load128::<true>(&b[1]));
+        x2 = _mm_xor_si128(fold128(x2, k512), load128::<true>(&b[2]));
+        x3 = _mm_xor_si128(fold128(x3, k512), load128::<true>(&b[3]));
+        regs[0] = _mm_crc32_u64(regs[0], u64::from_le_bytes(*word0));
+        regs[1] = _mm_crc32_u64(regs[1], u64::from_le_bytes(*word1));
     }
     let x = fold4_into_last(&spec.fold, [x0, x1, x2, x3]);
     let mut reg = reduce128::<true>(spec, x) as u32;

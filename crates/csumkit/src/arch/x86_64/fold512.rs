@@ -7,25 +7,26 @@
 //! Also the partial last chunk in vector registers (`fold_partial`): the
 //! 128-bit kernels leave up to 15 bytes to the tables, one byte per step.
 
-// The bodies are intrinsics inside `#[target_feature]` functions whose
-// safety contract (CPU support, in-bounds pointers) is stated once per function.
-#![allow(unsafe_op_in_unsafe_fn)]
+// Safe `#[target_feature]` functions, as in `fold.rs`; the loads' and
+// stores' `unsafe` covers exactly the array each is given.
 
-use super::fold::{fold128, inject, key128, load128, BYTE_REVERSE};
+use super::fold::{fold128, inject, key128, load, load128, BYTE_REVERSE};
 use crate::crc::spec::{FoldKey, Spec};
 use core::arch::x86_64::*;
 
 /// Bytes per step of the four-accumulator loop.
 pub(super) const STEP_BYTES: usize = 256;
 
-#[inline(always)]
-unsafe fn key512(k: &FoldKey) -> __m512i {
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn key512(k: &FoldKey) -> __m512i {
     _mm512_broadcast_i32x4(key128(k))
 }
 
 /// `acc` moved forward by the key's distance, XORed with `next`.
-#[inline(always)]
-pub(super) unsafe fn fold512(acc: __m512i, key: __m512i, next: __m512i) -> __m512i {
+#[inline]
+#[target_feature(enable = "avx512f,vpclmulqdq")]
+pub(super) fn fold512(acc: __m512i, key: __m512i, next: __m512i) -> __m512i {
     _mm512_ternarylogic_epi64(
         _mm512_clmulepi64_epi128(acc, key, 0x00),
         _mm512_clmulepi64_epi128(acc, key, 0x11),
@@ -34,21 +35,32 @@ pub(super) unsafe fn fold512(acc: __m512i, key: __m512i, next: __m512i) -> __m51
     )
 }
 
-#[inline(always)]
-pub(super) unsafe fn load512<const REFLECTED: bool>(p: *const u8) -> __m512i {
-    // SAFETY (caller): p..p+64 is inside the input slice.
-    let v = _mm512_loadu_si512(p.cast());
+/// Four message lanes, in the CRC's bit order.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw")]
+pub(super) fn load512<const REFLECTED: bool>(b: &[u8; 64]) -> __m512i {
+    // SAFETY: reads the 64 bytes of `b`.
+    let v = unsafe { _mm512_loadu_si512(b.as_ptr().cast()) };
     if REFLECTED {
         v
     } else {
-        _mm512_shuffle_epi8(v, _mm512_broadcast_i32x4(_mm_loadu_si128(BYTE_REVERSE.as_ptr().cast())))
+        _mm512_shuffle_epi8(v, _mm512_broadcast_i32x4(load(&BYTE_REVERSE)))
     }
+}
+
+/// One 256-byte step as four 64-byte vectors.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw")]
+fn load512x4<const REFLECTED: bool>(step: &[u8; STEP_BYTES]) -> [__m512i; 4] {
+    let (q, _) = step.as_chunks::<64>();
+    [load512::<REFLECTED>(&q[0]), load512::<REFLECTED>(&q[1]), load512::<REFLECTED>(&q[2]), load512::<REFLECTED>(&q[3])]
 }
 
 /// Four 16-byte lanes into the last one: distances 48, 32, 16 bytes, the
 /// last lane as it is (its key is zero, so its products vanish).
-#[inline(always)]
-pub(super) unsafe fn lanes_into_last(spec: &Spec, z: __m512i) -> __m128i {
+#[inline]
+#[target_feature(enable = "avx512f,avx512vl,vpclmulqdq")]
+pub(super) fn lanes_into_last(spec: &Spec, z: __m512i) -> __m128i {
     let k = &spec.fold;
     let keys = _mm512_set_epi64(
         0,
@@ -68,50 +80,41 @@ pub(super) unsafe fn lanes_into_last(spec: &Spec, z: __m512i) -> __m128i {
 /// Folds the first `16 * floor(len / 16)` bytes of `data` (at least 64)
 /// with the register `state` injected, and returns the 128-bit chunk left
 /// at their end.
-#[inline(always)]
-pub(super) unsafe fn fold_to_128<const REFLECTED: bool>(spec: &Spec, state: u64, data: &[u8]) -> __m128i {
+#[inline]
+#[target_feature(enable = "sse2,ssse3,sse4.1,sse4.2,pclmulqdq,avx2,vpclmulqdq,avx512f,avx512vl,avx512bw")]
+pub(super) fn fold_to_128<const REFLECTED: bool>(spec: &Spec, state: u64, data: &[u8]) -> __m128i {
     debug_assert!(data.len() >= 64);
     let keys = &spec.fold;
-    let mut p = data.as_ptr();
-    let mut left = data.len();
     let first = _mm512_zextsi128_si512(inject::<REFLECTED>(spec, state));
     let k512 = key512(&keys.k512);
-    let mut z;
-    if left >= STEP_BYTES {
-        let mut z0 = _mm512_xor_si512(load512::<REFLECTED>(p), first);
-        let mut z1 = load512::<REFLECTED>(p.add(64));
-        let mut z2 = load512::<REFLECTED>(p.add(128));
-        let mut z3 = load512::<REFLECTED>(p.add(192));
-        p = p.add(STEP_BYTES);
-        left -= STEP_BYTES;
+    let (steps, rest) = data.as_chunks::<STEP_BYTES>();
+    let (mut z, rest) = if let Some((head, steps)) = steps.split_first() {
+        let [z0, mut z1, mut z2, mut z3] = load512x4::<REFLECTED>(head);
+        let mut z0 = _mm512_xor_si512(z0, first);
         let k2048 = key512(&keys.k2048);
-        while left >= STEP_BYTES {
-            z0 = fold512(z0, k2048, load512::<REFLECTED>(p));
-            z1 = fold512(z1, k2048, load512::<REFLECTED>(p.add(64)));
-            z2 = fold512(z2, k2048, load512::<REFLECTED>(p.add(128)));
-            z3 = fold512(z3, k2048, load512::<REFLECTED>(p.add(192)));
-            p = p.add(STEP_BYTES);
-            left -= STEP_BYTES;
+        for s in steps {
+            let [d0, d1, d2, d3] = load512x4::<REFLECTED>(s);
+            z0 = fold512(z0, k2048, d0);
+            z1 = fold512(z1, k2048, d1);
+            z2 = fold512(z2, k2048, d2);
+            z3 = fold512(z3, k2048, d3);
         }
         // Into the last accumulator: distances 192, 128, 64 bytes. The
         // products are independent; only the XORs chain.
-        z = fold512(z0, key512(&keys.k1536), fold512(z1, key512(&keys.k1024), fold512(z2, k512, z3)));
+        (fold512(z0, key512(&keys.k1536), fold512(z1, key512(&keys.k1024), fold512(z2, k512, z3))), rest)
     } else {
-        z = _mm512_xor_si512(load512::<REFLECTED>(p), first);
-        p = p.add(64);
-        left -= 64;
-    }
-    while left >= 64 {
-        z = fold512(z, k512, load512::<REFLECTED>(p));
-        p = p.add(64);
-        left -= 64;
+        let (head, rest) = rest.split_first_chunk::<64>().expect("at least 64 bytes");
+        (_mm512_xor_si512(load512::<REFLECTED>(head), first), rest)
+    };
+    let (quads, rest) = rest.as_chunks::<64>();
+    for q in quads {
+        z = fold512(z, k512, load512::<REFLECTED>(q));
     }
     let mut x = lanes_into_last(spec, z);
     let k128 = key128(&keys.k128);
-    while left >= 16 {
-        x = _mm_xor_si128(fold128(x, k128), load128::<REFLECTED>(p));
-        p = p.add(16);
-        left -= 16;
+    let (lanes, _) = rest.as_chunks::<16>();
+    for lane in lanes {
+        x = _mm_xor_si128(fold128(x, k128), load128::<REFLECTED>(lane));
     }
     x
 }
@@ -144,15 +147,16 @@ const SHIFT_DOWN: [u8; 32] = {
 /// `data.len() >= 16`), without tables: `x`'s first `r` bytes leave the
 /// chunk and are folded by 16 bytes; the rest shift down and the tail
 /// bytes fill in behind them.
-#[inline(always)]
-pub(super) unsafe fn fold_partial<const REFLECTED: bool>(spec: &Spec, x: __m128i, data: &[u8], r: usize) -> __m128i {
-    debug_assert!((1..16).contains(&r) && data.len() >= 16);
-    let reverse = _mm_loadu_si128(BYTE_REVERSE.as_ptr().cast());
+#[inline]
+#[target_feature(enable = "sse2,ssse3,sse4.1,pclmulqdq")]
+pub(super) fn fold_partial<const REFLECTED: bool>(spec: &Spec, x: __m128i, data: &[u8], r: usize) -> __m128i {
+    assert!((1..16).contains(&r));
+    let reverse = load(&BYTE_REVERSE);
     // Memory order: byte i of the vector is message byte i of the chunk.
     let xm = if REFLECTED { x } else { _mm_shuffle_epi8(x, reverse) };
-    let last = _mm_loadu_si128(data.as_ptr().add(data.len() - 16).cast());
-    let up = _mm_loadu_si128(SHIFT_UP.as_ptr().add(r).cast());
-    let down = _mm_loadu_si128(SHIFT_DOWN.as_ptr().add(r).cast());
+    let last = load(data.last_chunk::<16>().expect("at least 16 bytes"));
+    let up = load(SHIFT_UP[r..].first_chunk::<16>().expect("r < 16"));
+    let down = load(SHIFT_DOWN[r..].first_chunk::<16>().expect("r < 16"));
     // a: 16 - r zero bytes, then x's first r bytes; b: x's other bytes, then the tail.
     let a = _mm_shuffle_epi8(xm, up);
     let b = _mm_blendv_epi8(_mm_shuffle_epi8(xm, down), last, down);
@@ -165,6 +169,7 @@ pub(super) unsafe fn fold_partial<const REFLECTED: bool>(spec: &Spec, x: __m128i
 /// words, GB/s at 64 KiB, plain fold 59): 3x1 64, 3x2 68, 3x3 75, 3x4 70,
 /// 2x4 73, 2x5 71, 4x3 70. Three streams hide the instruction's 3-cycle latency.
 const STREAMS: usize = 3;
+const _: () = assert!(STREAMS == 3, "crc32c_hybrid names its three streams");
 const WORDS: usize = 3;
 /// Below this the join (a shift key and three products, ~15 ns) costs more
 /// than the streams gain: at 6 KiB 58 vs 59 GB/s, at 8 KiB 64 vs 59.
@@ -183,42 +188,41 @@ pub(super) const CRC32C_HYBRID_MAX_BYTES: usize = 2 << 20;
 /// Returns the register after the longest prefix the layout covers (all but
 /// less than one step) and that prefix's length.
 ///
-/// # Safety
-/// The CPU must support AVX-512F/VL/BW, VPCLMULQDQ and SSE4.2 (the caller
-/// is compiled with them enabled).
-#[inline(always)]
-pub(super) unsafe fn crc32c_hybrid(state: u64, data: &[u8]) -> (u64, usize) {
+#[inline]
+#[target_feature(enable = "sse2,ssse3,sse4.1,sse4.2,pclmulqdq,avx2,vpclmulqdq,avx512f,avx512vl,avx512bw")]
+pub(super) fn crc32c_hybrid(state: u64, data: &[u8]) -> (u64, usize) {
     let spec = &crate::crc::spec::CRC32C;
     let step = STEP_BYTES + STREAMS * WORDS * 8;
     assert!(data.len() >= STEP_BYTES + step);
     let steps = (data.len() - STEP_BYTES) / step;
     let stream_bytes = WORDS * 8 * steps;
     let folded_len = STEP_BYTES * (steps + 1);
-    let base = data.as_ptr();
-    let mut p = base;
-    let first = _mm512_zextsi128_si512(inject::<true>(spec, state));
-    let mut z0 = _mm512_xor_si512(load512::<true>(p), first);
-    let mut z1 = load512::<true>(p.add(64));
-    let mut z2 = load512::<true>(p.add(128));
-    let mut z3 = load512::<true>(p.add(192));
+    // Layout: [folded: 256 * (steps + 1)] [stream 0] [stream 1] [stream 2] [rest].
+    let (folded, rest) = data.split_at(folded_len);
+    let (head, folded) = folded.as_chunks::<STEP_BYTES>().0.split_first().expect("steps + 1 blocks");
+    let (w0, rest) = rest.split_at(stream_bytes);
+    let (w1, w2) = rest.split_at(stream_bytes);
+    let (w0, w1, w2) = (
+        w0.as_chunks::<{ 8 * WORDS }>().0,
+        w1.as_chunks::<{ 8 * WORDS }>().0,
+        w2[..stream_bytes].as_chunks::<{ 8 * WORDS }>().0,
+    );
+    let [z0, mut z1, mut z2, mut z3] = load512x4::<true>(head);
+    let mut z0 = _mm512_xor_si512(z0, _mm512_zextsi128_si512(inject::<true>(spec, state)));
     let k2048 = key512(&spec.fold.k2048);
-    let mut words = base.add(folded_len);
     let mut regs = [0u64; STREAMS];
-    for _ in 0..steps {
-        // SAFETY: step i reads folded[256 (i + 1)..][..256] and words
-        // WORDS * i.. of each stream; `steps` was sized so both lie inside
-        // their regions.
-        p = p.add(STEP_BYTES);
-        z0 = fold512(z0, k2048, load512::<true>(p));
-        z1 = fold512(z1, k2048, load512::<true>(p.add(64)));
-        z2 = fold512(z2, k2048, load512::<true>(p.add(128)));
-        z3 = fold512(z3, k2048, load512::<true>(p.add(192)));
+    for (((block, c0), c1), c2) in folded.iter().zip(w0).zip(w1).zip(w2) {
+        let [d0, d1, d2, d3] = load512x4::<true>(block);
+        z0 = fold512(z0, k2048, d0);
+        z1 = fold512(z1, k2048, d1);
+        z2 = fold512(z2, k2048, d2);
+        z3 = fold512(z3, k2048, d3);
+        let (c0, c1, c2) = (c0.as_chunks::<8>().0, c1.as_chunks::<8>().0, c2.as_chunks::<8>().0);
         for w in 0..WORDS {
-            for (i, reg) in regs.iter_mut().enumerate() {
-                *reg = _mm_crc32_u64(*reg, words.add(i * stream_bytes + 8 * w).cast::<u64>().read_unaligned());
-            }
+            regs[0] = _mm_crc32_u64(regs[0], u64::from_le_bytes(c0[w]));
+            regs[1] = _mm_crc32_u64(regs[1], u64::from_le_bytes(c1[w]));
+            regs[2] = _mm_crc32_u64(regs[2], u64::from_le_bytes(c2[w]));
         }
-        words = words.add(8 * WORDS);
     }
     let z = fold512(
         z0,

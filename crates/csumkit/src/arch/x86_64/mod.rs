@@ -5,12 +5,10 @@
 //! reduction, and beside the 128-bit fold for long CRC32C inputs
 //! (`crc32c_hybrid`).
 //!
-//! Every public function here is `unsafe` with `#[target_feature]`: callers
-//! must have checked the CPU features (see `Backend::is_available`).
-
-// The bodies are intrinsics inside `#[target_feature]` functions whose
-// safety contract (CPU support, in-bounds pointers) is stated once per function.
-#![allow(unsafe_op_in_unsafe_fn)]
+//! Every function here is safe with `#[target_feature]`: called from code
+//! compiled for the same features, it needs no `unsafe`. The one place that
+//! does is the dispatch (`arch/mod.rs`), which calls a kernel through an
+//! `unsafe fn` pointer only after `Backend::is_available` said yes.
 
 pub(crate) mod algebra;
 mod crc32c_algebra;
@@ -83,6 +81,27 @@ pub(crate) fn kernel(backend: Backend, algorithm: Algorithm) -> Option<Kernel> {
     Some(kernels[algorithm as usize])
 }
 
+/// The 128-bit path of algorithm `A` (the `crc32` instruction, the hybrid
+/// or the PCLMULQDQ fold by length), expanded in each kernel: compiled with
+/// that kernel's features and inlined there, as a `#[target_feature]`
+/// function cannot be `#[inline(always)]`. `$kernel` numbers the kernel, so
+/// that each instance of `fold_128` has one caller, which LLVM inlines.
+macro_rules! update_128 {
+    ($a:ident, $kernel:literal, $state:expr, $data:expr) => {{
+        let (state, data): (u64, &[u8]) = ($state, $data);
+        with_static_spec!(Algorithm::ALL[$a], |spec| {
+            if data.len() < fold_min_bytes(spec) {
+                update_tail::<$a>(state, data)
+            } else if spec.algorithm == Algorithm::Crc32c && data.len() >= crc32c_hybrid::HYBRID_MIN_BYTES {
+                crc32c_hybrid::update(state, data)
+            } else {
+                let whole = data.len() & !15;
+                update_tail::<$a>(fold::fold_128::<$a, $kernel>(state, &data[..whole]), &data[whole..])
+            }
+        })
+    }};
+}
+
 /// Defines a kernel whose short inputs (`crc32` instruction or tables) are
 /// handled in a function small enough to need no saved registers, and whose
 /// folding path is a separate function: one big function pushed five
@@ -91,10 +110,10 @@ macro_rules! kernel_with_short_path {
     ($(#[$doc:meta])* $name:ident, $long:ident, $features:literal, |$spec:ident, $state:ident, $data:ident| $body:expr) => {
         $(#[$doc])*
         #[target_feature(enable = $features)]
-        unsafe fn $name<const A: usize>(state: u64, data: &[u8]) -> u64 {
+        fn $name<const A: usize>(state: u64, data: &[u8]) -> u64 {
             with_static_spec!(Algorithm::ALL[A], |spec| {
                 if data.len() < fold_min_bytes(spec) {
-                    return update_tail(spec, state, data);
+                    return update_tail::<A>(state, data);
                 }
                 $long::<A>(state, data)
             })
@@ -102,34 +121,30 @@ macro_rules! kernel_with_short_path {
 
         #[target_feature(enable = $features)]
         #[inline(never)]
-        unsafe fn $long<const A: usize>($state: u64, $data: &[u8]) -> u64 {
+        fn $long<const A: usize>($state: u64, $data: &[u8]) -> u64 {
             with_static_spec!(Algorithm::ALL[A], |$spec| $body)
         }
     };
 }
 
 kernel_with_short_path!(
-    /// Raw update with 128-bit PCLMULQDQ folding.
-    ///
-    /// # Safety
-    /// The CPU must support SSE4.2, SSSE3, SSE4.1 and PCLMULQDQ.
+    /// Raw update with 128-bit PCLMULQDQ folding (SSE4.2, SSSE3, SSE4.1,
+    /// PCLMULQDQ).
     pclmul_kernel,
     pclmul_fold,
     "sse2,ssse3,sse4.1,sse4.2,pclmulqdq",
-    |spec, state, data| update_128(spec, state, data)
+    |_spec, state, data| update_128!(A, 0, state, data)
 );
 
 kernel_with_short_path!(
-    /// Raw update with 256-bit VPCLMULQDQ folding (128-bit below 256 bytes).
-    ///
-    /// # Safety
-    /// The CPU must support everything `pclmul_kernel` needs plus AVX2 and VPCLMULQDQ.
+    /// Raw update with 256-bit VPCLMULQDQ folding (128-bit below 256 bytes):
+    /// everything `pclmul_kernel` needs plus AVX2 and VPCLMULQDQ.
     avx2_kernel,
     avx2_fold,
     "sse2,ssse3,sse4.1,sse4.2,pclmulqdq,avx2,vpclmulqdq",
     |spec, state, data| {
         if data.len() < WIDE_FOLD_MIN_BYTES {
-            update_128(spec, state, data)
+            update_128!(A, 1, state, data)
         } else {
             let whole = data.len() & !15;
             let state = if spec.reflected {
@@ -137,7 +152,7 @@ kernel_with_short_path!(
             } else {
                 fold::fold_256::<false>(spec, state, &data[..whole])
             };
-            update_tail(spec, state, &data[whole..])
+            update_tail::<A>(state, &data[whole..])
         }
     }
 );
@@ -145,71 +160,62 @@ kernel_with_short_path!(
 kernel_with_short_path!(
     /// Raw update with 512-bit VPCLMULQDQ folding (the 128-bit paths below
     /// their thresholds), the `crc32` instruction beside it for long CRC32C
-    /// inputs, and the last partial chunk folded in vector registers.
-    ///
-    /// # Safety
-    /// The CPU must support everything `avx2_kernel` needs plus AVX-512F,
-    /// AVX-512VL and AVX-512BW, with ZMM state enabled by the OS.
+    /// inputs, and the last partial chunk folded in vector registers:
+    /// everything `avx2_kernel` needs plus AVX-512F, AVX-512VL and
+    /// AVX-512BW, with ZMM state enabled by the OS.
     avx512_kernel,
     avx512_fold,
     "sse2,ssse3,sse4.1,sse4.2,pclmulqdq,avx2,vpclmulqdq,avx512f,avx512vl,avx512bw",
     |spec, state, data| {
         let range = fold512::CRC32C_HYBRID_MIN_BYTES..=fold512::CRC32C_HYBRID_MAX_BYTES;
-        if spec.algorithm == Algorithm::Crc32c && range.contains(&data.len()) {
+        // One call of `update_512` per kernel: LLVM inlines a function
+        // with a single caller.
+        let (state, data) = if spec.algorithm == Algorithm::Crc32c && range.contains(&data.len()) {
             let (state, done) = fold512::crc32c_hybrid(state, data);
-            return update_512(spec, state, &data[done..]);
-        }
-        update_512(spec, state, data)
+            (state, &data[done..])
+        } else {
+            (state, data)
+        };
+        update_512::<A>(state, data)
     }
 );
 
-#[inline(always)]
-unsafe fn update_512(spec: &Spec, state: u64, data: &[u8]) -> u64 {
-    if data.len() < 64 || (spec.algorithm == Algorithm::Crc32c && data.len() < CRC32C_FOLD_MIN_BYTES) {
-        return update_128(spec, state, data);
-    }
-    let partial = data.len() % 16;
-    if spec.reflected {
-        let x = fold512::fold_to_128::<true>(spec, state, data);
-        if spec.algorithm == Algorithm::Crc32c {
-            // The `crc32` instruction takes the tail as fast as a fold.
-            let reg = fold::reduce128::<true>(spec, x);
-            return crc32c_sse42(reg, &data[data.len() - partial..]);
+#[inline]
+#[target_feature(enable = "sse2,ssse3,sse4.1,sse4.2,pclmulqdq,avx2,vpclmulqdq,avx512f,avx512vl,avx512bw")]
+fn update_512<const A: usize>(state: u64, data: &[u8]) -> u64 {
+    with_static_spec!(Algorithm::ALL[A], |spec| {
+        if data.len() < 64 || (spec.algorithm == Algorithm::Crc32c && data.len() < CRC32C_FOLD_MIN_BYTES) {
+            return update_128!(A, 2, state, data);
         }
-        let x = if partial == 0 { x } else { fold512::fold_partial::<true>(spec, x, data, partial) };
-        fold::reduce128::<true>(spec, x)
-    } else {
-        let x = fold512::fold_to_128::<false>(spec, state, data);
-        let x = if partial == 0 { x } else { fold512::fold_partial::<false>(spec, x, data, partial) };
-        fold::reduce128::<false>(spec, x)
-    }
-}
-
-#[inline(always)]
-unsafe fn update_128(spec: &Spec, state: u64, data: &[u8]) -> u64 {
-    if data.len() < fold_min_bytes(spec) {
-        return update_tail(spec, state, data);
-    }
-    if spec.algorithm == Algorithm::Crc32c && data.len() >= crc32c_hybrid::HYBRID_MIN_BYTES {
-        return crc32c_hybrid::update(state, data);
-    }
-    let whole = data.len() & !15;
-    let state = if spec.reflected {
-        fold::fold_128::<true>(spec, state, &data[..whole])
-    } else {
-        fold::fold_128::<false>(spec, state, &data[..whole])
-    };
-    update_tail(spec, state, &data[whole..])
+        let partial = data.len() % 16;
+        if spec.reflected {
+            let x = fold512::fold_to_128::<true>(spec, state, data);
+            if spec.algorithm == Algorithm::Crc32c {
+                // The `crc32` instruction takes the tail as fast as a fold.
+                let reg = fold::reduce128::<true>(spec, x);
+                return crc32c_sse42(reg, &data[data.len() - partial..]);
+            }
+            let x = if partial == 0 { x } else { fold512::fold_partial::<true>(spec, x, data, partial) };
+            fold::reduce128::<true>(spec, x)
+        } else {
+            let x = fold512::fold_to_128::<false>(spec, state, data);
+            let x = if partial == 0 { x } else { fold512::fold_partial::<false>(spec, x, data, partial) };
+            fold::reduce128::<false>(spec, x)
+        }
+    })
 }
 
 /// Short inputs and tails: the `crc32` instruction for CRC32C, tables otherwise.
-#[inline(always)]
-unsafe fn update_tail(spec: &Spec, state: u64, data: &[u8]) -> u64 {
-    if spec.algorithm == Algorithm::Crc32c {
-        crc32c_sse42(state, data)
-    } else {
-        tables(spec, state, data)
-    }
+#[inline]
+#[target_feature(enable = "sse4.2")]
+fn update_tail<const A: usize>(state: u64, data: &[u8]) -> u64 {
+    with_static_spec!(Algorithm::ALL[A], |spec| {
+        if spec.algorithm == Algorithm::Crc32c {
+            crc32c_sse42(state, data)
+        } else {
+            tables(spec, state, data)
+        }
+    })
 }
 
 /// The slicing tables, kept out of line: inlined into a kernel with AVX2
@@ -221,8 +227,9 @@ fn tables(spec: &Spec, state: u64, data: &[u8]) -> u64 {
 }
 
 /// CRC32C with the SSE4.2 `crc32` instruction, eight bytes at a time.
-#[inline(always)]
-unsafe fn crc32c_sse42(state: u64, data: &[u8]) -> u64 {
+#[inline]
+#[target_feature(enable = "sse4.2")]
+fn crc32c_sse42(state: u64, data: &[u8]) -> u64 {
     let mut crc = state;
     let mut words = data.chunks_exact(8);
     for word in &mut words {
