@@ -43,6 +43,27 @@ impl Default for Options {
     }
 }
 
+/// Where file data is written and what `sync` makes durable: chosen once,
+/// as the volume is set up for writing ([`Volume::enable_pi`],
+/// [`Volume::enable_log`]), and followed by every data store
+/// (`txn/stores.rs`) and sync.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum DataPath {
+    /// In the image, in place; `sync` is `fdatasync` of the image file.
+    #[default]
+    InPlace,
+    /// Through the PI device, which computes each block's tuple; `sync`
+    /// flushes the device.
+    Pi,
+    /// Through the ByteLog (small writes, pages whose metadata changed
+    /// since the last checkpoint) or ahead of it in place — through the
+    /// PI device when `pi`; `sync` is one log commit.
+    Log {
+        /// In-place writes go through the PI device.
+        pi: bool,
+    },
+}
+
 /// Whose allocations the operations under way are.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Caller {
@@ -77,6 +98,8 @@ pub struct Volume {
     pub(crate) holds: HashMap<u32, u32>,
     /// Held inodes whose last name is gone: freed at their last unhold.
     pub(crate) orphans: HashSet<u32>,
+    /// Where file data goes and what `sync` flushes.
+    pub(crate) data_path: DataPath,
     /// Data checksums, when kept ([`Volume::enable_data_checksums`]).
     pub(crate) datasums: Option<crate::store::data_sums::DataSums>,
     /// Whose allocations the operations are (reserve.rs).
@@ -185,6 +208,7 @@ impl Volume {
             stats: std::sync::Arc::default(),
             holds: HashMap::new(),
             orphans: HashSet::new(),
+            data_path: DataPath::InPlace,
             datasums: None,
             undo: None,
             caller: Caller::Unrestricted,

@@ -9,7 +9,7 @@ use crate::store::bytes::Bytes;
 use crate::store::medium::LogMedium;
 use crate::store::pi_device::{open_device, open_device_with, write_through, PiBacking, PiOpened};
 use crate::store::redo_log::Replayed;
-use crate::volume::Volume;
+use crate::volume::{DataPath, Volume};
 use csumkit::pi::{Device, Io, Protection};
 use csumkit::DurableFile;
 use std::path::Path;
@@ -36,6 +36,7 @@ impl Volume {
         let write = self.options.write;
         let (device, opened) = open_device(path, &self.map, self.layout.block_size, metadata, protection, write)?;
         self.pi = Some(device);
+        self.data_path = DataPath::Pi;
         Ok(opened)
     }
 
@@ -63,6 +64,7 @@ impl Volume {
         let open = || Device::open_split_on(data, metadata, image_path, pi_path, protection);
         let (device, opened) = open_device_with(open, pi_path, &self.map, self.layout.block_size, protection, true)?;
         self.pi = Some(Arc::clone(&device));
+        self.data_path = DataPath::Pi;
         let replayed = self.enable_log(Box::new(PiBacking(device)), medium, expect_log, None)?;
         Ok((replayed, opened))
     }

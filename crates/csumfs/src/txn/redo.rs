@@ -19,7 +19,7 @@ use crate::store::redo_log::{
     LOGGED_DATA_BYTES, WRITE_BEHIND_BYTES,
 };
 use crate::store::undo_log::UndoLog;
-use crate::volume::Volume;
+use crate::volume::{DataPath, Volume};
 use csumkit::bytelog::RING_OFFSET;
 use csumkit::bytelog::{ByteLog, Medium, RecordRef};
 use std::collections::BTreeSet;
@@ -219,6 +219,7 @@ impl Volume {
             needs: 0,
         };
         self.redo = Some(redo);
+        self.data_path = DataPath::Log { pi: self.data_path == DataPath::Pi };
         if self.undo.is_none() {
             // Errors roll back in memory: the private copy dies with the process.
             self.undo = Some(UndoLog::in_memory());
@@ -249,7 +250,7 @@ impl Volume {
     /// reaches the image with the commit that carries it, and is lost
     /// with it.
     pub(crate) fn store_data_in_log(&mut self, at: usize, new: &[u8]) -> Result<(), Error> {
-        let redo = self.redo.as_mut().expect("called with a log");
+        let redo = log(&mut self.redo);
         redo.pending_data += new.len();
         redo.logged_data.push((at, at + new.len()));
         self.store(at as u64, new)
@@ -260,7 +261,7 @@ impl Volume {
     /// changed since the last checkpoint; straight to the image file
     /// otherwise.
     pub(crate) fn store_logged_data(&mut self, at: usize, new: &[u8]) -> Result<(), Error> {
-        let redo = self.redo.as_mut().expect("called with a log");
+        let redo = log(&mut self.redo);
         if new.len() <= PAGE && redo.pending_data + new.len() <= LOGGED_DATA_BYTES {
             return self.store_data_in_log(at, new);
         }
@@ -280,22 +281,22 @@ impl Volume {
         for (start, end, logged) in pieces {
             let bytes = &new[start - at..end - at];
             if logged {
-                self.redo.as_mut().expect("called with a log").logged_data.push((start, end));
+                log(&mut self.redo).logged_data.push((start, end));
                 self.store(start as u64, bytes)?;
                 continue;
             }
             // In place, ahead of the log: announced on the intent list first.
             self.data_will_write((start / bs) as u64, (end.div_ceil(bs) - start / bs) as u64)?;
-            if self.pi.is_some() {
+            if self.data_path == (DataPath::Log { pi: true }) {
                 self.pi_store_data(start as u64, bytes)?;
             } else {
-                let redo = self.redo.as_mut().expect("called with a log");
+                let redo = log(&mut self.redo);
                 redo.backing.write_at(start as u64, bytes).map_err(io("image"))?;
                 if bytes.len() >= WRITE_BEHIND_BYTES {
                     redo.backing.write_behind(start as u64, bytes.len() as u64);
                 }
             }
-            let redo = self.redo.as_mut().expect("called with a log");
+            let redo = log(&mut self.redo);
             redo.data_unsynced = true;
             if in_memory {
                 // A private file map sees the file's pages it has not
@@ -316,14 +317,14 @@ impl Volume {
 
     /// The log's part of [`start_sync`](Self::start_sync).
     fn start_sync_logged(&mut self) -> Result<PendingSync, Error> {
-        if self.redo.is_none() {
+        if !self.logged() {
             return Ok(PendingSync::done());
         }
         if !self.stage_commit()? {
             self.checkpoint_now(false, true)?;
             return Ok(PendingSync::done());
         }
-        let redo = self.redo.as_ref().expect("checked above");
+        let redo = log_ref(&self.redo);
         let sums_version = self.datasums.as_ref().map_or(0, DataSums::version);
         Ok(PendingSync {
             writer: Some(redo.writer.clone()),
@@ -342,11 +343,13 @@ impl Volume {
     /// # Errors
     /// As `sync`.
     pub fn start_sync(&mut self) -> Result<PendingSync, Error> {
-        if self.redo.is_some() {
-            return self.start_sync_logged();
+        match self.data_path {
+            DataPath::Log { .. } => self.start_sync_logged(),
+            DataPath::InPlace | DataPath::Pi => {
+                self.sync_in_place()?;
+                Ok(PendingSync::done())
+            }
         }
-        self.sync_in_place()?;
-        Ok(PendingSync::done())
     }
 
     /// The last half of [`sync`](Self::sync), under the volume's lock
@@ -378,7 +381,7 @@ impl Volume {
         if due && (!redo.pending.is_empty() || sums) {
             self.sync_logged()?;
         }
-        let redo = self.redo.as_ref().expect("checked above");
+        let redo = log_ref(&self.redo);
         // Not while a sync flushes the log (this holds the volume's lock,
         // which every call waits for): the next operation's end looks.
         // A log grown for a large commit goes back to its length too.
@@ -419,21 +422,21 @@ impl Volume {
     /// # Errors
     /// [`Error::Io`] from the image or the log.
     pub fn checkpoint(&mut self) -> Result<(), Error> {
-        if self.redo.is_none() {
-            return self.checkpoint_in_place();
+        match self.data_path {
+            DataPath::Log { .. } => self.checkpoint_now(true, false),
+            DataPath::InPlace | DataPath::Pi => self.checkpoint_in_place(),
         }
-        self.checkpoint_now(true, false)
     }
 
     fn checkpoint_now(&mut self, final_: bool, through: bool) -> Result<(), Error> {
-        if self.redo.is_none() {
+        if !self.logged() {
             return Ok(());
         }
         // Everything a checkpoint writes is committed first; with no room
         // even in the emptied log for that, it is written through (not
         // atomic).
         let through = through || !self.stage_commit()?;
-        let redo = self.redo.as_mut().expect("checked above");
+        let redo = log(&mut self.redo);
         if through {
             Stats::bump(&self.stats.log_write_through);
         }
@@ -443,7 +446,7 @@ impl Volume {
         if let Some(sums) = self.datasums.as_mut() {
             sums.log_committed(true, self.layout.block_size)?;
         }
-        let redo = self.redo.as_mut().expect("checked above");
+        let redo = log(&mut self.redo);
         redo.shrink_log()?;
         let pages = std::mem::take(&mut redo.touched);
         // The file now holds what these copied pages hold.
@@ -468,7 +471,7 @@ impl Volume {
             // the log's checksums over the tree's newer ones of the same
             // blocks (a block rewritten in place read back as `EIO`; found
             // by the power-cut test of this path).
-            let redo = self.redo.as_mut().expect("called with a log");
+            let redo = log(&mut self.redo);
             redo.sync_data()?;
             let logged = redo.logged_data.clone();
             let committed = if redo.sums_in_log {
@@ -484,7 +487,7 @@ impl Volume {
                 Stats::bump(&self.stats.datasum_commits_for_log);
             }
         }
-        let redo = self.redo.as_mut().expect("called with a log");
+        let redo = log(&mut self.redo);
         if redo.commit(&self.map, &mut self.datasums)? {
             return Ok(true);
         }
@@ -493,7 +496,7 @@ impl Volume {
                 return Ok(false);
             }
             Stats::bump(&self.stats.log_folds);
-            let redo = self.redo.as_mut().expect("called with a log");
+            let redo = log(&mut self.redo);
             if redo.commit(&self.map, &mut self.datasums)? {
                 return Ok(true);
             }
@@ -513,7 +516,7 @@ impl Volume {
     /// the pages they touch stay the map's own. `Ok(false)`: the intent
     /// list has no room for the data waiting in the log (nothing done).
     fn fold_log(&mut self) -> Result<bool, Error> {
-        let redo = self.redo.as_mut().expect("called with a log");
+        let redo = log(&mut self.redo);
         // Every staged commit is in the log before it is read back.
         redo.writer().flush_all()?;
         let logged = redo.logged_data.clone();
@@ -521,7 +524,7 @@ impl Volume {
             return Ok(false);
         }
         let (len, blocks) = (self.map.len(), self.layout.blocks_count);
-        let redo = self.redo.as_mut().expect("called with a log");
+        let redo = log(&mut self.redo);
         assert!(redo.marked, "a log holding commits has its image marked");
         let mut superblock = redo.image_superblock.clone();
         let backing = &mut redo.backing;
@@ -552,7 +555,7 @@ impl Volume {
         // log listed above), before the log is emptied; the intent list
         // stays until the next commit is durable (see `datasum::commit`).
         commit(&mut self.datasums, &self.stats)?;
-        let redo = self.redo.as_mut().expect("called with a log");
+        let redo = log(&mut self.redo);
         redo.writer().log.checkpoint()?;
         redo.committed.clear();
         redo.sums_in_log = false;
@@ -613,7 +616,7 @@ impl Volume {
 
     /// Whether metadata goes through a ByteLog.
     pub fn logged(&self) -> bool {
-        self.redo.is_some()
+        matches!(self.data_path, DataPath::Log { .. })
     }
 
     /// Bytes of the image this process holds its own copy of: the pages of
@@ -672,7 +675,7 @@ impl Volume {
     /// the log cannot grow (no [`LogResize`], or reopening its medium
     /// failed — the log's filesystem full, say) and is as it was.
     pub(super) fn grow_log_for_commit(&mut self) -> Result<bool, Error> {
-        let redo = self.redo.as_mut().expect("called with a log");
+        let redo = log(&mut self.redo);
         if redo.resize.is_none() {
             return Ok(false);
         }
@@ -681,9 +684,21 @@ impl Volume {
             return Ok(false);
         }
         Stats::bump(&self.stats.log_grows);
-        let redo = self.redo.as_mut().expect("called with a log");
+        let redo = log(&mut self.redo);
         let staged = redo.commit(&self.map, &mut self.datasums)?;
         assert!(staged, "an empty log of {len} bytes holds a commit that needs {}", redo.needs);
         Ok(true)
     }
+}
+
+/// The ByteLog of a volume whose data path is the log: reached only on the
+/// paths [`DataPath::Log`] chose (a field, not `&mut self`, so the volume's
+/// other fields stay free to borrow beside it).
+fn log(redo: &mut Option<Redo>) -> &mut Redo {
+    redo.as_mut().expect("reached only with DataPath::Log")
+}
+
+/// [`log`], to read.
+fn log_ref(redo: &Option<Redo>) -> &Redo {
+    redo.as_ref().expect("reached only with DataPath::Log")
 }

@@ -11,7 +11,7 @@ use crate::splice::SPLICE_MIN_BYTES;
 use crate::stats::Stats;
 use crate::store::bytes::Bytes;
 use crate::store::private_map::PAGE;
-use crate::volume::{Checksums, Volume};
+use crate::volume::{Checksums, DataPath, Volume};
 use csumkit::crc32c;
 use csumkit::ext4::fields::{S_CHECKSUM, S_FREE_BLOCKS_HI, S_FREE_BLOCKS_LO, S_FREE_INODES};
 use csumkit::ext4::Group;
@@ -203,11 +203,10 @@ impl Volume {
     /// (with a ByteLog, see `store_logged_data`), announced first on the
     /// data checksums' intent list.
     pub(crate) fn store_data(&mut self, at: u64, new: &[u8]) -> Result<(), Error> {
-        if self.redo.is_some() {
-            return self.store_logged_data(at as usize, new);
-        }
-        if self.pi.is_some() {
-            return self.pi_store_data(at, new);
+        match self.data_path {
+            DataPath::Log { .. } => return self.store_logged_data(at as usize, new),
+            DataPath::Pi => return self.pi_store_data(at, new),
+            DataPath::InPlace => {}
         }
         let bs = self.layout.block_size;
         self.data_will_write(at / bs, (at + new.len() as u64).div_ceil(bs) - at / bs)?;
@@ -223,7 +222,7 @@ impl Volume {
     /// — in the image only with the commit that carries it, so that a crash
     /// leaves each write request to such a file whole or not at all.
     pub(crate) fn store_file_data(&mut self, at: u64, new: &[u8], journaled: bool) -> Result<(), Error> {
-        if journaled && self.redo.is_some() {
+        if journaled && matches!(self.data_path, DataPath::Log { .. }) {
             return self.store_data_in_log(at as usize, new);
         }
         self.store_data(at, new)
@@ -245,14 +244,14 @@ impl Volume {
         if let Some(undo) = self.undo.as_mut() {
             undo.kept_data(blocks.clone());
         }
-        if self.redo.is_some() {
-            return self.store_data_in_log(at as usize, new);
+        match self.data_path {
+            DataPath::Log { .. } => self.store_data_in_log(at as usize, new),
+            DataPath::Pi => self.pi_store_data(at, new),
+            DataPath::InPlace => {
+                self.data_will_write(blocks.start, blocks.end - blocks.start)?;
+                self.store(at, new)
+            }
         }
-        if self.pi.is_some() {
-            return self.pi_store_data(at, new);
-        }
-        self.data_will_write(blocks.start, blocks.end - blocks.start)?;
-        self.store(at, new)
     }
 
     /// Changes one group descriptor with `edit`, in place, and re-seals it.
