@@ -104,6 +104,14 @@ pub enum Error {
     },
 }
 
+/// A CRC refusal where csumfs moves a checksum: a range it computed
+/// outside its structure, reported as the library's.
+impl From<csumkit::crc::CrcError> for Error {
+    fn from(e: csumkit::crc::CrcError) -> Self {
+        Error::Format(e.into())
+    }
+}
+
 impl Error {
     /// The errno a filesystem call reports for this error.
     pub fn errno(&self) -> i32 {

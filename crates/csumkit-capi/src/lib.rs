@@ -13,7 +13,8 @@
 #![allow(non_camel_case_types)] // C names
 #![deny(unsafe_op_in_unsafe_fn)]
 
-use csumkit_core::{crc16t10dif, crc32c, crc64nvme, Error};
+use csumkit_core::crc::CrcError;
+use csumkit_core::{crc16t10dif, crc32c, crc64nvme};
 use std::ffi::{c_char, CStr};
 use std::sync::OnceLock;
 
@@ -39,12 +40,12 @@ pub enum csumkit_status {
 
 use csumkit_status::*;
 
-fn status_of(error: &Error) -> csumkit_status {
+fn status_of(error: &CrcError) -> csumkit_status {
     match error {
-        Error::BitRangeOutOfBounds { .. } => CSUMKIT_BIT_RANGE_OUT_OF_BOUNDS,
-        Error::ByteRangeOutOfBounds { .. } | Error::LengthMismatch { .. } => CSUMKIT_BYTE_RANGE_OUT_OF_BOUNDS,
-        Error::TotalBitsNotWholeBytes { .. } => CSUMKIT_TOTAL_BITS_NOT_WHOLE_BYTES,
-        Error::TooLarge { .. } => CSUMKIT_TOO_LARGE,
+        CrcError::BitRangeOutOfBounds { .. } => CSUMKIT_BIT_RANGE_OUT_OF_BOUNDS,
+        CrcError::ByteRangeOutOfBounds { .. } | CrcError::LengthMismatch { .. } => CSUMKIT_BYTE_RANGE_OUT_OF_BOUNDS,
+        CrcError::TotalBitsNotWholeBytes { .. } => CSUMKIT_TOTAL_BITS_NOT_WHOLE_BYTES,
+        CrcError::TotalBitsTooLarge { .. } => CSUMKIT_TOO_LARGE,
         _ => CSUMKIT_OTHER_ERROR,
     }
 }
@@ -89,7 +90,7 @@ unsafe fn bytes<'a>(data: *const u8, len: usize) -> &'a [u8] {
     }
 }
 
-fn write_out<T>(out: *mut T, result: Result<T, Error>) -> csumkit_status {
+fn write_out<T>(out: *mut T, result: Result<T, CrcError>) -> csumkit_status {
     if out.is_null() {
         return CSUMKIT_NULL_POINTER;
     }

@@ -61,7 +61,7 @@ fn with_bytes<T: Send>(py: Python<'_>, data: &Bound<'_, PyAny>, f: impl FnOnce(&
     Ok(if slice.len() >= GIL_RELEASE_MIN_BYTES { py.allow_threads(|| f(slice)) } else { f(slice) })
 }
 
-fn value_error(e: Error) -> PyErr {
+fn value_error(e: csumkit_core::crc::CrcError) -> PyErr {
     PyValueError::new_err(e.to_string())
 }
 

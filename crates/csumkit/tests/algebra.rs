@@ -4,8 +4,9 @@
 mod common;
 
 use common::bytes;
+use csumkit::crc::CrcError;
 use csumkit::crc::FLIP_TOTAL_BITS_MAX;
-use csumkit::{crc16t10dif, crc32c, crc64nvme, Backend, Error};
+use csumkit::{crc16t10dif, crc32c, crc64nvme, Backend};
 use proptest::prelude::*;
 
 /// Flips bits [off, off+len) in Linux bitmap order, one bit at a time.
@@ -72,14 +73,14 @@ fn flip_range_errors() {
     for (total, off, len) in [(23, 0, 1), (24, 0, 25), (24, 24, 1), (24, 20, 5), (24, u64::MAX, 2), (24, 1, u64::MAX)] {
         let err = crc32c::flip_range(c, total, off, len).unwrap_err();
         assert!(
-            matches!(err, Error::TotalBitsNotWholeBytes { .. } | Error::BitRangeOutOfBounds { .. }),
+            matches!(err, CrcError::TotalBitsNotWholeBytes { .. } | CrcError::BitRangeOutOfBounds { .. }),
             "{total} {off} {len}: {err}"
         );
         assert!(crc64nvme::flip_range(0, total, off, len).is_err());
         assert!(crc16t10dif::flip_range(0, total, off, len).is_err());
     }
     let too_big = FLIP_TOTAL_BITS_MAX + 8;
-    assert!(matches!(crc32c::flip_range(c, too_big, 0, 1), Err(Error::TooLarge { .. })));
+    assert!(matches!(crc32c::flip_range(c, too_big, 0, 1), Err(CrcError::TotalBitsTooLarge { .. })));
     assert_eq!(crc32c::flip_range(c, 24, 24, 0).unwrap(), c, "empty range at the end is fine");
     assert!(crc32c::flip_range(c, FLIP_TOTAL_BITS_MAX, FLIP_TOTAL_BITS_MAX - 1, 1).is_ok());
 }
@@ -87,9 +88,9 @@ fn flip_range_errors() {
 #[test]
 fn splice_errors() {
     let c = crc32c::checksum(b"abcdef");
-    assert!(matches!(crc32c::splice(c, 6, 0, b"ab", b"abc"), Err(Error::LengthMismatch { .. })));
-    assert!(matches!(crc32c::splice(c, 6, 5, b"fg", b"xy"), Err(Error::ByteRangeOutOfBounds { .. })));
-    assert!(matches!(crc32c::splice(c, 6, u64::MAX, b"f", b"x"), Err(Error::ByteRangeOutOfBounds { .. })));
+    assert!(matches!(crc32c::splice(c, 6, 0, b"ab", b"abc"), Err(CrcError::LengthMismatch { .. })));
+    assert!(matches!(crc32c::splice(c, 6, 5, b"fg", b"xy"), Err(CrcError::ByteRangeOutOfBounds { .. })));
+    assert!(matches!(crc32c::splice(c, 6, u64::MAX, b"f", b"x"), Err(CrcError::ByteRangeOutOfBounds { .. })));
     assert_eq!(crc32c::splice(c, 6, 6, b"", b"").unwrap(), c);
     assert_eq!(crc32c::splice(c, 6, 2, b"cd", b"XY").unwrap(), crc32c::checksum(b"abXYef"));
 }

@@ -157,7 +157,7 @@ proptest! {
                     for v in &mut volumes {
                         match (v.allocate(goal, want), expected) {
                             (Ok(run), Some(exp)) => prop_assert_eq!(run, exp),
-                            (Err(Error::NoSpace { .. }), None) => {}
+                            (Err(Error::Alloc(csumkit::alloc::AllocError::NoSpace { .. })), None) => {}
                             (got, exp) => prop_assert!(false, "{:?}: got {:?}, naive {:?}", v.strategy(), got, exp),
                         }
                     }
@@ -287,11 +287,11 @@ fn full_volume_reports_no_space_and_keeps_what_it_allocated() {
     let free = volume.free_blocks();
     let mut file = File::new(volume.csum_seed(), 12, 0);
     let err = volume.fallocate(&mut file, 0, 10_000).unwrap_err();
-    assert!(matches!(err, Error::NoSpace { .. }), "{err}");
+    assert!(matches!(err, Error::Alloc(csumkit::alloc::AllocError::NoSpace { .. })), "{err}");
     assert_eq!(volume.free_blocks(), 0);
     assert_eq!(file.blocks() + file.leaves().len() as u64, free);
     volume.verify_with_files(&[&file], &[]).unwrap();
-    assert!(matches!(volume.allocate(0, 1), Err(Error::NoSpace { .. })));
+    assert!(matches!(volume.allocate(0, 1), Err(Error::Alloc(csumkit::alloc::AllocError::NoSpace { .. }))));
     assert!(matches!(volume.allocate(0, 0), Err(Error::BadBlockRange { .. })));
     let err = volume.fallocate(&mut file, u32::MAX, 2).unwrap_err();
     assert!(matches!(err, Error::TooLarge { .. }), "{err}");

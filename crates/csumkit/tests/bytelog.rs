@@ -63,7 +63,7 @@ fn wraps_many_laps_with_truncation_and_reopens_anywhere() {
                 live.push((seq, value));
                 appended += 1;
             }
-            Err(Error::LogFull { .. }) => {
+            Err(Error::Log(csumkit::bytelog::LogError::Full { .. })) => {
                 let keep = live.len() / 2;
                 let through = live[live.len() - keep - 1].0;
                 log.truncate(through).unwrap();
@@ -106,7 +106,7 @@ fn errors_are_typed() {
             Err(e) => break e,
         }
     };
-    assert!(matches!(err, Error::LogFull { .. }) && filled >= 7, "{err} after {filled}");
+    assert!(matches!(err, Error::Log(csumkit::bytelog::LogError::Full { .. })) && filled >= 7, "{err} after {filled}");
     assert!(err.to_string().contains("checkpoint or truncate first"));
     log.checkpoint().unwrap();
     log.append(1, 0, &[1u8; 1000]).unwrap();

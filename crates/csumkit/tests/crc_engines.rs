@@ -173,7 +173,7 @@ fn digest_is_a_writer_and_a_hasher() {
 
 #[test]
 fn unknown_and_unavailable_backends_are_errors() {
-    assert!(matches!(Backend::from_name("avx9000"), Err(csumkit::Error::UnknownBackend { .. })));
+    assert!(matches!(Backend::from_name("avx9000"), Err(csumkit::crc::CrcError::UnknownBackend { .. })));
     assert_eq!(Backend::from_name("portable").unwrap(), Backend::Portable);
     for b in Backend::ALL {
         assert_eq!(Backend::from_name(b.name()).unwrap(), b);

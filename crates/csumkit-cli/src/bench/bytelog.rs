@@ -142,7 +142,7 @@ struct Checkpointing(ByteLog<MmapMedium>);
 impl AppendRecord for Checkpointing {
     fn append_record(&mut self, tag: u16, flags: u8, payload: &[u8]) -> Result<u64, Error> {
         match self.0.append(tag, flags, payload) {
-            Err(Error::LogFull { .. }) => {
+            Err(Error::Log(csumkit::bytelog::LogError::Full { .. })) => {
                 self.0.checkpoint()?;
                 self.0.append(tag, flags, payload)
             }
@@ -363,7 +363,7 @@ fn replay_speed(dir: &Path, quick: bool) -> Result<(), Error> {
         let tlvs: Vec<Tlv> = (0..n).map(|j| Tlv { tag: 1, value: &values[(i + j) % values.len()] }).collect();
         match log.append_tlvs(&tlvs) {
             Ok(_) => i += 1,
-            Err(Error::LogFull { .. }) => break,
+            Err(Error::Log(csumkit::bytelog::LogError::Full { .. })) => break,
             Err(e) => return Err(e),
         }
     }

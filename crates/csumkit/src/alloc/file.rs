@@ -89,7 +89,7 @@ impl<P: Probe> Volume<P> {
     /// that is free, and grows that extent when contiguous.
     ///
     /// # Errors
-    /// [`Error::TooLarge`] past 2^32 logical blocks; [`Error::NoSpace`] when
+    /// [`Error::TooLarge`] past 2^32 logical blocks; [`AllocError::NoSpace`](super::AllocError::NoSpace) when
     /// the volume fills (what was allocated so far stays, consistently).
     pub fn fallocate(&mut self, file: &mut File, logical: u32, len: u32) -> Result<(), Error> {
         let end = u64::from(logical) + u64::from(len);

@@ -31,6 +31,7 @@
 
 mod bitmap;
 mod descriptor;
+mod error;
 mod extent;
 mod file;
 mod free_space;
@@ -40,6 +41,7 @@ mod verify;
 mod volume;
 
 pub use descriptor::{Descriptor, DESC_SIZE};
+pub use error::AllocError;
 pub use extent::{Extent, Leaf, MAX_UNWRITTEN_LEN};
 pub use file::File;
 pub use free_space::FreeSpace;

@@ -15,6 +15,7 @@ use super::bitmap::Bitmap;
 use super::descriptor::{Descriptor, BG_BLOCK_UNINIT};
 use super::free_space::FreeSpace;
 use super::{BitmapCsum, Geometry, NoProbe, Phase, Probe, Search, Strategy};
+use crate::alloc::AllocError;
 use crate::{crc32c, Error};
 
 /// A run of allocated blocks.
@@ -157,14 +158,14 @@ impl<P: Probe> Volume<P> {
     /// documentation for the policy); a goal past the end means block 0.
     ///
     /// # Errors
-    /// [`Error::NoSpace`] on a full volume; [`Error::BadBlockRange`] for
+    /// [`AllocError::NoSpace`](super::AllocError::NoSpace) on a full volume; [`Error::BadBlockRange`] for
     /// `want == 0`; [`Error::Corrupt`] if the free count and bitmaps disagree.
     pub fn allocate(&mut self, goal: u64, want: u32) -> Result<Run, Error> {
         if want == 0 {
             return Err(Error::BadBlockRange { start: goal, len: 0, problem: "is empty: ask for at least one block" });
         }
         if self.free == 0 {
-            return Err(Error::NoSpace { requested: u64::from(want), free: 0 });
+            return Err(AllocError::NoSpace { requested: u64::from(want), free: 0 }.into());
         }
         self.probe.enter(Phase::Search);
         let goal = if goal < self.geometry.blocks_count { goal } else { 0 };

@@ -10,7 +10,7 @@ pub(crate) mod x86_64;
 use crate::crc::algebra;
 use crate::crc::gf2::PortableClmul;
 use crate::crc::spec::Spec;
-use crate::Error;
+use crate::crc::CrcError;
 use std::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
 
 /// Environment variable that pins the backend (`portable`, or a backend name).
@@ -55,7 +55,7 @@ impl Backend {
     }
 
     /// Parses a name as printed by [`Backend::name`]; `portable` is accepted too.
-    pub fn from_name(name: &str) -> Result<Backend, Error> {
+    pub fn from_name(name: &str) -> Result<Backend, CrcError> {
         let name = name.trim();
         if name == "portable" {
             return Ok(Backend::Portable);
@@ -63,7 +63,7 @@ impl Backend {
         Backend::ALL
             .into_iter()
             .find(|b| b.name() == name)
-            .ok_or_else(|| Error::UnknownBackend { name: name.to_string() })
+            .ok_or_else(|| CrcError::UnknownBackend { name: name.to_string() })
     }
 
     /// Whether this CPU can run the backend.
@@ -113,12 +113,12 @@ impl Backend {
 
     /// The backend requested by `CSUMKIT_BACKEND`, if set: an error for an
     /// unknown name or one this CPU cannot run.
-    pub fn from_env() -> Result<Option<Backend>, Error> {
+    pub fn from_env() -> Result<Option<Backend>, CrcError> {
         match std::env::var(BACKEND_ENV_VAR) {
             Ok(name) if !name.trim().is_empty() => {
                 let backend = Backend::from_name(&name)?;
                 if !backend.is_available() {
-                    return Err(Error::BackendUnavailable { name: backend.name() });
+                    return Err(CrcError::BackendUnavailable { name: backend.name() });
                 }
                 Ok(Some(backend))
             }
@@ -160,9 +160,9 @@ impl Backend {
     }
 
     /// Pins the backend for the whole process.
-    pub fn force(self) -> Result<(), Error> {
+    pub fn force(self) -> Result<(), CrcError> {
         if !self.is_available() {
-            return Err(Error::BackendUnavailable { name: self.name() });
+            return Err(CrcError::BackendUnavailable { name: self.name() });
         }
         ACTIVE.store(self.tag(), Ordering::Relaxed);
         publish(self);
@@ -181,11 +181,11 @@ impl Backend {
 
     /// Checks availability so the `*_with` entry points never run an
     /// instruction the CPU lacks.
-    pub(crate) fn checked(self) -> Result<Backend, Error> {
+    pub(crate) fn checked(self) -> Result<Backend, CrcError> {
         if self.is_available() {
             Ok(self)
         } else {
-            Err(Error::BackendUnavailable { name: self.name() })
+            Err(CrcError::BackendUnavailable { name: self.name() })
         }
     }
 }

@@ -10,6 +10,7 @@
 
 use super::log::{decode_tlvs, encode_tlvs, ByteLog, Tlv};
 use super::medium::{Medium, SimMedium};
+use crate::bytelog::LogError;
 use crate::Error;
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -317,7 +318,7 @@ pub fn run_with(config: Config) -> Result<CrashReport, Error> {
         model.borrow_mut().in_flight = Some(payload.clone());
         let seq = match log.append_tlvs(&tlvs) {
             Ok(seq) => seq,
-            Err(Error::LogFull { .. }) => {
+            Err(Error::Log(LogError::Full { .. })) => {
                 model.borrow_mut().in_flight = None;
                 let target = log.next_seq() - 1;
                 model.borrow_mut().truncating = Some(target);

@@ -6,6 +6,7 @@ use super::format::{
     TAG_WRAP, VERSION,
 };
 use super::medium::Medium;
+use crate::bytelog::LogError;
 use crate::Error;
 use std::collections::VecDeque;
 
@@ -334,7 +335,7 @@ impl<M: Medium> ByteLog<M> {
         let waste = if span > room { room } else { 0 };
         let free = self.free_bytes();
         if waste + span > free {
-            return Err(Error::LogFull { needed: waste + span, free });
+            return Err(LogError::Full { needed: waste + span, free }.into());
         }
         if waste > 0 {
             // The wrap marker is made durable on its own: at most one record

@@ -4,6 +4,7 @@
 //! mutant (cargo-mutants, docs/mutants.md) it was written to kill.
 
 use super::*;
+use crate::bytelog::LogError;
 use crate::bytelog::SimMedium;
 
 const RING: u64 = 8192;
@@ -67,7 +68,7 @@ fn an_anchor_with_an_impossible_window_is_refused() {
 /// space exactly (`waste + span > free`, not `>=`); anchored after each
 /// record, the reopened window is the whole ring (`tail - head >
 /// ring_bytes`, not `>=`; the replay's "ends early" check, not `<=`); one
-/// more record is `LogFull` with exactly what it needed.
+/// more record is `LogError::Full` with exactly what it needed.
 #[test]
 fn a_ring_filled_to_its_last_byte_reopens_whole() {
     let mut log = formatted();
@@ -80,7 +81,7 @@ fn a_ring_filled_to_its_last_byte_reopens_whole() {
     assert_eq!(log.free_bytes(), 0);
     assert_eq!(log.stats().records, 2, "no wrap marker");
     match log.append(3, 0, &[1u8; 64]) {
-        Err(Error::LogFull { needed, free }) => assert_eq!((needed, free), (record_span(64), 0)),
+        Err(Error::Log(LogError::Full { needed, free })) => assert_eq!((needed, free), (record_span(64), 0)),
         other => panic!("{other:?}"),
     }
     let records = reopened(SimMedium::from_image(log.into_medium().durable().to_vec())).unwrap();
@@ -97,7 +98,7 @@ fn log_full_counts_the_room_a_wrap_wastes() {
     log.append(2, 0, &[2u8; 4000]).unwrap(); // span 4 032: tail 7 104, 1 088 to the ring's end, 4 160 free
     match log.append(3, 0, &[3u8; 4060]) {
         // Span 4 096 does not fit the 1 088 at the end: those are wasted too.
-        Err(Error::LogFull { needed, free }) => assert_eq!((needed, free), (1088 + 4096, 4160)),
+        Err(Error::Log(LogError::Full { needed, free })) => assert_eq!((needed, free), (1088 + 4096, 4160)),
         other => panic!("{other:?}"),
     }
     log.append(4, 0, &[4u8; 2000]).unwrap(); // 1 088 + 2 048 fit

@@ -1,6 +1,7 @@
 //! Byte-addressable media under a ByteLog: the persistence trait, a
 //! simulated persistent-memory medium that can crash, and a memory-mapped file.
 
+use crate::bytelog::LogError;
 use crate::Error;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -31,7 +32,7 @@ pub trait Medium {
 pub(super) fn check_range(len: u64, offset: u64, n: u64) -> Result<(), Error> {
     match offset.checked_add(n) {
         Some(end) if end <= len => Ok(()),
-        _ => Err(Error::ByteRangeOutOfBounds { offset, len: n, total_len: len }),
+        _ => Err(LogError::OutOfBounds { offset, len: n, total_len: len }.into()),
     }
 }
 

@@ -62,6 +62,7 @@
 
 pub mod crash;
 #[cfg(unix)]
+mod error;
 mod file_medium;
 mod format;
 mod group;
@@ -69,6 +70,7 @@ mod log;
 mod medium;
 
 #[cfg(unix)]
+pub use error::LogError;
 pub use file_medium::FileMedium;
 pub use format::{
     payload_max, record_span, Anchor, RecordHeader, Superblock, FLAG_BATCH, HEADER_BYTES, LINE_BYTES,

@@ -12,7 +12,7 @@
 
 use super::gf2::Clmul;
 use super::spec::{OnesRoute, Spec};
-use crate::Error;
+use crate::crc::CrcError;
 
 /// Largest buffer, in bits, that `flip_range` accepts (1 EiB). Keeps every
 /// exponent below `2^64` with room for `+ width`.
@@ -52,16 +52,16 @@ pub fn zero_extend<C: Clmul>(spec: &Spec, crc: u64, zeros: u64) -> u64 {
 }
 
 /// Checks a bit range against a buffer of `total_bits`.
-pub fn check_bit_range(total_bits: u64, bit_offset: u64, bit_len: u64) -> Result<(), Error> {
+pub fn check_bit_range(total_bits: u64, bit_offset: u64, bit_len: u64) -> Result<(), CrcError> {
     if !total_bits.is_multiple_of(8) {
-        return Err(Error::TotalBitsNotWholeBytes { total_bits });
+        return Err(CrcError::TotalBitsNotWholeBytes { total_bits });
     }
     if total_bits > FLIP_TOTAL_BITS_MAX {
-        return Err(Error::TooLarge { what: "total_bits", value: total_bits, max: FLIP_TOTAL_BITS_MAX });
+        return Err(CrcError::TotalBitsTooLarge { total_bits, max: FLIP_TOTAL_BITS_MAX });
     }
     match bit_offset.checked_add(bit_len) {
         Some(end) if end <= total_bits => Ok(()),
-        _ => Err(Error::BitRangeOutOfBounds { bit_offset, bit_len, total_bits }),
+        _ => Err(CrcError::BitRangeOutOfBounds { bit_offset, bit_len, total_bits }),
     }
 }
 
@@ -145,13 +145,13 @@ fn flip_lin_msb_first<C: Clmul>(spec: &Spec, total_bits: u64, bit_offset: u64, b
 }
 
 /// Checks a splice region against its buffer.
-pub fn check_splice(total_len: u64, offset: u64, old_len: usize, new_len: usize) -> Result<(), Error> {
+pub fn check_splice(total_len: u64, offset: u64, old_len: usize, new_len: usize) -> Result<(), CrcError> {
     if old_len != new_len {
-        return Err(Error::LengthMismatch { old_len: old_len as u64, new_len: new_len as u64 });
+        return Err(CrcError::LengthMismatch { old_len: old_len as u64, new_len: new_len as u64 });
     }
     match offset.checked_add(old_len as u64) {
         Some(end) if end <= total_len => Ok(()),
-        _ => Err(Error::ByteRangeOutOfBounds { offset, len: old_len as u64, total_len }),
+        _ => Err(CrcError::ByteRangeOutOfBounds { offset, len: old_len as u64, total_len }),
     }
 }
 

@@ -7,7 +7,7 @@ macro_rules! crc_api {
     ($T:ty, $spec:path, $algorithm:expr, $m:ident, $check:literal) => {
         use crate::arch::{self, Backend};
         use crate::crc::algebra;
-        use crate::Error;
+        use crate::crc::CrcError;
 
         /// The parameter set of this CRC.
         #[doc = concat!("\n```\n", "assert_eq!(csumkit::", stringify!($m), "::spec().check, ", stringify!($check), " as u64);", "\n```")]
@@ -68,9 +68,9 @@ macro_rules! crc_api {
         /// `total_bits` not a multiple of 8 or above
         /// [`FLIP_TOTAL_BITS_MAX`](crate::crc::algebra::FLIP_TOTAL_BITS_MAX), or a range
         /// past the end.
-        #[doc = concat!("\n```\n", "use csumkit::", stringify!($m), "::{checksum, flip_range};\nlet mut bitmap = [0u8; 512];\nlet before = checksum(&bitmap);\nbitmap[1] = 0x0F; // bits 8..12\nassert_eq!(flip_range(before, 512 * 8, 8, 4)?, checksum(&bitmap));\nassert!(flip_range(before, 512 * 8, 4090, 10).is_err()); // past the end\n# Ok::<(), csumkit::Error>(())", "\n```")]
+        #[doc = concat!("\n```\n", "use csumkit::", stringify!($m), "::{checksum, flip_range};\nlet mut bitmap = [0u8; 512];\nlet before = checksum(&bitmap);\nbitmap[1] = 0x0F; // bits 8..12\nassert_eq!(flip_range(before, 512 * 8, 8, 4)?, checksum(&bitmap));\nassert!(flip_range(before, 512 * 8, 4090, 10).is_err()); // past the end\n# Ok::<(), csumkit::crc::CrcError>(())", "\n```")]
         #[inline]
-        pub fn flip_range(crc: $T, total_bits: u64, bit_offset: u64, bit_len: u64) -> Result<$T, Error> {
+        pub fn flip_range(crc: $T, total_bits: u64, bit_offset: u64, bit_len: u64) -> Result<$T, CrcError> {
             Engine::active().flip_range(crc, total_bits, bit_offset, bit_len)
         }
 
@@ -80,15 +80,15 @@ macro_rules! crc_api {
         ///
         /// # Errors
         /// `old` and `new` of different lengths, or a region past the end.
-        #[doc = concat!("\n```\n", "use csumkit::", stringify!($m), "::{checksum, splice};\nlet old = *b\"hello world\";\nlet new = *b\"hello earth\";\nassert_eq!(splice(checksum(&old), 11, 6, &old[6..], &new[6..])?, checksum(&new));\n# Ok::<(), csumkit::Error>(())", "\n```")]
+        #[doc = concat!("\n```\n", "use csumkit::", stringify!($m), "::{checksum, splice};\nlet old = *b\"hello world\";\nlet new = *b\"hello earth\";\nassert_eq!(splice(checksum(&old), 11, 6, &old[6..], &new[6..])?, checksum(&new));\n# Ok::<(), csumkit::crc::CrcError>(())", "\n```")]
         #[inline]
-        pub fn splice(crc: $T, total_len: u64, offset: u64, old: &[u8], new: &[u8]) -> Result<$T, Error> {
+        pub fn splice(crc: $T, total_len: u64, offset: u64, old: &[u8], new: &[u8]) -> Result<$T, CrcError> {
             Engine::active().splice(crc, total_len, offset, old, new)
         }
 
         /// This CRC on one chosen [`Backend`]. The free functions use
         /// the active backend; tests and benchmarks compare engines.
-        #[doc = concat!("\n```\n", "use csumkit::{Backend, ", stringify!($m), "::Engine};\nlet portable = Engine::new(Backend::Portable)?;\nassert_eq!(portable.backend(), Backend::Portable);\nassert_eq!(portable.checksum(b\"123456789\"), ", stringify!($check), ");\nlet fastest = Engine::active();\nlet c = fastest.update(fastest.checksum(b\"1234\"), b\"56789\");\nassert_eq!(c, ", stringify!($check), ");\nassert_eq!(fastest.combine(fastest.checksum(b\"1234\"), fastest.checksum(b\"56789\"), 5), c);\nassert_eq!(fastest.zero_extend(c, 0), c);\nassert_eq!(fastest.raw_update(fastest.raw_update(0, b\"12\"), b\"3\"), fastest.raw_update(0, b\"123\"));\nlet bits = fastest.flip_range(fastest.flip_range(c, 72, 3, 9)?, 72, 3, 9)?;\nassert_eq!(bits, c);\nassert_eq!(fastest.splice(c, 9, 0, b\"1\", b\"1\")?, c);\nlet mut d = fastest.digest();\nd.update(b\"123456789\");\nassert_eq!(d.finalize(), ", stringify!($check), ");\n# Ok::<(), csumkit::Error>(())", "\n```")]
+        #[doc = concat!("\n```\n", "use csumkit::{Backend, ", stringify!($m), "::Engine};\nlet portable = Engine::new(Backend::Portable)?;\nassert_eq!(portable.backend(), Backend::Portable);\nassert_eq!(portable.checksum(b\"123456789\"), ", stringify!($check), ");\nlet fastest = Engine::active();\nlet c = fastest.update(fastest.checksum(b\"1234\"), b\"56789\");\nassert_eq!(c, ", stringify!($check), ");\nassert_eq!(fastest.combine(fastest.checksum(b\"1234\"), fastest.checksum(b\"56789\"), 5), c);\nassert_eq!(fastest.zero_extend(c, 0), c);\nassert_eq!(fastest.raw_update(fastest.raw_update(0, b\"12\"), b\"3\"), fastest.raw_update(0, b\"123\"));\nlet bits = fastest.flip_range(fastest.flip_range(c, 72, 3, 9)?, 72, 3, 9)?;\nassert_eq!(bits, c);\nassert_eq!(fastest.splice(c, 9, 0, b\"1\", b\"1\")?, c);\nlet mut d = fastest.digest();\nd.update(b\"123456789\");\nassert_eq!(d.finalize(), ", stringify!($check), ");\n# Ok::<(), csumkit::crc::CrcError>(())", "\n```")]
         #[derive(Clone, Copy, Debug, PartialEq, Eq)]
         pub struct Engine {
             backend: Backend,
@@ -104,8 +104,8 @@ macro_rules! crc_api {
             /// An engine on `backend`.
             ///
             /// # Errors
-            /// [`Error::BackendUnavailable`] if this CPU cannot run it.
-            pub fn new(backend: Backend) -> Result<Self, Error> {
+            /// [`CrcError::BackendUnavailable`] if this CPU cannot run it.
+            pub fn new(backend: Backend) -> Result<Self, CrcError> {
                 Ok(Self { backend: backend.checked()? })
             }
 
@@ -155,7 +155,7 @@ macro_rules! crc_api {
             /// # Errors
             /// As [`flip_range`].
             #[inline]
-            pub fn flip_range(self, crc: $T, total_bits: u64, bit_offset: u64, bit_len: u64) -> Result<$T, Error> {
+            pub fn flip_range(self, crc: $T, total_bits: u64, bit_offset: u64, bit_len: u64) -> Result<$T, CrcError> {
                 algebra::check_bit_range(total_bits, bit_offset, bit_len)?;
                 Ok(arch::flip_range(self.backend, &$spec, crc as u64, total_bits, bit_offset, bit_len) as $T)
             }
@@ -165,7 +165,7 @@ macro_rules! crc_api {
             /// # Errors
             /// As [`splice`].
             #[inline]
-            pub fn splice(self, crc: $T, total_len: u64, offset: u64, old: &[u8], new: &[u8]) -> Result<$T, Error> {
+            pub fn splice(self, crc: $T, total_len: u64, offset: u64, old: &[u8], new: &[u8]) -> Result<$T, CrcError> {
                 algebra::check_splice(total_len, offset, old.len(), new.len())?;
                 // lin(old ^ new) = lin(old) ^ lin(new): one CRC of the XOR for
                 // the usual small region, else two CRCs and no scratch buffer.

@@ -2,7 +2,8 @@
 //! algorithm from user input (the CLI, bindings). Values are widened to `u64`.
 
 use super::spec::{Algorithm, Spec};
-use crate::{crc16t10dif, crc32c, crc64nvme, Error};
+use crate::crc::CrcError;
+use crate::{crc16t10dif, crc32c, crc64nvme};
 
 /// Parses like [`Algorithm::from_name`]. There are no aliases: `crc64` or
 /// `crc16` alone name several different CRCs (ECMA, XZ, NVMe; T10-DIF, CCITT…).
@@ -14,9 +15,9 @@ use crate::{crc16t10dif, crc32c, crc64nvme, Error};
 /// assert!("crc64".parse::<Algorithm>().is_err());
 /// ```
 impl std::str::FromStr for Algorithm {
-    type Err = Error;
+    type Err = CrcError;
 
-    fn from_str(name: &str) -> Result<Algorithm, Error> {
+    fn from_str(name: &str) -> Result<Algorithm, CrcError> {
         Algorithm::from_name(name)
     }
 }
@@ -46,12 +47,12 @@ impl Algorithm {
 
     /// Parses a name as printed by [`Algorithm::name`] (case-insensitive,
     /// `-` and `_` ignored, so `CRC64-NVME` works too).
-    pub fn from_name(name: &str) -> Result<Algorithm, Error> {
+    pub fn from_name(name: &str) -> Result<Algorithm, CrcError> {
         let wanted: String = name.chars().filter(|c| *c != '-' && *c != '_').collect::<String>().to_lowercase();
         Algorithm::ALL
             .into_iter()
             .find(|a| a.name() == wanted)
-            .ok_or_else(|| Error::UnknownAlgorithm { name: name.to_string() })
+            .ok_or_else(|| CrcError::UnknownAlgorithm { name: name.to_string() })
     }
 
     /// Every name [`Algorithm::from_name`] accepts, for help texts.
@@ -101,7 +102,7 @@ mod tests {
             assert_eq!(a.checksum(b"123456789"), a.spec().check);
         }
         assert_eq!(Algorithm::from_name("CRC64-NVME").unwrap(), Algorithm::Crc64Nvme);
-        assert!(matches!(Algorithm::from_name("md5"), Err(Error::UnknownAlgorithm { .. })));
+        assert!(matches!(Algorithm::from_name("md5"), Err(CrcError::UnknownAlgorithm { .. })));
         let (a, b) = (b"hello ".as_slice(), b"world".as_slice());
         for alg in Algorithm::ALL {
             assert_eq!(alg.combine(alg.checksum(a), alg.checksum(b), 5), alg.checksum(b"hello world"));
