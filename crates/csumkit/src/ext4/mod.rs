@@ -30,6 +30,7 @@ pub mod fields;
 pub mod format;
 pub mod hash;
 mod inode_rules;
+pub mod jbd2;
 mod layout;
 mod leaves;
 mod report;

@@ -11,21 +11,15 @@
 use super::checker::Checker;
 use super::feature_bits::{INCOMPAT_MMP, RO_COMPAT_ORPHAN_PRESENT};
 use super::fields::{I_BLOCK, I_SIZE_HIGH, I_SIZE_LO, S_MMP_BLOCK};
+use super::jbd2::{superblock_checksum, INCOMPAT_CSUM_V2, INCOMPAT_CSUM_V3, MAGIC as JBD2_MAGIC};
 use super::leaves::{physical, Leaf};
 use super::structure;
 use crate::crc32c;
-use crate::le::le32;
+use crate::le::{be32, le32};
 use crate::Error;
 
-const JBD2_MAGIC: u32 = 0xC03B_3998;
-const JBD2_CSUM_V2: u32 = 0x8;
-const JBD2_CSUM_V3: u32 = 0x10;
 const ORPHAN_MAGIC: u32 = 0x0B10_CA04;
 const MMP_MAGIC: u32 = 0x004D_4D50;
-
-fn be32(b: &[u8], at: usize) -> u32 {
-    u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
-}
 
 impl Checker<'_> {
     /// The jbd2 superblock: the journal inode's first block.
@@ -38,13 +32,11 @@ impl Checker<'_> {
         if be32(data, 0) != JBD2_MAGIC {
             return Err(super::corrupt(&where_(), format!("block {block}: no jbd2 magic ({:#010x})", be32(data, 0))));
         }
-        if be32(data, 0x28) & (JBD2_CSUM_V2 | JBD2_CSUM_V3) == 0 {
+        if be32(data, 0x28) & (INCOMPAT_CSUM_V2 | INCOMPAT_CSUM_V3) == 0 {
             return Ok(()); // A journal without checksums: nothing to check.
         }
         let sb = &data[..1024];
-        let crc = crc32c::raw_update(!0, &sb[..0xFC]);
-        let crc = crc32c::raw_update(crc, &[0; 4]);
-        let computed = crc32c::raw_update(crc, &sb[0x100..]);
+        let computed = superblock_checksum(sb);
         self.report.checked.journal_superblocks += 1;
         let damage = (sb[0x50] != 4).then(|| format!("jbd2 checksum type {} is not CRC32C (4)", sb[0x50]));
         let at = block * self.layout.block_size + 0xFC;
