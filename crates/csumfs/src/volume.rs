@@ -6,6 +6,7 @@ use crate::error::{corrupt, Error};
 use crate::format::features::{KNOWN_INCOMPAT, REFUSED_INCOMPAT};
 use crate::stats::Stats;
 use crate::store::bytes::Bytes;
+use crate::store::journal_replay;
 use csumkit::ext4::Layout;
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -130,6 +131,9 @@ pub struct Volume {
     /// An inode marked for synchronous updates (`chattr +S`, a directory's
     /// `+D`) changed since [`Volume::take_synchronous`] last looked.
     pub(crate) synchronous: bool,
+    /// (transactions, blocks) of the kernel's journal replayed in memory at
+    /// a read-only open of an image that needed recovery.
+    pub(crate) journal_replayed: Option<(u32, usize)>,
     /// Synchronous flags every inode counts as having (`mount -o sync`,
     /// `-o dirsync`: [`Volume::set_mount_sync`]).
     pub(crate) mount_sync_flags: u32,
@@ -157,7 +161,21 @@ impl Volume {
             (Bytes::MapMut(mapped, file), mmp)
         } else {
             // SAFETY: as above.
-            (Bytes::Map(unsafe { memmap2::Mmap::map(&file) }.map_err(io)?), None)
+            let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
+            if journal_replay::needs_recovery(&map) {
+                // What the kernel left in its journal, replayed over a
+                // private copy of the pages it touches: the file keeps
+                // every byte.
+                drop(map);
+                // SAFETY: as above; a private map never writes the file.
+                let mut copy = unsafe { memmap2::MmapOptions::new().map_copy(&file) }.map_err(io)?;
+                let recovery = journal_replay::replay_in_memory(&mut copy)?;
+                let mut volume = Volume::new(Bytes::Map(copy.make_read_only().map_err(io)?), options)?;
+                volume.journal_replayed = Some((recovery.transactions(), recovery.blocks.len()));
+                volume.image_lock = image_lock;
+                return Ok(volume);
+            }
+            (Bytes::Map(map), None)
         };
         let mut volume = Volume::new(map, options)?;
         volume.image_lock = image_lock;
@@ -219,7 +237,14 @@ impl Volume {
             pi: None,
             synchronous: false,
             mount_sync_flags: 0,
+            journal_replayed: None,
         })
+    }
+
+    /// (transactions, blocks) replayed from the kernel's journal into this
+    /// read-only view, when the image needed recovery: the file is as it was.
+    pub fn journal_replayed(&self) -> Option<(u32, usize)> {
+        self.journal_replayed
     }
 
     /// The geometry.

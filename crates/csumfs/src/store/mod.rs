@@ -7,6 +7,7 @@ pub(crate) mod bytes;
 pub(crate) mod crc_helper;
 pub(crate) mod data_sums;
 pub(crate) mod image_lock;
+pub(crate) mod journal_replay;
 pub(crate) mod kernel_mounts;
 pub(crate) mod log_writer;
 pub(crate) mod logged_sums;
