@@ -2,10 +2,11 @@
 //! blocks (the first the superblock, its checksum re-sealed half the time
 //! so the walk gets past it) give a recovery or a typed error, never a
 //! panic, and every block recovery names lies inside the filesystem and
-//! the journal.
+//! the journal; the same bytes' fast-commit area (the journal's last
+//! quarter when the superblock has none) give records or a typed error.
 #![no_main]
 
-use csumkit::ext4::jbd2::{recover, superblock_checksum, Superblock};
+use csumkit::ext4::jbd2::{fast_commit, recover, superblock_checksum, Journal, Superblock};
 use libfuzzer_sys::fuzz_target;
 
 const BS: usize = 1024;
@@ -27,10 +28,22 @@ fuzz_target!(|data: &[u8]| {
         what: "block",
         detail: "past the input".into(),
     });
+    let mut next_tid = sb.sequence;
     if let Ok(recovery) = recover(&sb, FS_BLOCKS, read) {
         for (&block, replay) in &recovery.blocks {
             assert!(block < FS_BLOCKS);
             assert!(replay.journal_block < sb.max_len);
+        }
+        next_tid = recovery.end_transaction;
+    }
+    let mut superblock = sb.clone();
+    if superblock.fast_commit_blocks == 0 {
+        superblock.fast_commit_blocks = (superblock.max_len / 4).max(1);
+    }
+    if superblock.fast_commit_blocks.saturating_add(1) < superblock.max_len {
+        let journal_file = Journal { superblock, blocks: (0..blocks as u64).collect(), mapping: Vec::new() };
+        if let Ok(found) = fast_commit::scan(&journal_file, &journal, next_tid, 256) {
+            assert!(found.replay.len() <= found.records as usize);
         }
     }
 });

@@ -64,6 +64,7 @@ pub use space::reserve::StatFs;
 pub use stats::Stats;
 pub use store::data_sums::forget_data_checksums;
 pub use store::image_lock::ImageLock;
+pub use store::journal_replay::JournalReplayed;
 pub use store::medium::{
     Backing, LogMedium, SyncHandle, LOG_ON_DAX, LOG_ON_FILE, LOG_ON_FILE_DIRECT, LOG_ON_TMPFS, TAG_LAST, TAG_PART,
 };
@@ -73,6 +74,7 @@ pub use store::redo_log::resize::LogResize;
 pub use store::redo_log::{log_pending, DurableSync, PendingSync, Replayed};
 pub use store::undo_log::{undo_pending, undone_image};
 pub use txn::datasum::ScrubReport;
+pub use txn::journal::{recover, recover_held};
 pub use volume::{Caller, Checksums, Options, Volume};
 pub use xattr::acl::InheritedAcls;
 pub use xattr::write::XattrMode;

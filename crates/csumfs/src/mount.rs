@@ -115,6 +115,9 @@ pub enum MountEvent {
     PiOpened(PathBuf, PiOpened),
     /// Inodes a stopped writer left unlinked but open were freed.
     OrphansFreed(u64),
+    /// The kernel's journal held committed transactions: replayed into
+    /// the image (a writable mount) or in memory (a read-only one).
+    JournalReplayed(crate::JournalReplayed),
 }
 
 impl std::fmt::Display for MountEvent {
@@ -164,6 +167,15 @@ impl std::fmt::Display for MountEvent {
                 }
                 write!(f, "{}: {}", pi.display(), said.join("; "))
             }
+            MountEvent::JournalReplayed(r) => {
+                let into = if r.in_place { "into the image" } else { "in memory; the image is unchanged" };
+                write!(
+                    f,
+                    "the kernel's journal replayed {into} ({} transactions, {} blocks, {} fast-commit records), as \
+                     its recovery would",
+                    r.transactions, r.blocks, r.fast_commit_records
+                )
+            }
             MountEvent::OrphansFreed(n) => {
                 let what = if *n == 1 { "an inode" } else { "inodes" };
                 write!(f, "freed {what} left unlinked but open by a stopped mount or kernel ({n})")
@@ -181,7 +193,10 @@ impl MountEvent {
             | MountEvent::PiForgotten(path)
             | MountEvent::OperationUndone(path)
             | MountEvent::PiOpened(path, _) => Some(path),
-            MountEvent::Replayed(..) | MountEvent::ServedInMemory(_) | MountEvent::OrphansFreed(_) => None,
+            MountEvent::Replayed(..)
+            | MountEvent::ServedInMemory(_)
+            | MountEvent::OrphansFreed(_)
+            | MountEvent::JournalReplayed(_) => None,
         }
     }
 
@@ -251,6 +266,9 @@ pub fn mount(image: &Path, config: &MountConfig) -> Result<(Volume, Vec<MountEve
             volume
         }
     };
+    if let Some(replayed) = volume.journal_replayed() {
+        events.push(MountEvent::JournalReplayed(replayed));
+    }
     if config.write {
         let freed = free_orphans_left(&mut volume).map_err(at(image))?;
         if freed > 0 {

@@ -36,6 +36,11 @@ impl RangeSet {
     pub(crate) fn clear(&mut self) {
         self.ranges.clear();
     }
+
+    /// The ranges, by start.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        self.ranges.iter().map(|(&s, &e)| (s, e))
+    }
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use crate::error::{corrupt, Error};
 use crate::format::features::{KNOWN_INCOMPAT, REFUSED_INCOMPAT};
 use crate::stats::Stats;
 use crate::store::bytes::Bytes;
-use crate::store::journal_replay;
+use crate::store::journal_replay::{self, JournalReplayed};
 use csumkit::ext4::Layout;
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -131,9 +131,12 @@ pub struct Volume {
     /// An inode marked for synchronous updates (`chattr +S`, a directory's
     /// `+D`) changed since [`Volume::take_synchronous`] last looked.
     pub(crate) synchronous: bool,
-    /// (transactions, blocks) of the kernel's journal replayed in memory at
-    /// a read-only open of an image that needed recovery.
-    pub(crate) journal_replayed: Option<(u32, usize)>,
+    /// What of the kernel's journal the open replayed: in memory for a
+    /// read-only open, into the image for a writable one.
+    pub(crate) journal_replayed: Option<JournalReplayed>,
+    /// Every byte range written since it was set: what a fast-commit
+    /// replay changed, to be logged as one jbd2 transaction.
+    pub(crate) written: Option<crate::ranges::RangeSet>,
     /// Synchronous flags every inode counts as having (`mount -o sync`,
     /// `-o dirsync`: [`Volume::set_mount_sync`]).
     pub(crate) mount_sync_flags: u32,
@@ -150,6 +153,9 @@ impl Volume {
         let io = |source| Error::Io { context: path.display().to_string(), source };
         let file = csumkit::file::open_image(path, options.write)?;
         let image_lock = crate::store::image_lock::ImageLock::take(&file, path, options.write)?;
+        // What the kernel left in its journal goes home before anything
+        // else reads the image.
+        let replayed = if options.write { crate::txn::journal::recover_held(&file, path)? } else { None };
         // An image changed underneath by another process gives wrong bytes,
         // which every read bounds-checks (never undefined behaviour in safe
         // code here); csumfs is the image's only writer while open.
@@ -167,11 +173,8 @@ impl Volume {
                 // private copy of the pages it touches: the file keeps
                 // every byte.
                 drop(map);
-                // SAFETY: as above; a private map never writes the file.
-                let mut copy = unsafe { memmap2::MmapOptions::new().map_copy(&file) }.map_err(io)?;
-                let recovery = journal_replay::replay_in_memory(&mut copy)?;
-                let mut volume = Volume::new(Bytes::Map(copy.make_read_only().map_err(io)?), options)?;
-                volume.journal_replayed = Some((recovery.transactions(), recovery.blocks.len()));
+                let copy = crate::store::private_map::PrivateMap::new(&file).map_err(io)?;
+                let mut volume = Volume::recovered_in_memory(Bytes::Private(copy), options)?;
                 volume.image_lock = image_lock;
                 return Ok(volume);
             }
@@ -180,14 +183,19 @@ impl Volume {
         let mut volume = Volume::new(map, options)?;
         volume.image_lock = image_lock;
         volume.mmp = mmp;
+        volume.journal_replayed = replayed;
         Ok(volume)
     }
 
-    /// A volume over an image in memory (tests, fuzzing).
+    /// A volume over an image in memory (tests, fuzzing), the kernel's
+    /// journal replayed into it first if it needs recovery.
     ///
     /// # Errors
     /// As [`open`](Self::open).
     pub fn from_bytes(bytes: Vec<u8>, options: Options) -> Result<Volume, Error> {
+        if journal_replay::needs_recovery(&bytes) {
+            return Volume::recovered_in_memory(Bytes::Owned(bytes), options);
+        }
         Volume::new(Bytes::Owned(bytes), options)
     }
 
@@ -238,13 +246,23 @@ impl Volume {
             synchronous: false,
             mount_sync_flags: 0,
             journal_replayed: None,
+            written: None,
         })
     }
 
-    /// (transactions, blocks) replayed from the kernel's journal into this
-    /// read-only view, when the image needed recovery: the file is as it was.
-    pub fn journal_replayed(&self) -> Option<(u32, usize)> {
+    /// What the open replayed from the kernel's journal, when the image
+    /// needed recovery: into this view alone (a read-only open: the file
+    /// is as it was) or into the image (a writable one).
+    pub fn journal_replayed(&self) -> Option<JournalReplayed> {
         self.journal_replayed
+    }
+
+    /// The image's bytes as this volume reads them: for an image that
+    /// needed recovery, the filesystem as its journal's replay (in memory,
+    /// for a read-only open) leaves it — how `csumkit ext4 check` checks
+    /// one.
+    pub fn image(&self) -> &[u8] {
+        &self.map
     }
 
     /// The geometry.

@@ -50,6 +50,16 @@ pub enum Ext4Command {
     /// the image — or put back the undo log a stopped `-o log=off` mount
     /// left (IMAGE.undo) — so the kernel and e2fsck accept it.
     Checkpoint(CheckpointArgs),
+    /// Replay the kernel's journal into the image (blocks home, then the
+    /// journal emptied and needs_recovery cleared), as `e2fsck -E
+    /// journal_only` does; nothing else is changed.
+    Recover(RecoverArgs),
+}
+
+#[derive(Args)]
+pub struct RecoverArgs {
+    /// The ext4 image (or device).
+    image: PathBuf,
 }
 
 #[derive(Args)]
@@ -97,6 +107,39 @@ pub fn run(command: Ext4Command) -> ExitCode {
         Ext4Command::Mv(args) => crate::ext4_write::mv(args),
         Ext4Command::Rm(args) => crate::ext4_write::rm(args),
         Ext4Command::Checkpoint(args) => checkpoint(args),
+        Ext4Command::Recover(args) => recover(args),
+    }
+}
+
+/// What a replay of the kernel's journal did, for a line of output.
+pub fn recovered_line(r: &csumfs::JournalReplayed) -> String {
+    let into = if r.in_place { "into the image" } else { "in memory (the image file is unchanged)" };
+    let fast = if r.fast_commit_records > 0 {
+        format!(", then {} fast-commit records", r.fast_commit_records)
+    } else {
+        String::new()
+    };
+    format!("the kernel's journal replayed {into}: {} transactions, {} blocks{fast}", r.transactions, r.blocks)
+}
+
+/// `csumkit ext4 recover IMAGE`: the kernel's journal replayed in place.
+fn recover(args: &RecoverArgs) -> ExitCode {
+    match csumfs::recover(&args.image) {
+        Ok(Some(r)) => {
+            println!("{}: {}; needs_recovery cleared", args.image.display(), recovered_line(&r));
+            ExitCode::SUCCESS
+        }
+        Ok(None) => {
+            println!(
+                "{}: its journal holds nothing to replay (no needs_recovery); nothing to do",
+                args.image.display()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("csumkit ext4 recover: {}", crate::files::naming(&args.image, &e.to_string()));
+            ExitCode::from(2)
+        }
     }
 }
 
@@ -164,6 +207,21 @@ fn scan(path: &Path) -> Result<Report, Error> {
         return scan_undone(path, &image);
     }
     if !csumfs::log_pending(&image) {
+        if image.get(1024 + 0x60..1024 + 0x64).is_some_and(|b| b[0] & INCOMPAT_RECOVER as u8 != 0) {
+            // The kernel's journal checked and replayed into a private copy
+            // first; its fast commits, if any, replayed by csumfs.
+            drop(image);
+            let report = ext4::check_recovering(&mut crate::files::map_input_private(path)?)?;
+            let Some(journal) = report.journal.clone().filter(|j| j.error.is_none() && j.fast_commits.records > 0)
+            else {
+                return Ok(report);
+            };
+            let volume = csumfs::Volume::open(path, csumfs::Options::default())
+                .map_err(|e| Error::Invalid { what: "fast-commit replay", detail: e.to_string() })?;
+            let mut report = ext4::check(volume.image())?;
+            report.journal = Some(ext4::JournalCheck { fast_commits_replayed: true, ..journal });
+            return Ok(report);
+        }
         return ext4::check(&image);
     }
     let log_path = csumfs::mount::Companions::beside(path).log;
@@ -218,6 +276,32 @@ fn print(path: &Path, report: &Report) {
     ] {
         if count > 0 {
             parts.push(format!("{count} {what}"));
+        }
+    }
+    if let Some(j) = &report.journal {
+        match &j.error {
+            None if j.transactions.0 == j.transactions.1 => {
+                println!("{}: journal checked (checksums {}): empty, nothing to replay", path.display(), j.checksums)
+            }
+            None => println!(
+                "{}: journal checked ({} log blocks, checksums {}) and replayed in memory: transactions {}..{}, {} \
+                 blocks{} (`csumkit ext4 recover` writes them home)",
+                path.display(),
+                j.log_blocks,
+                j.checksums,
+                j.transactions.0,
+                j.transactions.1,
+                j.blocks,
+                if j.fast_commits_replayed {
+                    format!(", then {} fast-commit records", j.fast_commits.replay.len())
+                } else {
+                    String::new()
+                }
+            ),
+            Some(why) if j.blocks > 0 => {
+                println!("BAD journal: {why} (the image is checked as the transactions before it leave it)")
+            }
+            Some(why) => println!("BAD journal: {why} (not replayed; the image is checked as it is)"),
         }
     }
     println!("{}: checked superblock, {}", path.display(), parts.join(", "));
@@ -308,6 +392,21 @@ fn print_json(path: &Path, report: &Report) {
             ("findings", array(&findings)),
             ("missing_tails", array(&tails)),
             ("not_checked", array(&unchecked)),
+            (
+                "journal",
+                report.journal.as_ref().map_or("null".to_string(), |j| {
+                    object(&[
+                        ("first_transaction", number(u64::from(j.transactions.0))),
+                        ("end_transaction", number(u64::from(j.transactions.1))),
+                        ("blocks_replayed", number(j.blocks)),
+                        ("log_blocks", number(j.log_blocks)),
+                        ("checksums", string(j.checksums)),
+                        ("fast_commit_records", number(j.fast_commits.replay.len() as u64)),
+                        ("fast_commits_replayed", (if j.fast_commits_replayed { "true" } else { "false" }).to_string()),
+                        ("error", j.error.as_deref().map_or("null".to_string(), string)),
+                    ])
+                })
+            ),
         ])
     );
 }
@@ -324,13 +423,24 @@ fn check(args: &CheckArgs) -> Result<ExitCode, Error> {
     // with a journal, `s_state` without `EXT2_VALID_FS` without one.
     let incompat =
         marked.get(1024 + 0x60..1024 + 0x64).map_or(0, |b| u32::from_le_bytes(b.try_into().expect("4 bytes")));
-    let journal_pending = incompat & INCOMPAT_RECOVER != 0;
-    if args.repair && (journal_pending || !csumfs::cleanly_unmounted(&marked)) {
+    let mut marked = marked;
+    if args.repair && incompat & INCOMPAT_RECOVER != 0 {
+        // A repair writes the image as the kernel's recovery leaves it:
+        // the journal home first, as e2fsck does (the lock is held).
+        drop(marked);
+        let replayed = csumfs::recover_held(&held, &args.image)
+            .map_err(|e| Error::Invalid { what: "journal", detail: e.to_string() })?;
+        if let Some(r) = replayed {
+            println!("{}: {}", args.image.display(), recovered_line(&r));
+        }
+        marked = crate::files::map_input(&args.image)?;
+    }
+    if args.repair && !csumfs::cleanly_unmounted(&marked) {
         return Err(Error::Invalid {
             what: "--repair",
             detail: format!(
-                "{} is mounted read-write by the kernel, or was left so by a kernel that stopped (its journal \
-                 awaiting replay, or not cleanly unmounted): unmount it, or run e2fsck -f",
+                "{} is mounted read-write by the kernel, or was left so by a kernel that stopped without a journal \
+                 (not cleanly unmounted): unmount it, or run e2fsck -f",
                 args.image.display()
             ),
         });

@@ -58,6 +58,9 @@ pub fn run(command: Read<'_>) -> ExitCode {
     };
     let result =
         Volume::open(image, Options { verify_checksums: !no_verify, ..Options::default() }).and_then(|volume| {
+            if let Some(r) = volume.journal_replayed() {
+                eprintln!("{}: {}", image.display(), crate::ext4::recovered_line(&r));
+            }
             match &command {
                 Read::Cat(_) => cat(&volume, path),
                 Read::Ls(_) => ls(&volume, &volume.resolve(path)?, path),

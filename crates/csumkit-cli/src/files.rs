@@ -231,6 +231,20 @@ pub fn map_input(path: &Path) -> Result<memmap2::Mmap, Error> {
         .map_err(|source| Error::Io { context: format!("{}: map", path.display()), source })
 }
 
+/// [`map_input`] as a private copy: writes stay in this process (a
+/// journal replayed in memory), the file keeps every byte.
+pub fn map_input_private(path: &Path) -> Result<memmap2::MmapMut, Error> {
+    let file = open_input(path, false)?;
+    let len = input_len(&file, path)?;
+    let len = usize::try_from(len).map_err(|_| Error::Invalid {
+        what: "input",
+        detail: format!("{}: {len} bytes do not fit this machine's address space", path.display()),
+    })?;
+    // SAFETY: as `map_input`; a private mapping never writes the file.
+    unsafe { memmap2::MmapOptions::new().len(len).map_copy(&file) }
+        .map_err(|source| Error::Io { context: format!("{}: map", path.display()), source })
+}
+
 /// `message` about `path`, prefixed with the path unless it names it
 /// already (an error from below often does): never "img: img: …".
 pub fn naming(path: &Path, message: &str) -> String {

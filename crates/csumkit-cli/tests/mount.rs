@@ -1780,3 +1780,46 @@ fn a_listing_names_a_damaged_inode_and_its_stat_fails() {
     assert_eq!(stats[1].as_ref().unwrap_err().raw_os_error(), Some(libc::EBADMSG), "{:?}", stats[1]);
     assert_eq!(stats[2].as_ref().unwrap().len(), 100);
 }
+
+/// An image the kernel left needing recovery (csumkit's
+/// `tests/data/jbd2/fastcommit-noflush-4k`: full transactions and fast
+/// commits in its journal): `mount -o ro` serves it recovered in memory —
+/// the file the last fast commit made is there, and the image file is
+/// unchanged; a read-write mount recovers it in place first, and after its
+/// unmount e2fsck finds it clean and the kernel reads both files.
+#[test]
+fn an_image_the_kernel_left_needing_recovery_mounts_recovered() {
+    if cannot_mount() {
+        return;
+    }
+    let scratch = Scratch::new("recover");
+    let image = scratch.0.join("img");
+    let packed = Path::new(env!("CARGO_MANIFEST_DIR")).join("../csumkit/tests/data/jbd2/fastcommit-noflush-4k.img.gz");
+    let out = Command::new("gzip").arg("-dc").arg(&packed).output().unwrap();
+    assert!(out.status.success());
+    std::fs::write(&image, &out.stdout).unwrap();
+
+    let child = mount_foreground(&image, &scratch.mnt(), &["-o", "ro"]);
+    let read = std::panic::catch_unwind(|| std::fs::read(scratch.mnt().join("d/sub/g")).unwrap());
+    unmount_and_wait(child, &scratch.mnt());
+    assert_eq!(read.unwrap_or_else(|p| std::panic::resume_unwind(p)), b"inside\n");
+    assert!(std::fs::read(&image).unwrap() == out.stdout, "a read-only mount changed the image");
+
+    let child = mount_foreground(&image, &scratch.mnt(), &[]);
+    let written = std::panic::catch_unwind(|| {
+        assert_eq!(std::fs::read(scratch.mnt().join("d/sub/g")).unwrap(), b"inside\n");
+        std::fs::write(scratch.mnt().join("d/sub/after"), b"written after the recovery").unwrap();
+    });
+    unmount_and_wait(child, &scratch.mnt());
+    written.unwrap_or_else(|p| std::panic::resume_unwind(p));
+    e2fsck_clean(&image);
+    let at = scratch.0.join("kernel");
+    std::fs::create_dir_all(&at).unwrap();
+    if kernel_mount(&image, &at, "loop,ro") {
+        let g = std::fs::read(at.join("d/sub/g"));
+        let after = std::fs::read(at.join("d/sub/after"));
+        unmount_kernel(&at);
+        assert_eq!(g.unwrap(), b"inside\n");
+        assert_eq!(after.unwrap(), b"written after the recovery");
+    }
+}

@@ -10,8 +10,9 @@ use csumkit::ext4::feature_bits::{
     INCOMPAT_LARGEDIR, INCOMPAT_META_BG, INCOMPAT_MMP, INCOMPAT_RECOVER, RO_COMPAT_BIGALLOC, RO_COMPAT_PROJECT,
     RO_COMPAT_QUOTA, RO_COMPAT_READONLY,
 };
-use csumkit::ext4::fields::S_STATE;
+use csumkit::ext4::fields::{S_CHECKSUM, S_FEATURE_INCOMPAT, S_STATE};
 use csumkit::ext4::Layout;
+use csumkit::le::{le32, put32};
 
 /// Incompat feature bit csumfs sets on disk while its log holds changes
 /// the image lacks, or a mount may write it (no ext4 feature uses it).
@@ -20,6 +21,17 @@ pub const LOG_PENDING: u32 = 0x4000_0000;
 /// Incompat feature bit csumfs sets on disk while an undo file is in use
 /// (`txn/undo.rs`); [`LOG_PENDING`] is the ByteLog's.
 pub const UNDO_PENDING: u32 = 0x2000_0000;
+
+/// A copy of the 1024-byte superblock `sb` with the incompat bits `set`
+/// set and `clear` cleared, its checksum resealed.
+pub(crate) fn superblock_with_incompat(sb: &[u8], set: u32, clear: u32) -> Vec<u8> {
+    let mut sb = sb[..1024].to_vec();
+    let incompat = (le32(&sb, S_FEATURE_INCOMPAT) | set) & !clear;
+    put32(&mut sb, S_FEATURE_INCOMPAT, incompat);
+    let crc = csumkit::crc32c::raw_update(!0, &sb[..S_CHECKSUM]);
+    put32(&mut sb, S_CHECKSUM, crc);
+    sb
+}
 
 /// Refuses, by name, images this writer would damage.
 pub(crate) fn refuse_for_writing(layout: &Layout, image: &[u8]) -> Result<(), Error> {
@@ -88,8 +100,8 @@ pub(crate) const REFUSED_INCOMPAT: [(u32, &str, &str); 6] = [
     (
         INCOMPAT_RECOVER,
         "needs_recovery",
-        "the kernel has it mounted read-write, or its journal holds transactions not yet replayed: unmount it, or \
-         run e2fsck (or mount it once with the kernel)",
+        "its journal holds transactions not yet replayed, or the kernel has it mounted read-write: unmount it, \
+         or run `csumkit ext4 recover IMAGE`",
     ),
     (INCOMPAT_DIRDATA, "dirdata", "directory entries with extra data are not read here"),
     (INCOMPAT_ENCRYPT, "encrypt", "encrypted names and data are not read here"),

@@ -59,7 +59,7 @@ impl Volume {
     /// The inode just written, from its bytes; in the test mode
     /// (`check_updates`) also read back through the checksum check, which
     /// must agree.
-    fn written_inode(&self, ino: u32, raw: Vec<u8>, seed: u32) -> Result<Inode, Error> {
+    pub(crate) fn written_inode(&self, ino: u32, raw: Vec<u8>, seed: u32) -> Result<Inode, Error> {
         let built = self.inode_from(ino, raw, seed)?;
         if cfg!(debug_assertions) || self.options.check_updates {
             assert_eq!(self.inode(ino)?, built, "inode {ino}: written bytes and a verified read differ");

@@ -10,8 +10,7 @@ use crate::volume::{Checksums, Volume};
 use csumkit::crc32c;
 use csumkit::ext4::fields::{
     BG_BLOCK_BITMAP_CSUM_HI, BG_BLOCK_BITMAP_CSUM_LO, BG_FLAGS, BG_FREE_BLOCKS_HI, BG_FREE_BLOCKS_LO,
-    BG_FREE_INODES_LO, BG_INODE_BITMAP_CSUM_HI, BG_INODE_BITMAP_CSUM_LO, BG_ITABLE_UNUSED_HI, BG_ITABLE_UNUSED_LO,
-    BG_USED_DIRS_HI, BG_USED_DIRS_LO, S_FIRST_INO,
+    BG_FREE_INODES_LO, BG_INODE_BITMAP_CSUM_HI, BG_INODE_BITMAP_CSUM_LO, S_FIRST_INO,
 };
 use csumkit::ext4::Group;
 use csumkit::le::{le16, le32, put16};
@@ -216,27 +215,7 @@ impl Volume {
                 );
             }
             self.flip_bits(&group, true, index, 1, true)?;
-            let wide = l.desc_size >= 0x40;
-            self.edit_descriptor(&group, |d| {
-                if is_dir {
-                    let dirs = u32::from(le16(d, BG_USED_DIRS_LO))
-                        | if wide { u32::from(le16(d, BG_USED_DIRS_HI)) << 16 } else { 0 };
-                    put16(d, BG_USED_DIRS_LO, (dirs + 1) as u16);
-                    if wide {
-                        put16(d, BG_USED_DIRS_HI, ((dirs + 1) >> 16) as u16);
-                    }
-                }
-                // bg_itable_unused: inodes past the last one ever used.
-                let unused = u32::from(le16(d, BG_ITABLE_UNUSED_LO))
-                    | if wide { u32::from(le16(d, BG_ITABLE_UNUSED_HI)) << 16 } else { 0 };
-                let unused_now = (l.inodes_per_group - index - 1) as u32;
-                if unused_now < unused {
-                    put16(d, BG_ITABLE_UNUSED_LO, unused_now as u16);
-                    if wide {
-                        put16(d, BG_ITABLE_UNUSED_HI, (unused_now >> 16) as u16);
-                    }
-                }
-            })?;
+            self.note_inode_taken(&group, index, is_dir)?;
             self.edit_superblock(0, -1)?;
             return Ok((g * l.inodes_per_group + index + 1) as u32);
         }
@@ -353,7 +332,7 @@ impl Volume {
     /// initialised (`INODE_UNINIT`; the bits past `s_inodes_per_group` set)
     /// and clears the flag. New inodes are written whole, so the inode table
     /// of such a group need not have been zeroed.
-    fn init_inode_bitmap(&mut self, group: &Group) -> Result<(), Error> {
+    pub(crate) fn init_inode_bitmap(&mut self, group: &Group) -> Result<(), Error> {
         self.free_inodes.remove(&group.number);
         let l = self.layout.clone();
         let (bs, ipg) = (l.block_size as usize, l.inodes_per_group as usize);
@@ -382,7 +361,7 @@ impl Volume {
     /// the superblock copy and descriptor blocks at its start, its own
     /// bitmaps and inode table where they lie inside it, the bits past its
     /// last block; then clears the flag. The bitmap is new: checksummed whole.
-    fn init_block_bitmap(&mut self, group: &Group) -> Result<(), Error> {
+    pub(crate) fn init_block_bitmap(&mut self, group: &Group) -> Result<(), Error> {
         let l = self.layout.clone();
         let (g, bs) = (group.number, l.block_size);
         self.free_space.remove(&g);

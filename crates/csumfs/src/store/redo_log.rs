@@ -35,7 +35,7 @@
 //! Record payload: entries of image offset u64, length u32, then the bytes.
 
 use crate::error::Error;
-use crate::format::features::LOG_PENDING;
+use crate::format::features::{superblock_with_incompat, LOG_PENDING};
 use crate::ranges::RangeSet;
 use crate::stats::Stats;
 use crate::store::data_sums::DataSums;
@@ -509,15 +509,13 @@ pub(crate) fn write_committed(
     Ok(())
 }
 
-/// The superblock (1024 bytes) with `incompat` and its checksum set.
+/// The superblock (1024 bytes) with `LOG_PENDING` set or cleared, resealed.
 pub(crate) fn superblock_with(sb: &[u8], pending: bool) -> Vec<u8> {
-    let mut sb = sb[..1024].to_vec();
-    let incompat = le32(&sb, S_FEATURE_INCOMPAT);
-    let incompat = if pending { incompat | LOG_PENDING } else { incompat & !LOG_PENDING };
-    sb[S_FEATURE_INCOMPAT..S_FEATURE_INCOMPAT + 4].copy_from_slice(&incompat.to_le_bytes());
-    let crc = csumkit::crc32c::raw_update(!0, &sb[..S_CHECKSUM]);
-    sb[S_CHECKSUM..].copy_from_slice(&crc.to_le_bytes());
-    sb
+    if pending {
+        superblock_with_incompat(sb, LOG_PENDING, 0)
+    } else {
+        superblock_with_incompat(sb, 0, LOG_PENDING)
+    }
 }
 
 /// Whether the superblock in `image` says a log may hold changes it lacks

@@ -4,7 +4,9 @@
 //! media these write are `store/`.
 
 pub(crate) mod datasum;
+pub(crate) mod fast_commit;
 pub(crate) mod group_sync;
+pub(crate) mod journal;
 pub(crate) mod part_write;
 pub(crate) mod pi;
 pub(crate) mod redo;

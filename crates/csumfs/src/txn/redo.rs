@@ -79,6 +79,7 @@ impl Volume {
         let file = csumkit::file::open_image(path, true)?;
         // Before the log is read: another process may be writing both.
         let image_lock = crate::store::image_lock::ImageLock::take(&file, path, true)?;
+        let journal_replayed = crate::txn::journal::recover_held(&file, path)?;
         // Stores stay in this process until a checkpoint writes them to the file.
         let mut map = crate::store::private_map::PrivateMap::new(&file).map_err(io_at)?;
         let was_pending = log_pending(map.bytes());
@@ -100,6 +101,7 @@ impl Volume {
         let mut volume = Volume::new(Bytes::Private(map), crate::Options { write: true, ..options })?;
         volume.image_lock = image_lock;
         volume.mmp = mmp;
+        volume.journal_replayed = journal_replayed;
         let (backing, opened): (Box<dyn Backing>, _) = match pi {
             None => (Box::new(file), None),
             Some((metadata, protection)) => {

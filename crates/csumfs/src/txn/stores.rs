@@ -114,6 +114,9 @@ impl Volume {
         if let Some(redo) = &mut self.redo {
             redo.note(at, len);
         }
+        if let Some(written) = &mut self.written {
+            written.insert(at, at + len);
+        }
         self.map.writable().ok_or_else(|| Error::Invalid("the volume was opened read-only".into()))
     }
 
@@ -210,6 +213,9 @@ impl Volume {
         }
         let bs = self.layout.block_size;
         self.data_will_write(at / bs, (at + new.len() as u64).div_ceil(bs) - at / bs)?;
+        if let Some(written) = &mut self.written {
+            written.insert(at as usize, at as usize + new.len());
+        }
         let image = self.map.writable().ok_or_else(|| Error::Invalid("the volume was opened read-only".into()))?;
         let at = at as usize;
         image[at..at + new.len()].copy_from_slice(new);

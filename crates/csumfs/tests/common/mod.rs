@@ -5,6 +5,7 @@
 #![allow(dead_code)] // each test binary uses its own part of this
 
 pub mod model;
+pub mod view;
 pub mod xattrs;
 
 use std::io::Write;

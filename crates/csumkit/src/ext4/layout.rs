@@ -149,12 +149,36 @@ pub fn superblock_checksum(sb: &[u8]) -> u32 {
 }
 
 impl Layout {
-    /// Reads the geometry from the superblock and locates the descriptors.
+    /// Reads the geometry from the superblock and locates the descriptors
+    /// of an image with `metadata_csum` (CRC32C), the images checked here.
+    ///
+    /// # Errors
+    /// As [`parse_geometry`](Self::parse_geometry); [`Error::Invalid`] for
+    /// an image without `metadata_csum`.
+    pub fn parse(image: &[u8]) -> Result<Layout, Error> {
+        let layout = Layout::parse_geometry(image)?;
+        if layout.features.ro_compat & RO_COMPAT_METADATA_CSUM == 0 {
+            return Err(Error::Invalid {
+                what: "ext4 image",
+                detail: "no metadata_csum feature: nothing to check".into(),
+            });
+        }
+        if image[SUPER_OFFSET as usize + 0x175] != 1 {
+            return Err(Error::Invalid {
+                what: "ext4 image",
+                detail: format!("checksum type {} is not CRC32C", image[SUPER_OFFSET as usize + 0x175]),
+            });
+        }
+        Ok(layout)
+    }
+
+    /// The geometry of any ext2/3/4 image, checksums or not (what the
+    /// journal reader needs to find the journal).
     ///
     /// # Errors
     /// [`Error::Corrupt`] for a short image, bad magic or impossible
-    /// geometry; [`Error::Invalid`] for an image without `metadata_csum`.
-    pub fn parse(image: &[u8]) -> Result<Layout, Error> {
+    /// geometry.
+    pub fn parse_geometry(image: &[u8]) -> Result<Layout, Error> {
         let sb = bytes(image, SUPER_OFFSET, 1024, &|| "superblock".into())?;
         if le16(sb, S_MAGIC) != MAGIC {
             // erofs keeps its magic where ext4's superblock starts.
@@ -167,18 +191,6 @@ impl Layout {
         }
         let (incompat, ro_compat, compat) =
             (le32(sb, S_FEATURE_INCOMPAT), le32(sb, S_FEATURE_RO_COMPAT), le32(sb, S_FEATURE_COMPAT));
-        if ro_compat & RO_COMPAT_METADATA_CSUM == 0 {
-            return Err(Error::Invalid {
-                what: "ext4 image",
-                detail: "no metadata_csum feature: nothing to check".into(),
-            });
-        }
-        if sb[0x175] != 1 {
-            return Err(Error::Invalid {
-                what: "ext4 image",
-                detail: format!("checksum type {} is not CRC32C", sb[0x175]),
-            });
-        }
         let (log_block, log_cluster) = (le32(sb, S_LOG_BLOCK_SIZE), le32(sb, S_LOG_CLUSTER_SIZE));
         if log_block > 6 || log_cluster < log_block || log_cluster > log_block + 16 {
             return Err(corrupt(

@@ -40,9 +40,9 @@ mod tree_rules;
 mod xattr;
 mod xattr_entries;
 
-pub use check::check;
+pub use check::{check, check_recovering};
 pub use layout::{Features, Group, Layout};
-pub use report::{Checked, Finding, Report, Unchecked};
+pub use report::{Checked, Finding, JournalCheck, Report, Unchecked};
 
 use crate::Error;
 

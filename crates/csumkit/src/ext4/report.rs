@@ -87,11 +87,43 @@ pub struct Report {
     pub missing_tails: Vec<(u64, u64)>,
     /// Structures present but not checked.
     pub unchecked: Vec<Unchecked>,
+    /// The kernel's journal of an image that needed recovery
+    /// ([`check_recovering`](super::check_recovering)).
+    pub journal: Option<JournalCheck>,
 }
 
 impl Report {
-    /// No wrong checksum, no missing tail.
+    /// No wrong checksum, no missing tail, no journal that fails.
     pub fn clean(&self) -> bool {
-        self.findings.is_empty() && self.missing_tails.is_empty()
+        self.findings.is_empty()
+            && self.missing_tails.is_empty()
+            && self.journal.as_ref().is_none_or(|j| j.error.is_none())
     }
+}
+
+/// The journal of an image that needed recovery: its log checked, and
+/// replayed before the rest of the image was checked.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct JournalCheck {
+    /// The first transaction replayed, and one past the last.
+    pub transactions: (u32, u32),
+    /// Filesystem blocks replayed.
+    pub blocks: u64,
+    /// Descriptor, revoke and commit blocks read, with their checksums
+    /// when the journal has them (`checksums`), as are the logged copies'.
+    pub log_blocks: u64,
+    /// The journal's checksums: `csum_v3`, `csum_v2`, `v1` (CRC32 per
+    /// transaction) or `none`.
+    pub checksums: &'static str,
+    /// Fast commits after the log's last transaction, their tails'
+    /// checksums checked; [`check_recovering`](super::check_recovering)
+    /// does not replay them.
+    pub fast_commits: crate::ext4::jbd2::fast_commit::FastCommits,
+    /// The fast commits were replayed too (by csumfs) before the image was
+    /// checked.
+    pub fast_commits_replayed: bool,
+    /// Why the log was not replayed — a checksum or tag that fails inside
+    /// it, a block it must not write — with the journal block and
+    /// transaction; the image was then checked as it is.
+    pub error: Option<String>,
 }

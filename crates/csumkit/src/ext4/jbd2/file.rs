@@ -20,16 +20,26 @@ fn corrupt(detail: impl Into<String>) -> Error {
     Error::Corrupt { location: "journal inode".into(), detail: detail.into() }
 }
 
-/// The journal file's blocks: `map[i]` is the image block of journal block
-/// `i`. Empty when the image has no internal journal (`s_journal_inum` 0).
+/// Where the journal file lies in the image.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct JournalFile {
+    /// `blocks[i]`: the image block of journal block `i`.
+    pub blocks: Vec<u64>,
+    /// The blocks of its mapping: extent index and leaf blocks, or
+    /// indirect blocks.
+    pub mapping: Vec<u64>,
+}
+
+/// The journal file's blocks and the blocks that map them. Empty when the
+/// image has no internal journal (`s_journal_inum` 0).
 ///
 /// # Errors
 /// [`Error::Corrupt`] for a journal inode whose mapping is damaged, leaves
 /// a hole, or points outside the image.
-pub fn journal_blocks(image: &[u8], layout: &Layout) -> Result<Vec<u64>, Error> {
+pub fn journal_file(image: &[u8], layout: &Layout) -> Result<JournalFile, Error> {
     let inum = u64::from(le32(image, 1024 + S_JOURNAL_INUM));
     if inum == 0 {
-        return Ok(Vec::new());
+        return Ok(JournalFile::default());
     }
     let raw = inode(image, layout, inum)?;
     let size = u64::from(le32(raw, I_SIZE_LO)) | u64::from(le32(raw, I_SIZE_HIGH)) << 32;
@@ -37,17 +47,17 @@ pub fn journal_blocks(image: &[u8], layout: &Layout) -> Result<Vec<u64>, Error> 
     if blocks == 0 || blocks > layout.blocks_count {
         return Err(corrupt(format!("size {size} bytes")));
     }
-    let mut map = vec![0u64; blocks as usize];
+    let mut file = JournalFile { blocks: vec![0u64; blocks as usize], mapping: Vec::new() };
     let root = &raw[I_BLOCK..I_BLOCK + 60];
     if le32(raw, I_FLAGS) & FLAG_EXTENTS != 0 {
-        extents(image, layout, root, MAX_DEPTH + 1, &mut map)?;
+        extents(image, layout, root, MAX_DEPTH + 1, &mut file)?;
     } else {
-        block_map(image, layout, root, &mut map)?;
+        block_map(image, layout, root, &mut file)?;
     }
-    if let Some(hole) = map.iter().position(|&b| b == 0) {
+    if let Some(hole) = file.blocks.iter().position(|&b| b == 0) {
         return Err(corrupt(format!("journal block {hole} is not mapped")));
     }
-    Ok(map)
+    Ok(file)
 }
 
 fn inode<'a>(image: &'a [u8], layout: &Layout, inum: u64) -> Result<&'a [u8], Error> {
@@ -68,7 +78,7 @@ fn block<'a>(image: &'a [u8], layout: &Layout, b: u64) -> Result<&'a [u8], Error
     range.and_then(|r| image.get(r)).ok_or_else(|| corrupt(format!("block {b} is outside the image")))
 }
 
-fn extents(image: &[u8], layout: &Layout, node: &[u8], depth_left: u16, map: &mut [u64]) -> Result<(), Error> {
+fn extents(image: &[u8], layout: &Layout, node: &[u8], depth_left: u16, file: &mut JournalFile) -> Result<(), Error> {
     let (entries, depth) = (usize::from(le16(node, EH_ENTRIES)), le16(node, EH_DEPTH));
     if le16(node, EH_MAGIC) != EXT_MAGIC || depth >= depth_left || (entries + 1) * EXT_ENTRY_BYTES > node.len() {
         return Err(corrupt(format!("an extent node of depth {depth} with {entries} entries is damaged")));
@@ -77,7 +87,8 @@ fn extents(image: &[u8], layout: &Layout, node: &[u8], depth_left: u16, map: &mu
         let entry = &node[(e + 1) * EXT_ENTRY_BYTES..][..EXT_ENTRY_BYTES];
         if depth > 0 {
             let child = u64::from(le32(entry, EI_LEAF_LO)) | u64::from(le16(entry, EI_LEAF_HI)) << 32;
-            extents(image, layout, block(image, layout, child)?, depth, map)?;
+            file.mapping.push(child);
+            extents(image, layout, block(image, layout, child)?, depth, file)?;
             continue;
         }
         let logical = u64::from(le32(entry, EE_BLOCK));
@@ -85,7 +96,7 @@ fn extents(image: &[u8], layout: &Layout, node: &[u8], depth_left: u16, map: &mu
         let len = if len > 32768 { len - 32768 } else { len };
         let physical = u64::from(le32(entry, EE_START_LO)) | u64::from(le16(entry, EE_START_HI)) << 32;
         for k in 0..len {
-            if let Some(slot) = map.get_mut((logical + k) as usize) {
+            if let Some(slot) = file.blocks.get_mut((logical + k) as usize) {
                 if physical + k >= layout.blocks_count {
                     return Err(corrupt(format!("extent at block {physical} is outside the image")));
                 }
@@ -98,18 +109,18 @@ fn extents(image: &[u8], layout: &Layout, node: &[u8], depth_left: u16, map: &mu
 
 /// The classic block map: 12 direct blocks, then single, double and triple
 /// indirect blocks of little-endian block numbers.
-fn block_map(image: &[u8], layout: &Layout, root: &[u8], map: &mut [u64]) -> Result<(), Error> {
+fn block_map(image: &[u8], layout: &Layout, root: &[u8], file: &mut JournalFile) -> Result<(), Error> {
     let per_block = layout.block_size / 4;
     let mut next = 0u64;
     for i in 0..12 {
-        place(map, &mut next, u64::from(le32(root, 4 * i)), layout)?;
+        place(&mut file.blocks, &mut next, u64::from(le32(root, 4 * i)), layout)?;
     }
     for level in 1..=3 {
         let b = u64::from(le32(root, 4 * (11 + level)));
-        if next >= map.len() as u64 {
+        if next >= file.blocks.len() as u64 {
             break;
         }
-        indirect(image, layout, b, level, per_block, map, &mut next)?;
+        indirect(image, layout, b, level, per_block, file, &mut next)?;
     }
     Ok(())
 }
@@ -120,7 +131,7 @@ fn indirect(
     b: u64,
     level: usize,
     per_block: u64,
-    map: &mut [u64],
+    file: &mut JournalFile,
     next: &mut u64,
 ) -> Result<(), Error> {
     if b == 0 {
@@ -128,15 +139,16 @@ fn indirect(
         return Ok(());
     }
     let pointers = block(image, layout, b)?;
+    file.mapping.push(b);
     for i in 0..per_block as usize {
-        if *next >= map.len() as u64 {
+        if *next >= file.blocks.len() as u64 {
             break;
         }
         let child = u64::from(le32(pointers, 4 * i));
         if level == 1 {
-            place(map, next, child, layout)?;
+            place(&mut file.blocks, next, child, layout)?;
         } else {
-            indirect(image, layout, child, level - 1, per_block, map, next)?;
+            indirect(image, layout, child, level - 1, per_block, file, next)?;
         }
     }
     Ok(())

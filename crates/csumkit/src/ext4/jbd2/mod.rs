@@ -18,11 +18,14 @@
 //! revoke header: 0x0C r_count (bytes used, header included), then be32/be64 block numbers
 //! ```
 
+pub mod fast_commit;
 mod file;
 mod recovery;
+mod write;
 
-pub use file::journal_blocks;
+pub use file::{journal_file, JournalFile};
 pub use recovery::{recover, Recovery, Replay};
+pub use write::transaction;
 
 use crate::ext4::feature_bits::{COMPAT_HAS_JOURNAL, INCOMPAT_JOURNAL_DEV};
 use crate::ext4::Layout;
@@ -278,6 +281,29 @@ pub(crate) fn commit_time(block: &[u8]) -> u64 {
     be64(block, 0x30)
 }
 
+/// Writes every block recovery of `image`'s journal replays into `image`
+/// itself — a private copy: the filesystem as recovery leaves it, the
+/// superblock's flags as the log has them (`needs_recovery` is cleared only
+/// once the journal is emptied, which a copy does not do). `None` for an
+/// image without a journal; nothing written on an error.
+///
+/// # Errors
+/// As [`Journal::open`] and [`Journal::recover`].
+pub fn replay_into(image: &mut [u8], layout: &Layout) -> Result<Option<Recovery>, Error> {
+    let Some(journal) = Journal::open(image, layout)? else { return Ok(None) };
+    let recovery = journal.recover(image, layout.blocks_count)?;
+    let copies: Vec<(u64, Vec<u8>)> = recovery
+        .blocks
+        .iter()
+        .map(|(&block, &replay)| Ok((block, journal.replayed(image, replay)?)))
+        .collect::<Result<_, Error>>()?;
+    let bs = layout.block_size as usize;
+    for (block, bytes) in copies {
+        image[block as usize * bs..][..bs].copy_from_slice(&bytes);
+    }
+    Ok(Some(recovery))
+}
+
 /// An image's internal journal: its superblock and where its blocks are.
 #[derive(Clone, Debug)]
 pub struct Journal {
@@ -285,15 +311,18 @@ pub struct Journal {
     pub superblock: Superblock,
     /// `blocks[i]`: the image block holding journal block `i`.
     pub blocks: Vec<u64>,
+    /// The image blocks of the journal inode's mapping (extent tree or
+    /// indirect blocks).
+    pub mapping: Vec<u64>,
 }
 
 impl Journal {
     /// The journal of `image`, or `None` for an image without one.
     ///
     /// # Errors
-    /// [`Error::Invalid`] for an external journal device (`journal_dev`),
-    /// named; [`Error::Corrupt`] / [`Error::Invalid`] as
-    /// [`journal_blocks`] and [`Superblock::parse`].
+    /// [`Error::Invalid`] for a journal on another device (`journal_dev`, or
+    /// `has_journal` without a journal inode), named; [`Error::Corrupt`] / [`Error::Invalid`] as
+    /// [`journal_file`] and [`Superblock::parse`].
     pub fn open(image: &[u8], layout: &Layout) -> Result<Option<Journal>, Error> {
         if layout.features.incompat & INCOMPAT_JOURNAL_DEV != 0 {
             return Err(Error::Invalid {
@@ -304,12 +333,19 @@ impl Journal {
         if layout.features.compat & COMPAT_HAS_JOURNAL == 0 {
             return Ok(None);
         }
-        let blocks = journal_blocks(image, layout)?;
-        let Some(&first) = blocks.first() else { return Ok(None) };
+        let JournalFile { blocks, mapping } = journal_file(image, layout)?;
+        let Some(&first) = blocks.first() else {
+            return Err(Error::Invalid {
+                what: "journal",
+                detail: "has_journal without a journal inode: the journal is on another device (s_journal_dev), not \
+                         read here"
+                    .into(),
+            });
+        };
         let bs = layout.block_size as usize;
         let sb = &image[first as usize * bs..][..bs];
         let superblock = Superblock::parse(sb, layout.block_size as u32, blocks.len() as u64)?;
-        Ok(Some(Journal { superblock, blocks }))
+        Ok(Some(Journal { superblock, blocks, mapping }))
     }
 
     /// The bytes of journal block `i`.
@@ -328,9 +364,20 @@ impl Journal {
     /// Recovery over the log as `image` holds it.
     ///
     /// # Errors
-    /// As [`recover`].
+    /// As [`recover`];
+    /// [`Error::Corrupt`] too for a log that would write over the journal
+    /// itself (its blocks or their mapping), which a replay interrupted and
+    /// begun again must find as it was.
     pub fn recover(&self, image: &[u8], fs_blocks: u64) -> Result<Recovery, Error> {
-        recover(&self.superblock, fs_blocks, |i| self.block(image, i))
+        let recovery = recover(&self.superblock, fs_blocks, |i| self.block(image, i))?;
+        let own: std::collections::HashSet<u64> = self.blocks.iter().chain(&self.mapping).copied().collect();
+        if let Some((block, replay)) = recovery.blocks.iter().find(|(block, _)| own.contains(block)) {
+            return Err(Error::Corrupt {
+                location: format!("journal block {}", replay.journal_block),
+                detail: format!("transaction {} logs block {block}, a block of the journal itself", replay.transaction),
+            });
+        }
+        Ok(recovery)
     }
 
     /// The bytes recovery puts in the filesystem block `replay` describes:

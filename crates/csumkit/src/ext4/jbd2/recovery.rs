@@ -24,6 +24,8 @@ pub struct Replay {
     /// The copy's first four bytes were the jbd2 magic, stored as zeros
     /// (`JBD2_FLAG_ESCAPE`): the magic goes back when it is replayed.
     pub escaped: bool,
+    /// The transaction that logged it.
+    pub transaction: u32,
 }
 
 /// What recovery found in the log.
@@ -41,6 +43,20 @@ pub struct Recovery {
     pub revokes: u64,
     /// Tags skipped for a revoke record.
     pub revoke_hits: u64,
+    /// Descriptor, revoke and commit blocks of the replayed transactions.
+    pub log_blocks: u64,
+    /// The log block after the last replayed transaction's commit: where
+    /// the next transaction goes (`s_start` for an empty log).
+    pub head: u32,
+    /// The last replayed commit's time (seconds): a transaction written
+    /// after the log must not commit earlier, or recovery takes it for a
+    /// stale one.
+    pub last_commit_time: u64,
+    /// A transaction whose commit block fails its checksum and is not a
+    /// stale one (`j_failed_commit`): the log ends before it, and the
+    /// kernel refuses to mount the image (`JBD2: journal transaction N is
+    /// corrupt`) once the transactions before it are home.
+    pub failed_commit: Option<u32>,
 }
 
 impl Recovery {
@@ -79,7 +95,12 @@ pub fn recover<'a>(
     fs_blocks: u64,
     mut read: impl FnMut(u32) -> Result<&'a [u8], Error>,
 ) -> Result<Recovery, Error> {
-    let mut recovery = Recovery { first_transaction: sb.sequence, end_transaction: sb.sequence, ..Recovery::default() };
+    let mut recovery = Recovery {
+        first_transaction: sb.sequence,
+        end_transaction: sb.sequence,
+        head: sb.start,
+        ..Recovery::default()
+    };
     if sb.start == 0 {
         return Ok(recovery); // cleanly unmounted: nothing to replay
     }
@@ -197,7 +218,13 @@ impl<'a, R: FnMut(u32) -> Result<&'a [u8], Error>> Walk<'_, R> {
             if be32(block, 0) != MAGIC || be32(block, 8) != next_id {
                 break;
             }
-            match be32(block, 4) {
+            let kind = be32(block, 4);
+            if (pass == Pass::Replay && matches!(kind, DESCRIPTOR_BLOCK | COMMIT_BLOCK))
+                || (pass == Pass::Revoke && kind == REVOKE_BLOCK)
+            {
+                recovery.log_blocks += 1;
+            }
+            match kind {
                 DESCRIPTOR_BLOCK => {
                     if !self.tail_ok(block) {
                         if pass != Pass::Scan {
@@ -246,7 +273,9 @@ impl<'a, R: FnMut(u32) -> Result<&'a [u8], Error>> Walk<'_, R> {
                             ));
                         }
                         let escaped = flags & FLAG_ESCAPE != 0;
-                        recovery.blocks.insert(fs_block, Replay { journal_block: data_at, escaped });
+                        recovery
+                            .blocks
+                            .insert(fs_block, Replay { journal_block: data_at, escaped, transaction: next_id });
                         recovery.replays += 1;
                     }
                 }
@@ -268,7 +297,7 @@ impl<'a, R: FnMut(u32) -> Result<&'a [u8], Error>> Walk<'_, R> {
                         let (kind, size, found) = (block[0x0C], block[0x0D], be32(block, 0x10));
                         let matches = (crc32_sum == found && kind == CRC32_CHKSUM && size == 4)
                             || (kind == 0 && size == 0 && found == 0);
-                        if !matches && self.end_at_bad_commit(next_id, time, last_commit_time) {
+                        if !matches && self.end_at_bad_commit(next_id, time, last_commit_time, recovery) {
                             break;
                         }
                         crc32_sum = !0;
@@ -277,12 +306,16 @@ impl<'a, R: FnMut(u32) -> Result<&'a [u8], Error>> Walk<'_, R> {
                         if time < last_commit_time {
                             break; // stale
                         }
-                        if self.end_at_bad_commit(next_id, time, last_commit_time) {
+                        if self.end_at_bad_commit(next_id, time, last_commit_time, recovery) {
                             break;
                         }
                     }
                     if pass == Pass::Scan {
                         last_commit_time = time;
+                        if self.end.is_none() {
+                            recovery.head = at;
+                            recovery.last_commit_time = time;
+                        }
                     }
                     next_id = next_id.wrapping_add(1);
                 }
@@ -311,12 +344,16 @@ impl<'a, R: FnMut(u32) -> Result<&'a [u8], Error>> Walk<'_, R> {
     /// A commit whose checksum fails: the log ends before this
     /// transaction (`Ok(true)`: stop), unless the journal commits
     /// asynchronously, where later transactions still count.
-    fn end_at_bad_commit(&mut self, id: u32, time: u64, last: u64) -> bool {
+    fn end_at_bad_commit(&mut self, id: u32, time: u64, last: u64, recovery: &mut Recovery) -> bool {
         if time < last {
             return true;
         }
         self.end = Some(id);
-        self.sb.incompat & INCOMPAT_ASYNC_COMMIT == 0
+        let sync = self.sb.incompat & INCOMPAT_ASYNC_COMMIT == 0;
+        if sync {
+            recovery.failed_commit = Some(id);
+        }
+        sync
     }
 
     fn revoke_records(&mut self, block: &[u8], at: u32, id: u32, recovery: &mut Recovery) -> Result<(), Error> {
