@@ -348,3 +348,102 @@ fn a_damaged_log_stops_where_the_kernels_recovery_stops() {
         assert!(!refused.is_empty() && !recovered.is_empty(), "every mutation judged alike: {refused:?} {recovered:?}");
     }
 }
+
+/// Hostile fast commits: records of every kind with random inodes, blocks
+/// and names, written as the kernel would (a HEAD of the expected
+/// transaction, tails whose CRC32C match) over a kernel-made fast-commit
+/// area: opening the image replays them or fails with a typed error, and
+/// what opens can be walked — never a panic. (The `csumfs_fast_commit_replay`
+/// fuzz target does the same from raw bytes.)
+#[test]
+fn hostile_fast_commit_records_replay_or_fail_without_a_panic() {
+    use csumkit::ext4::jbd2::fast_commit::{
+        TAG_ADD_RANGE, TAG_CREAT, TAG_DEL_RANGE, TAG_INODE, TAG_LINK, TAG_TAIL, TAG_UNLINK,
+    };
+    use csumkit::ext4::jbd2::Journal;
+    let scratch = Scratch::new("journal-fc-hostile");
+    let name = "fastcommit-noflush-1k";
+    let pristine = std::fs::read(unpack(name, &scratch, "base")).unwrap();
+    let layout = csumkit::ext4::Layout::parse(&pristine).unwrap();
+    let journal = Journal::open(&pristine, &layout).unwrap().unwrap();
+    let tid = journal.recover(&pristine, layout.blocks_count).unwrap().end_transaction;
+    let bs = layout.block_size as usize;
+    let area = journal.blocks[(journal.superblock.last() + 1) as usize] as usize * bs;
+    // CSUMFS_FC_ROUNDS and CSUMFS_FC_SEED run a longer or another search.
+    let seed = std::env::var("CSUMFS_FC_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0x2545_F491_4F6C_DD1Du64);
+    let mut state = seed | 1;
+    let mut random = move |below: u64| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state % below.max(1)
+    };
+    let (mut opened, mut refused) = (0, 0);
+    let rounds: usize = std::env::var("CSUMFS_FC_ROUNDS").ok().and_then(|r| r.parse().ok()).unwrap_or(150);
+    for _ in 0..rounds {
+        let mut block = vec![0u8; bs];
+        block[..4].copy_from_slice(&[9, 0, 8, 0]);
+        block[8..12].copy_from_slice(&tid.to_le_bytes());
+        let mut at = 12;
+        let mut crc = csumkit::crc32c::raw_update(0, &block[..12]);
+        for _ in 0..1 + random(6) {
+            let ino = 1 + random(40) as u32;
+            let value: Vec<u8> =
+                match [TAG_ADD_RANGE, TAG_DEL_RANGE, TAG_CREAT, TAG_LINK, TAG_UNLINK, TAG_INODE][random(6) as usize] {
+                    TAG_ADD_RANGE => {
+                        let mut v = ino.to_le_bytes().to_vec();
+                        v.extend((random(64) as u32).to_le_bytes());
+                        v.extend((1 + random(40) as u16 + if random(2) == 0 { 32768 } else { 0 }).to_le_bytes());
+                        v.extend(0u16.to_le_bytes());
+                        v.extend((random(layout.blocks_count + 16) as u32).to_le_bytes());
+                        [TAG_ADD_RANGE.to_le_bytes().to_vec(), (v.len() as u16).to_le_bytes().to_vec(), v].concat()
+                    }
+                    TAG_DEL_RANGE => {
+                        let mut v = ino.to_le_bytes().to_vec();
+                        v.extend((random(64) as u32).to_le_bytes());
+                        v.extend((random(1 << 31) as u32).to_le_bytes());
+                        [TAG_DEL_RANGE.to_le_bytes().to_vec(), 12u16.to_le_bytes().to_vec(), v].concat()
+                    }
+                    TAG_INODE => {
+                        let mut v = ino.to_le_bytes().to_vec();
+                        let mut raw: Vec<u8> = (0..160).map(|_| random(256) as u8).collect();
+                        raw[0x80..0x82].copy_from_slice(&32u16.to_le_bytes()); // i_extra_isize
+                        v.extend(raw);
+                        [TAG_INODE.to_le_bytes().to_vec(), (v.len() as u16).to_le_bytes().to_vec(), v].concat()
+                    }
+                    tag => {
+                        let mut v = (1 + random(40) as u32).to_le_bytes().to_vec();
+                        v.extend(ino.to_le_bytes());
+                        v.extend((0..1 + random(20)).map(|_| b'a' + random(26) as u8));
+                        [tag.to_le_bytes().to_vec(), (v.len() as u16).to_le_bytes().to_vec(), v].concat()
+                    }
+                };
+            if at + value.len() + 12 > bs {
+                break;
+            }
+            block[at..at + value.len()].copy_from_slice(&value);
+            crc = csumkit::crc32c::raw_update(crc, &value);
+            at += value.len();
+        }
+        let mut tail = [TAG_TAIL.to_le_bytes(), 8u16.to_le_bytes()].concat();
+        tail.extend(tid.to_le_bytes());
+        crc = csumkit::crc32c::raw_update(crc, &tail);
+        tail.extend(crc.to_le_bytes());
+        block[at..at + 12].copy_from_slice(&tail);
+        let mut image = pristine.clone();
+        image[area..area + bs].copy_from_slice(&block);
+        match Volume::from_bytes(image, Options::default()) {
+            Ok(v) => {
+                opened += 1;
+                assert!(v.journal_replayed().is_some_and(|r| r.fast_commit_records > 0));
+                if let Ok(root) = v.resolve("/") {
+                    for entry in v.read_dir(&root).unwrap_or_default() {
+                        let _ = v.inode(entry.ino).map(|inode| v.read_all(&inode));
+                    }
+                }
+            }
+            Err(_) => refused += 1,
+        }
+    }
+    assert!(opened > 0 && refused > 0, "{opened} opened, {refused} refused");
+}

@@ -217,14 +217,21 @@ impl AtomicOutput {
     }
 }
 
-/// Maps an input image read-only (a block device by its capacity).
-pub fn map_input(path: &Path) -> Result<memmap2::Mmap, Error> {
+/// An input image opened read-only, and its length (a block device's
+/// capacity) as a mapping's.
+fn input_for_map(path: &Path) -> Result<(File, usize), Error> {
     let file = open_input(path, false)?;
     let len = input_len(&file, path)?;
     let len = usize::try_from(len).map_err(|_| Error::Invalid {
         what: "input",
         detail: format!("{}: {len} bytes do not fit this machine's address space", path.display()),
     })?;
+    Ok((file, len))
+}
+
+/// Maps an input image read-only (a block device by its capacity).
+pub fn map_input(path: &Path) -> Result<memmap2::Mmap, Error> {
+    let (file, len) = input_for_map(path)?;
     // SAFETY: a read-only mapping; a concurrent writer can only make the
     // reader see inconsistent bytes, which the parsers report as damage.
     unsafe { memmap2::MmapOptions::new().len(len).map(&file) }
@@ -234,12 +241,7 @@ pub fn map_input(path: &Path) -> Result<memmap2::Mmap, Error> {
 /// [`map_input`] as a private copy: writes stay in this process (a
 /// journal replayed in memory), the file keeps every byte.
 pub fn map_input_private(path: &Path) -> Result<memmap2::MmapMut, Error> {
-    let file = open_input(path, false)?;
-    let len = input_len(&file, path)?;
-    let len = usize::try_from(len).map_err(|_| Error::Invalid {
-        what: "input",
-        detail: format!("{}: {len} bytes do not fit this machine's address space", path.display()),
-    })?;
+    let (file, len) = input_for_map(path)?;
     // SAFETY: as `map_input`; a private mapping never writes the file.
     unsafe { memmap2::MmapOptions::new().len(len).map_copy(&file) }
         .map_err(|source| Error::Io { context: format!("{}: map", path.display()), source })

@@ -155,6 +155,7 @@ impl Volume {
     /// `CREAT`: the inode (replayed before) marked in use, a directory
     /// given its first block, and its name in `parent`.
     fn replay_create(&mut self, parent: u32, ino: u32, name: &[u8]) -> Result<(), Error> {
+        self.replay_dir(parent, name)?;
         self.checked_ino(ino)?;
         let inode = self.inode(ino)?;
         let is_dir = inode.is_dir();
@@ -177,11 +178,29 @@ impl Volume {
         Ok(())
     }
 
+    /// Directory `parent` of a dentry record, with blocks to change, and
+    /// `name` a name it can hold.
+    fn replay_dir(&self, parent: u32, name: &[u8]) -> Result<Inode, Error> {
+        self.checked_ino(parent)?;
+        let dir = self.inode(parent)?;
+        if !dir.is_dir() || dir.flags & FLAG_INLINE_DATA != 0 {
+            return Err(bad(format!("inode {parent} names entries but is not a directory with blocks")));
+        }
+        let bad_name = name.is_empty() || name.len() > 255 || name.iter().any(|&b| b == b'/' || b == 0);
+        if bad_name || name == b"." || name == b".." {
+            return Err(bad(format!(
+                "directory {parent}: the name {:?} cannot be an entry",
+                String::from_utf8_lossy(name)
+            )));
+        }
+        Ok(dir)
+    }
+
     /// `parent`'s entry `name` → `ino`, unless the name is there already.
     /// Whether it was added.
     fn replay_link(&mut self, parent: u32, ino: u32, name: &[u8]) -> Result<bool, Error> {
-        self.checked_ino(parent)?;
-        let dir = self.inode(parent)?;
+        let dir = self.replay_dir(parent, name)?;
+        self.checked_ino(ino)?;
         if self.lookup(&dir, name).is_ok() {
             return Ok(false);
         }
@@ -192,8 +211,7 @@ impl Volume {
 
     /// `parent`'s entry `name` removed, if it names `ino`. Whether it was.
     fn replay_unlink(&mut self, parent: u32, ino: u32, name: &[u8]) -> Result<bool, Error> {
-        self.checked_ino(parent)?;
-        let dir = self.inode(parent)?;
+        let dir = self.replay_dir(parent, name)?;
         match self.lookup(&dir, name) {
             Ok(entry) if entry.ino == ino => {
                 self.remove_entry(&dir, name)?;
@@ -214,19 +232,23 @@ impl Volume {
     /// block), every mapped block in use; an inode left without links freed.
     fn replay_finish_inode(&mut self, ino: u32) -> Result<(), Error> {
         let Ok(inode) = self.inode(ino) else { return Ok(()) };
-        if inode.links == 0 {
-            return self.release(inode);
-        }
-        if inode.flags & FLAG_INLINE_DATA != 0 || inode.flags & FLAG_EXTENTS == 0 {
-            return Ok(());
-        }
-        let runs = self.runs(&inode)?;
-        let tree = self.tree_blocks(&inode)?;
+        let mapped = inode.flags & FLAG_INLINE_DATA == 0 && inode.flags & FLAG_EXTENTS != 0;
+        let (runs, tree) =
+            if mapped { (self.runs(&inode)?, self.tree_blocks(&inode)?) } else { (Vec::new(), Vec::new()) };
+        // In use first, so that freeing an inode left without links finds
+        // every bit it clears set, whatever the records said before.
         for run in &runs {
             self.set_blocks(run.physical, run.len, true)?;
         }
         for &block in &tree {
             self.set_blocks(block, 1, true)?;
+        }
+        if inode.links == 0 {
+            self.mark_inode_used(ino, inode.is_dir())?;
+            return self.release(inode);
+        }
+        if !mapped {
+            return Ok(());
         }
         let blocks = runs.iter().map(|r| r.len).sum::<u64>() + tree.len() as u64 + u64::from(inode.file_acl != 0);
         let sectors = blocks * (self.layout.block_size / 512);
