@@ -100,7 +100,10 @@ pub fn check_recovering(image: &mut [u8]) -> Result<Report, Error> {
     if layout.features.incompat & INCOMPAT_RECOVER == 0 {
         return check(image);
     }
-    let checksums = Journal::open(image, &layout).ok().flatten().map_or("none", |j| {
+    // Opened once: the label, and the fast-commit area (journal blocks,
+    // which the replay never writes), after the replay.
+    let opened = Journal::open(image, &layout).ok().flatten();
+    let checksums = opened.as_ref().map_or("none", |j| {
         let sb = &j.superblock;
         if sb.incompat & jbd2::INCOMPAT_CSUM_V3 != 0 {
             "csum_v3"
@@ -114,10 +117,12 @@ pub fn check_recovering(image: &mut [u8]) -> Result<Report, Error> {
     });
     let journal = match jbd2::replay_into(image, &layout) {
         Ok(recovery) => recovery.map(|r| {
-            let fast = Journal::open(image, &layout)
-                .ok()
-                .flatten()
-                .map(|j| jbd2::fast_commit::scan(&j, image, r.end_transaction, layout.inode_size as usize));
+            // An empty log has no fast commits after it (as the kernel's
+            // recovery, and csumfs's, never look).
+            let fast = opened
+                .as_ref()
+                .filter(|j| j.superblock.start != 0)
+                .map(|j| jbd2::fast_commit::scan(j, image, r.end_transaction, layout.inode_size as usize));
             let (fast_commits, mut error) = match fast {
                 Some(Err(e)) => (Default::default(), Some(e.to_string())),
                 Some(Ok(f)) => (f, None),
