@@ -57,6 +57,18 @@ impl Companions {
     }
 }
 
+/// Where a logged mount's commits go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogPlace {
+    /// The image's journal when it has one csumfs writes (every
+    /// metadata_csum image mke2fs makes by default), else the ByteLog file.
+    Auto,
+    /// The image's journal, or an error naming why not (`log=journal`).
+    ImageJournal,
+    /// The ByteLog file named by [`Companions::log`] (`log=PATH`).
+    ByteLog,
+}
+
 /// How to mount.
 #[derive(Clone, Debug)]
 pub struct MountConfig {
@@ -64,9 +76,11 @@ pub struct MountConfig {
     pub write: bool,
     /// How metadata checksums are kept current.
     pub checksums: Checksums,
-    /// Metadata through the ByteLog (the default); `false`: written in
-    /// place behind the undo log (`log=off`).
+    /// Metadata through a log (the default); `false`: written in place
+    /// behind the undo log (`log=off`).
     pub logged: bool,
+    /// Which log: the image's own journal or a ByteLog file.
+    pub log_place: LogPlace,
     /// Keep data checksums in the sidecar (the default).
     pub data_checksums: bool,
     /// Keep data integrity in the PI of an emulated device instead.
@@ -85,6 +99,7 @@ impl MountConfig {
             write: true,
             checksums: Checksums::Incremental,
             logged: true,
+            log_place: LogPlace::Auto,
             data_checksums: true,
             pi: None,
             companions: Companions::beside(image),
@@ -251,7 +266,9 @@ pub fn mount(image: &Path, config: &MountConfig) -> Result<(Volume, Vec<MountEve
         events.extend(forget_unkept(c, config.data_checksums && config.pi.is_none(), config.pi.is_some())?);
     }
     let options = config.options();
+    let journaled = config.write && config.logged && uses_image_journal(image, config).map_err(at(image))?;
     let mut volume = match (config.write && config.logged, config.pi) {
+        (true, None) if journaled => open_journaled(image, c, options, config.data_checksums, &mut events)?,
         (true, pi) => {
             // The log's replay carries data checksums into the sidecar.
             let sidecar = (config.data_checksums && pi.is_none()).then_some(c.data_checksums.as_path());
@@ -394,6 +411,49 @@ fn open_in_place(
         events.push(MountEvent::OperationUndone(c.undo.clone()));
     }
     Ok(volume)
+}
+
+/// Whether a logged mount of `image` as `config` says writes the image's
+/// own journal.
+///
+/// # Errors
+/// [`Error::Invalid`] for `log=journal` on an image whose journal csumfs
+/// does not write, naming why.
+fn uses_image_journal(image: &Path, config: &MountConfig) -> Result<bool, Error> {
+    if config.log_place == LogPlace::ByteLog || config.pi.is_some() && config.log_place == LogPlace::Auto {
+        return Ok(false);
+    }
+    if config.pi.is_some() {
+        return Err(Error::Invalid("pi keeps its commits in the ByteLog: give log=PATH or leave log= out".into()));
+    }
+    match Volume::image_journal_refusal(&image_bytes(image)?) {
+        None => Ok(true),
+        Some(_) if config.log_place == LogPlace::Auto => Ok(false),
+        Some(reason) => Err(Error::Invalid(format!("log=journal: {reason}"))),
+    }
+}
+
+/// The volume with its commits in the image's own journal: an undo log a
+/// `log=off` mount left applied first, and a ByteLog a ByteLog mount left
+/// replayed and folded in (`csumkit ext4 checkpoint`'s recipe).
+fn open_journaled(
+    image: &Path,
+    c: &Companions,
+    options: Options,
+    data_checksums: bool,
+    events: &mut Vec<MountEvent>,
+) -> Result<Volume, MountError> {
+    let done = checkpoint(image, c).map_err(|e| match e {
+        CheckpointError::Mount(e) => e,
+        missing @ CheckpointError::LogMissing(_) => {
+            MountError { file: image.to_path_buf(), detail: None, source: Error::Invalid(missing.to_string()) }
+        }
+    })?;
+    if let Some(replayed) = done.replayed.filter(|r| r.commits > 0) {
+        events.push(MountEvent::Replayed(c.log.clone(), replayed));
+    }
+    let sidecar = data_checksums.then_some(c.data_checksums.as_path());
+    Volume::open_journaled(image, options, sidecar).map_err(at(image))
 }
 
 /// The volume with its metadata logged: an undo log a `log=off` mount left

@@ -4,7 +4,7 @@
 
 use crate::integrity::pi_protection;
 use csumfs::fuse::MountOptions;
-use csumfs::mount::{Companions, MountConfig};
+use csumfs::mount::{Companions, LogPlace, MountConfig};
 use csumfs::{Checksums, Options, Volume};
 use std::io::{BufRead, Write};
 use std::os::unix::fs::MetadataExt;
@@ -65,8 +65,11 @@ struct Parsed {
     datasum: bool,
     /// `datasum=` was given.
     datasum_given: bool,
-    /// The ByteLog: `None` = `log=off`; an empty path = beside the image.
+    /// The log: `None` = `log=off`; an empty path = the image's journal
+    /// when it has one csumfs writes, else the ByteLog beside the image.
     log: Option<PathBuf>,
+    /// `log=journal`: the image's journal or an error.
+    log_journal: bool,
     /// PI offload: `Some(None)` = `pi` (the stored or default format).
     pi: Option<Option<String>>,
     /// `uring` or `uring=on` was given: say so when the kernel has none.
@@ -82,6 +85,7 @@ fn parse_options(list: &[String]) -> Result<Parsed, String> {
         datasum: true,
         datasum_given: false,
         log: Some(PathBuf::new()),
+        log_journal: false,
         pi: None,
         uring_given: false,
         nonempty: false,
@@ -120,11 +124,12 @@ fn parse_options(list: &[String]) -> Result<Parsed, String> {
             ("datasum", Some("off")) => (parsed.datasum, parsed.datasum_given) = (false, true),
             ("pi", spec) => parsed.pi = Some(spec.map(str::to_string)),
             ("log", Some("off")) => parsed.log = None,
+            ("log", Some("journal")) => (parsed.log, parsed.log_journal) = (Some(PathBuf::new()), true),
             ("log", Some(path)) if !path.is_empty() => parsed.log = Some(PathBuf::from(path)),
             _ => {
                 return Err(format!(
                     "unknown mount option {option:?} (known: ro, rw, allow_other, default_permissions, \
-                     writeback_cache, sync, dirsync, nonempty, uring=on|off, threads=N, ttl=SECONDS, csum=incremental|full, datasum=on|off, log=PATH|off, pi[=LBA[/GUARD]])"
+                     writeback_cache, sync, dirsync, nonempty, uring=on|off, threads=N, ttl=SECONDS, csum=incremental|full, datasum=on|off, log=journal|PATH|off, pi[=LBA[/GUARD]])"
                 ))
             }
         }
@@ -216,6 +221,11 @@ pub fn run(args: &MountArgs) -> ExitCode {
         write: !parsed.mount.read_only,
         checksums: parsed.checksums,
         logged: parsed.log.is_some(),
+        log_place: match &parsed.log {
+            _ if parsed.log_journal => LogPlace::ImageJournal,
+            Some(path) if !path.as_os_str().is_empty() => LogPlace::ByteLog,
+            _ => LogPlace::Auto,
+        },
         data_checksums: parsed.datasum,
         pi: protection,
         companions,

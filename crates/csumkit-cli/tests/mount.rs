@@ -464,6 +464,53 @@ fn a_killed_mount_is_replayed_by_the_next_and_checkpointed_for_the_kernel() {
     assert!(ok && text == "written after the replay", "ext4 cat: {text}");
 }
 
+/// The default mount of an image with a journal commits into that
+/// journal: after a kill -9 the image is an ordinary ext4 image needing
+/// recovery, no csumfs feature bit on it, no file beside it. The kernel
+/// (a read-write loop mount of one copy) and `e2fsck -fy` (of another)
+/// recover it to the tree the fsync acknowledged, `e2fsck -fn` clean after
+/// each, and so does the next csumfs mount of the image itself.
+#[test]
+fn a_killed_mount_of_an_image_with_a_journal_is_recovered_by_the_kernel_e2fsck_and_csumfs() {
+    if cannot_mount() {
+        return;
+    }
+    let scratch = Scratch::new("killed-journal");
+    let image = scratch.journaled_image("64M", "4096");
+    let child = mount_foreground(&image, &scratch.mnt(), &[]);
+    let model = std::panic::catch_unwind(|| exercise(&scratch.mnt()));
+    fsync_and_kill(child, &scratch.mnt());
+    let model = model.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+    assert!(!csumfs::log_pending(&std::fs::read(&image).unwrap()), "no csumfs mark on a journaled image");
+    assert!(!image.with_extension("bytelog").exists() && !scratch.0.join("img.bytelog").exists(), "no ByteLog");
+    let (ok, text) = csumkit(&["ext4".as_ref(), "check".as_ref(), image.as_os_str()]);
+    assert!(ok && text.contains("replayed in memory"), "ext4 check of the killed image: {text}");
+
+    let by_kernel = scratch.0.join("kernel.img");
+    std::fs::copy(&image, &by_kernel).unwrap();
+    let kernel = scratch.0.join("kernel");
+    if kernel_mount(&by_kernel, &kernel, "loop,noatime") {
+        let result = std::panic::catch_unwind(|| compare(&kernel, &model, "the kernel's recovery"));
+        unmount_kernel(&kernel);
+        result.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        e2fsck_clean(&by_kernel);
+    }
+    let by_e2fsck = scratch.0.join("e2fsck.img");
+    std::fs::copy(&image, &by_e2fsck).unwrap();
+    let out = Command::new("/usr/sbin/e2fsck").arg("-fy").arg(&by_e2fsck).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.code().is_some_and(|c| c <= 1) && !text.contains("? yes"), "e2fsck -fy:\n{text}");
+    e2fsck_clean(&by_e2fsck);
+    kernel_compare(&scratch, &by_e2fsck, &model);
+
+    let child = mount_foreground(&image, &scratch.mnt(), &[]);
+    let again = std::panic::catch_unwind(|| compare(&scratch.mnt(), &model, "csumfs's recovery"));
+    unmount_and_wait(child, &scratch.mnt());
+    again.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+    e2fsck_clean(&image);
+    kernel_compare(&scratch, &image, &model);
+}
+
 /// A logged mount marks its image before it serves, not at its first
 /// commit, and keeps the mark to its unmount: the kernel and e2fsck refuse
 /// the image from the start (a kernel mount let in before the first commit

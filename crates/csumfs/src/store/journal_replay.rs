@@ -24,9 +24,18 @@ use csumkit::ext4::Layout;
 use csumkit::le::{le16, le32, put32};
 
 /// Whether the superblock in `image` says its journal holds transactions
-/// not yet written home.
+/// not yet written home — or was being marked so or unmarked when a power
+/// cut tore it: the flag is in its first 512-byte sector and its checksum
+/// in the second, so a superblock without the flag whose checksum is the
+/// one it would have with it is one of those (every other byte proven by
+/// that checksum). Recovering either is right: it reseals the superblock.
 pub(crate) fn needs_recovery(image: &[u8]) -> bool {
-    image.len() >= 2048 && le32(image, 1024 + S_FEATURE_INCOMPAT) & INCOMPAT_RECOVER != 0
+    if image.len() < 2048 {
+        return false;
+    }
+    let sb = &image[1024..2048];
+    let torn = || le32(sb, 0x3FC) == le32(&superblock_with_incompat(sb, INCOMPAT_RECOVER, 0), 0x3FC);
+    le32(sb, S_FEATURE_INCOMPAT) & INCOMPAT_RECOVER != 0 || torn()
 }
 
 /// The kernel's journal replayed into an image: how much, and where.

@@ -34,6 +34,14 @@ pub trait Backing: Send + Sync {
     /// # Errors
     /// What duplicating the file's descriptor reports.
     fn sync_handle(&self) -> std::io::Result<SyncHandle>;
+    /// Reads `buf.len()` bytes at `at` as the last writes left them: what
+    /// a fold of the image's journal reads back (unsupported by default).
+    ///
+    /// # Errors
+    /// What the read reports.
+    fn read_at(&self, _at: u64, _buf: &mut [u8]) -> std::io::Result<()> {
+        Err(std::io::ErrorKind::Unsupported.into())
+    }
     /// Starts writing `[at, at + len)` out without waiting for it: a hint
     /// that the next [`sync`](Self::sync) will want it (nothing by default).
     fn write_behind(&self, _at: u64, _len: u64) {}
@@ -42,6 +50,9 @@ pub trait Backing: Send + Sync {
 impl Backing for std::fs::File {
     fn write_at(&mut self, at: u64, bytes: &[u8]) -> std::io::Result<()> {
         std::os::unix::fs::FileExt::write_all_at(self, bytes, at)
+    }
+    fn read_at(&self, at: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        std::os::unix::fs::FileExt::read_exact_at(self, buf, at)
     }
     fn write_behind(&self, at: u64, len: u64) {
         // SAFETY: an open descriptor; the call only starts write-back of

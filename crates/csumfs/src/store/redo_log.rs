@@ -39,9 +39,10 @@ use crate::format::features::{superblock_with_incompat, LOG_PENDING};
 use crate::ranges::RangeSet;
 use crate::stats::Stats;
 use crate::store::data_sums::DataSums;
-use crate::store::log_writer::Writer;
+use crate::store::log_writer::{Log, Writer};
 use crate::store::medium::Backing;
 use crate::store::private_map::PAGE;
+use csumkit::ext4::feature_bits::INCOMPAT_RECOVER;
 use csumkit::le::le32;
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -107,7 +108,8 @@ pub(crate) struct Redo {
     pub(crate) freed_version: u64,
     /// Data written to the backing since its last sync.
     pub(crate) data_unsynced: bool,
-    /// The superblock on disk carries [`LOG_PENDING`].
+    /// The superblock on disk carries the mark: [`LOG_PENDING`] with a
+    /// ByteLog, `needs_recovery` with the image's journal.
     pub(crate) marked: bool,
     /// The mark stays from now until the final checkpoint, commits or
     /// not ([`Volume::mark_log_in_use`](crate::Volume::mark_log_in_use): a mount's).
@@ -131,6 +133,8 @@ pub(crate) struct Redo {
     pub(crate) log_bytes: u64,
     /// The room the last commit that did not fit the log needed.
     pub(crate) needs: u64,
+    /// Commits go to the image's own journal, not a ByteLog.
+    pub(crate) in_image: bool,
 }
 
 /// A sync begun by [`Volume::start_sync`](crate::Volume::start_sync): wait for it without the
@@ -576,9 +580,64 @@ impl Redo {
     }
 
     /// Sets [`LOG_PENDING`] on disk before the first record the image lacks.
+    /// Whether commits go to the image's own journal (not asked of the
+    /// writer: a sync may hold it while it flushes).
+    pub(crate) fn in_image_journal(&self) -> bool {
+        self.in_image
+    }
+
+    /// `sb` (1024 bytes) with this log's mark set or cleared, resealed.
+    pub(crate) fn superblock_marked(&self, sb: &[u8], marked: bool) -> Vec<u8> {
+        let bit = if self.in_image_journal() { INCOMPAT_RECOVER } else { LOG_PENDING };
+        if marked {
+            superblock_with_incompat(sb, bit, 0)
+        } else {
+            superblock_with_incompat(sb, 0, bit)
+        }
+    }
+
+    /// [`commit`](Self::commit) into the image's journal: every block the
+    /// pending `ranges` touch, copied whole from `image` — the superblock's
+    /// with `needs_recovery` set, so that a replay writing it home keeps
+    /// the journal in use until it is emptied.
+    fn commit_to_journal(&mut self, image: &[u8], ranges: Vec<(usize, usize)>) -> Result<bool, Error> {
+        let bs = self.writer().image_journal().expect("checked by the caller").block_bytes() as usize;
+        let mut blocks: Vec<usize> = ranges.iter().flat_map(|&(start, end)| start / bs..end.div_ceil(bs)).collect();
+        blocks.dedup();
+        let need = (self.writer().image_journal().expect("checked").blocks_for(blocks.len()) + 1) * bs as u64;
+        if need > self.writer().free_bytes() {
+            self.needs = need;
+            return Ok(false);
+        }
+        let superblock = 1024 / bs;
+        let copies: Vec<(u64, Vec<u8>)> = blocks
+            .into_iter()
+            .map(|b| {
+                let mut copy = image[b * bs..(b + 1) * bs].to_vec();
+                if b == superblock {
+                    let at = 1024 % bs;
+                    let marked = superblock_with_incompat(&copy[at..at + 1024], INCOMPAT_RECOVER, 0);
+                    copy[at..at + 1024].copy_from_slice(&marked);
+                }
+                (b as u64, copy)
+            })
+            .collect();
+        self.mark()?;
+        self.staged += 1;
+        let data_first = std::mem::take(&mut self.data_unsynced);
+        self.writer().stage(self.staged, Vec::new(), copies, data_first, 0);
+        self.committed.extend(ranges);
+        self.pending.clear();
+        self.pending_bytes = 0;
+        self.pending_data = 0;
+        self.logged_data.clear();
+        Ok(true)
+    }
+
     pub(crate) fn mark(&mut self) -> Result<(), Error> {
         if !self.marked {
-            self.backing.write_at(1024, &superblock_with(&self.image_superblock, true)).map_err(io("image"))?;
+            let marked = self.superblock_marked(&self.image_superblock, true);
+            self.backing.write_at(1024, &marked).map_err(io("image"))?;
             self.backing.sync().map_err(io("fdatasync of the image"))?;
             self.marked = true;
         }
@@ -605,12 +664,15 @@ impl Redo {
             if std::mem::take(&mut self.data_unsynced) {
                 // Data alone (overwrites in place): its sync, no records.
                 self.staged += 1;
-                self.writer().stage(self.staged, Vec::new(), true, 0);
+                self.writer().stage(self.staged, Vec::new(), Vec::new(), true, 0);
             }
             return Ok(true);
         }
         let ranges = merged(&self.pending);
-        let max = self.writer().log.payload_max();
+        if self.in_image_journal() {
+            return self.commit_to_journal(image, ranges);
+        }
+        let max = self.writer().byte_log().payload_max();
         let changes = sums.as_mut().map_or(&[][..], DataSums::logged_changes);
         let records = encode(&ranges, image, changes, max);
         let changes = changes.len() as u64;
@@ -629,7 +691,7 @@ impl Redo {
         self.mark()?;
         self.staged += 1;
         let data_first = std::mem::take(&mut self.data_unsynced);
-        self.writer().stage(self.staged, records, data_first, changes);
+        self.writer().stage(self.staged, records, Vec::new(), data_first, changes);
         self.sums_in_log |= changes > 0;
         self.committed.extend(ranges);
         self.pending.clear();
@@ -669,7 +731,8 @@ impl Redo {
         // ignored, and blocks rewritten in place since the tree's last
         // commit would fail their old checksums (the intent list that
         // named them was emptied by the log's commit).
-        self.backing.write_at(1024, &superblock_with(&image[1024..2048], self.marked)).map_err(io("image"))?;
+        let superblock = self.superblock_marked(&image[1024..2048], self.marked);
+        self.backing.write_at(1024, &superblock).map_err(io("image"))?;
         self.backing.sync().map_err(io("fdatasync of the image"))?;
         self.image_superblock.copy_from_slice(&image[1024..2048]);
         self.data_unsynced = false;
@@ -677,13 +740,22 @@ impl Redo {
         // emptied or the mark goes (the intent list stays until the caller
         // empties it after this, the log empty).
         crate::store::data_sums::commit(sums, stats)?;
+        // The image's journal is emptied before `needs_recovery` goes, as
+        // recovery leaves it; a ByteLog after its mark (an unmarked image's
+        // log is ignored).
+        if let Some(journal) = self.writer().image_journal() {
+            journal.checkpointed(final_)?;
+        }
         if self.marked && final_ {
-            self.backing.write_at(1024, &superblock_with(&image[1024..2048], false)).map_err(io("image"))?;
+            let superblock = self.superblock_marked(&image[1024..2048], false);
+            self.backing.write_at(1024, &superblock).map_err(io("image"))?;
             self.backing.sync().map_err(io("fdatasync of the image"))?;
             self.marked = false;
         }
         self.held &= !final_;
-        self.writer().log.checkpoint()?;
+        if let Log::Bytes(log) = &mut self.writer().log {
+            log.checkpoint()?;
+        }
         self.sums_in_log = false;
         self.last_checkpoint = Instant::now();
         Stats::bump(&stats.log_checkpoints);
@@ -856,7 +928,7 @@ mod tests {
         let medium = AnyMedium(Box::new(csumkit::bytelog::SimMedium::new(64 << 10)));
         let log = ByteLog::format(medium, 1).unwrap();
         Redo {
-            writer: Arc::new(Mutex::new(Writer::new(log, Box::new(|| Ok(())), Arc::default()))),
+            writer: Arc::new(Mutex::new(Writer::new(Log::Bytes(log), Box::new(|| Ok(())), Arc::default()))),
             staged: 0,
             backing: Box::new(Nowhere),
             pending: Vec::new(),
@@ -878,6 +950,7 @@ mod tests {
             resize: None,
             log_bytes: 64 << 10,
             needs: 0,
+            in_image: false,
         }
     }
 

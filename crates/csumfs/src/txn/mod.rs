@@ -1,5 +1,6 @@
 //! Durability on the volume: the operation boundary (`transaction` over
-//! the undo log), ByteLog commits, syncs and checkpoints, group commit,
+//! the undo log), commits to a ByteLog or the image's journal, syncs and
+//! checkpoints, group commit,
 //! data checksums kept in step with data writes, and PI offload. The
 //! media these write are `store/`.
 
@@ -7,6 +8,7 @@ pub(crate) mod datasum;
 pub(crate) mod fast_commit;
 pub(crate) mod group_sync;
 pub(crate) mod journal;
+pub(crate) mod journaled;
 pub(crate) mod part_write;
 pub(crate) mod pi;
 pub(crate) mod redo;

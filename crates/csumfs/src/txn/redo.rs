@@ -8,7 +8,7 @@ use crate::ranges::RangeSet;
 use crate::stats::Stats;
 use crate::store::bytes::Bytes;
 use crate::store::data_sums::{commit, DataSums};
-use crate::store::log_writer::Writer;
+use crate::store::log_writer::{Log, Writer};
 use crate::store::medium::{log_medium, AnyMedium, Backing, LogMedium, Nowhere, TAG_LAST, TAG_PART};
 use crate::store::pi_device::{open_device, PiBacking};
 use crate::store::private_map::PAGE;
@@ -194,38 +194,8 @@ impl Volume {
             clear_pending_bit(image);
             log
         };
-        let image_sync = backing.sync_handle().map_err(io("duplicating the image's descriptor"))?;
         let log_bytes = log.medium().len();
-        let redo = Redo {
-            writer: Arc::new(Mutex::new(Writer::new(log, image_sync, self.stats.clone()))),
-            staged: 0,
-            backing,
-            pending: Vec::new(),
-            pending_bytes: 0,
-            pending_data: 0,
-            logged_data: Vec::new(),
-            committed: applied,
-            sums_in_log: false,
-            touched: BTreeSet::new(),
-            freed: RangeSet::default(),
-            freed_version: 0,
-            data_unsynced: false,
-            marked: expect_log,
-            held: false,
-            image_superblock,
-            last_commit: Instant::now(),
-            last_checkpoint: Instant::now(),
-            log_on: None,
-            resize: None,
-            log_bytes,
-            needs: 0,
-        };
-        self.redo = Some(redo);
-        self.data_path = DataPath::Log { pi: self.data_path == DataPath::Pi };
-        if self.undo.is_none() {
-            // Errors roll back in memory: the private copy dies with the process.
-            self.undo = Some(UndoLog::in_memory());
-        }
+        self.start_redo(backing, Log::Bytes(log), applied, expect_log, log_bytes, image_superblock)?;
         if let Some(sidecar) = sidecar {
             self.enable_data_checksums(sidecar)?;
         }
@@ -248,10 +218,60 @@ impl Volume {
         Ok(replayed)
     }
 
+    /// The volume's commits go to `log` from now on, the image file being
+    /// `backing`; `committed`: ranges replayed and not yet checkpointed;
+    /// `marked`: the image on disk carries the log's mark; `image_superblock`:
+    /// the superblock as the file holds it, the mark aside.
+    pub(super) fn start_redo(
+        &mut self,
+        backing: Box<dyn Backing>,
+        log: Log,
+        committed: Vec<(usize, usize)>,
+        marked: bool,
+        log_bytes: u64,
+        image_superblock: Vec<u8>,
+    ) -> Result<(), Error> {
+        let image_sync = backing.sync_handle().map_err(io("duplicating the image's descriptor"))?;
+        let in_image = matches!(log, Log::Image(_));
+        let redo = Redo {
+            writer: Arc::new(Mutex::new(Writer::new(log, image_sync, self.stats.clone()))),
+            staged: 0,
+            backing,
+            pending: Vec::new(),
+            pending_bytes: 0,
+            pending_data: 0,
+            logged_data: Vec::new(),
+            committed,
+            sums_in_log: false,
+            touched: BTreeSet::new(),
+            freed: RangeSet::default(),
+            freed_version: 0,
+            data_unsynced: false,
+            marked,
+            held: false,
+            image_superblock,
+            last_commit: Instant::now(),
+            last_checkpoint: Instant::now(),
+            log_on: None,
+            resize: None,
+            log_bytes,
+            needs: 0,
+            in_image,
+        };
+        self.redo = Some(redo);
+        self.data_path = DataPath::Log { pi: self.data_path == DataPath::Pi };
+        if self.undo.is_none() {
+            // Errors roll back in memory: the private copy dies with the process.
+            self.undo = Some(UndoLog::in_memory());
+        }
+        Ok(())
+    }
+
     /// Writes file data at `at` through the log whatever its size: it
     /// reaches the image with the commit that carries it, and is lost
     /// with it.
     pub(crate) fn store_data_in_log(&mut self, at: usize, new: &[u8]) -> Result<(), Error> {
+        self.announce_journaled_data(at, new.len())?;
         let redo = log(&mut self.redo);
         redo.pending_data += new.len();
         redo.logged_data.push((at, at + new.len()));
@@ -283,6 +303,7 @@ impl Volume {
         for (start, end, logged) in pieces {
             let bytes = &new[start - at..end - at];
             if logged {
+                self.announce_journaled_data(start, end - start)?;
                 log(&mut self.redo).logged_data.push((start, end));
                 self.store(start as u64, bytes)?;
                 continue;
@@ -367,6 +388,10 @@ impl Volume {
         if redo.freed_version == versions.freed {
             redo.freed.clear();
         }
+        if redo.in_image {
+            // The journal carried no checksums: the intent list stays.
+            return self.after_journal_commit();
+        }
         match self.datasums.as_mut() {
             Some(sums) if sums.version() == versions.sums => sums.log_committed(false, self.layout.block_size),
             _ => Ok(()),
@@ -387,10 +412,8 @@ impl Volume {
         // Not while a sync flushes the log (this holds the volume's lock,
         // which every call waits for): the next operation's end looks.
         // A log grown for a large commit goes back to its length too.
-        let (ring_half, grown) = redo.writer.try_lock().map_or((false, false), |writer| {
-            let len = writer.log.medium().len();
-            (writer.free_bytes() < (len - csumkit::bytelog::RING_OFFSET) / 2, len > redo.log_bytes)
-        });
+        let (ring_half, grown) =
+            redo.writer.try_lock().map_or((false, false), |writer| writer.half_full_or_grown(redo.log_bytes));
         let old = !redo.committed.is_empty() && redo.last_checkpoint.elapsed() >= CHECKPOINT_AGE;
         if ring_half || grown || old || redo.touched.len() >= CHECKPOINT_PAGES {
             self.checkpoint_now(false, false)?;
@@ -518,6 +541,9 @@ impl Volume {
     /// the pages they touch stay the map's own. `Ok(false)`: the intent
     /// list has no room for the data waiting in the log (nothing done).
     fn fold_log(&mut self) -> Result<bool, Error> {
+        if log_ref(&self.redo).in_image {
+            return self.fold_image_journal();
+        }
         let redo = log(&mut self.redo);
         // Every staged commit is in the log before it is read back.
         redo.writer().flush_all()?;
@@ -532,7 +558,7 @@ impl Volume {
         let backing = &mut redo.backing;
         let mut batch: Vec<(usize, usize, Change)> = Vec::new();
         let mut ignored_sums = Vec::new();
-        redo.writer.lock().unwrap_or_else(PoisonError::into_inner).log.for_each_record(|record| {
+        redo.writer.lock().unwrap_or_else(PoisonError::into_inner).byte_log().for_each_record(|record| {
             let damaged =
                 |detail| csumkit::Error::Corrupt { location: format!("ByteLog record {}", record.seq), detail };
             for entry in decode(record.payload).map_err(damaged)? {
@@ -558,7 +584,7 @@ impl Volume {
         // stays until the next commit is durable (see `datasum::commit`).
         commit(&mut self.datasums, &self.stats)?;
         let redo = log(&mut self.redo);
-        redo.writer().log.checkpoint()?;
+        redo.writer().byte_log().checkpoint()?;
         redo.committed.clear();
         redo.sums_in_log = false;
         redo.last_checkpoint = Instant::now();

@@ -4,6 +4,7 @@
 
 #![allow(dead_code)] // each test binary uses its own part of this
 
+pub mod crash;
 pub mod model;
 pub mod view;
 pub mod xattrs;

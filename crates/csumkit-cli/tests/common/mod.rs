@@ -44,10 +44,20 @@ impl Scratch {
         Scratch(dir)
     }
 
+    /// A fresh image without a journal (a logged mount's ByteLog beside it).
     pub fn image(&self, size: &str, block_size: &str) -> PathBuf {
+        self.image_with(size, block_size, "metadata_csum,^has_journal")
+    }
+
+    /// A fresh image with mke2fs's journal (a mount commits into it).
+    pub fn journaled_image(&self, size: &str, block_size: &str) -> PathBuf {
+        self.image_with(size, block_size, "metadata_csum")
+    }
+
+    fn image_with(&self, size: &str, block_size: &str, features: &str) -> PathBuf {
         let image = self.0.join("img");
         let out = Command::new("/usr/sbin/mke2fs")
-            .args(["-q", "-F", "-t", "ext4", "-O", "metadata_csum,^has_journal", "-b", block_size])
+            .args(["-q", "-F", "-t", "ext4", "-O", features, "-b", block_size])
             .arg(&image)
             .arg(size)
             .output()

@@ -33,7 +33,10 @@ pub(crate) const GROWTH_UNIT: u64 = 1 << 20;
 impl Redo {
     /// A grown log, empty, put back at its configured length.
     pub(crate) fn shrink_log(&mut self) -> Result<(), Error> {
-        let len = self.writer().log.medium().len();
+        if self.in_image {
+            return Ok(());
+        }
+        let len = self.writer().byte_log().medium().len();
         if self.resize.is_some() && len > self.log_bytes {
             self.resize_log(self.log_bytes)?;
         }
@@ -61,7 +64,7 @@ impl Redo {
                 // From here the old log's file may hold the new header: a
                 // failure is the sync's error, never a fall back to the old log.
                 let log = ByteLog::format(medium, generation)?;
-                self.writer().log = log;
+                *self.writer().byte_log() = log;
                 true
             }
             Err(_) => false,
