@@ -4,7 +4,8 @@
 # image with the kernel's ext4 (loop) and have
 # fio verify every block it wrote again there (--verify_only).
 #   scripts/fio-verify.sh [--quick]      (--quick: smaller files, for CI)
-# Env: IMAGE_SIZE (1G; 256M with --quick), BLOCK_SIZE (4096), CSUMKIT (binary).
+# Env: IMAGE_SIZE (1G; 256M with --quick), BLOCK_SIZE (4096), CSUMKIT (binary),
+# FEATURES (mke2fs -O; default metadata_csum: with the journal a mount commits into).
 # Needs root, /dev/fuse, fuse3, fio, e2fsprogs. Exits 1 on any verify error or
 # an unclean e2fsck.
 set -euo pipefail
@@ -22,7 +23,7 @@ cleanup() {
 trap cleanup EXIT
 mkdir "$work/mnt" "$work/kernel"
 truncate -s "$image" "$work/img"
-mke2fs -q -F -t ext4 -O metadata_csum,^has_journal -b "${BLOCK_SIZE:-4096}" "$work/img"
+mke2fs -q -F -t ext4 -O "${FEATURES:-metadata_csum}" -b "${BLOCK_SIZE:-4096}" "$work/img"
 # One job file: sequential 1 MiB writes, 4 KiB random writes, a mixed random
 # read/write job — two processes each, all at once, every block verified.
 cat >"$work/jobs.fio" <<JOBS

@@ -42,6 +42,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CSUMKIT = os.environ.get("CSUMKIT", os.path.join(ROOT, "target/release/csumkit"))
 MOUNT_OPTS = shlex.split(os.environ.get("MOUNT_OPTS", ""))
 BLOCK_SIZE = os.environ.get("BLOCK_SIZE", "1024")
+# mke2fs -O: with a journal (the default) the mount commits into it.
+FEATURES = os.environ.get("FEATURES", "metadata_csum")
 FILES = 4
 # A large write: more new checksums than one log record holds (4 064).
 LARGE = (4100 * int(BLOCK_SIZE), 6144 * int(BLOCK_SIZE))
@@ -224,7 +226,7 @@ def one_run(run_no, seed):
     os.mkdir(mnt)
     with open(image, "wb") as f:
         f.truncate(IMAGE_BYTES)
-    run(["mke2fs", "-q", "-F", "-t", "ext4", "-O", "metadata_csum,^has_journal", "-b", BLOCK_SIZE, image])
+    run(["mke2fs", "-q", "-F", "-t", "ext4", "-O", FEATURES, "-b", BLOCK_SIZE, image])
     daemon = mount(image, mnt)
     # Each job rewrites files of its own (in a directory of its own); their
     # fsyncs share the mount's commits.

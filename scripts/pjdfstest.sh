@@ -3,7 +3,8 @@
 #   scripts/pjdfstest.sh [TEST_DIR ...]      (default: every test)
 # Env: PJDFSTEST_SRC (default: ../shared/tools/pjdfstest beside the checkout, then
 # /work/shared/tools/pjdfstest), IMAGE_SIZE (512M), BLOCK_SIZE (4096), CSUMKIT (the
-# binary; default target/release/csumkit, built if missing), MOUNT_OPTIONS (more
+# binary; default target/release/csumkit, built if missing), FEATURES (mke2fs -O; default metadata_csum, with
+# the journal a default mount commits into), MOUNT_OPTIONS (more
 # `-o` options, e.g. writeback_cache). Needs root, /dev/fuse,
 # fuse3, e2fsprogs, autoconf, automake, gcc, make, perl.
 # Prints pjdfstest's report, its summary line and e2fsck's verdict; exits 1 when a
@@ -28,7 +29,7 @@ cleanup() {
 trap cleanup EXIT
 mkdir "$work/mnt"
 truncate -s "${IMAGE_SIZE:-512M}" "$work/img"
-mke2fs -q -F -t ext4 -O metadata_csum,^has_journal -b "${BLOCK_SIZE:-4096}" "$work/img"
+mke2fs -q -F -t ext4 -O "${FEATURES:-metadata_csum}" -b "${BLOCK_SIZE:-4096}" "$work/img"
 "$csumkit" mount "$work/img" "$work/mnt" -o "allow_other${MOUNT_OPTIONS:+,$MOUNT_OPTIONS}"
 set +e
 report=$("$src/../run-pjdfstest" "$work/mnt" "$@" 2>&1)

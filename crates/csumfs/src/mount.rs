@@ -186,7 +186,7 @@ impl std::fmt::Display for MountEvent {
                 let into = if r.in_place { "into the image" } else { "in memory; the image is unchanged" };
                 write!(
                     f,
-                    "the kernel's journal replayed {into} ({} transactions, {} blocks, {} fast-commit records), as \
+                    "its jbd2 journal replayed {into} ({} transactions, {} blocks, {} fast-commit records), as \
                      its recovery would",
                     r.transactions, r.blocks, r.fast_commit_records
                 )

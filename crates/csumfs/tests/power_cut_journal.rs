@@ -213,6 +213,8 @@ fn run(seed: u64, block_size: &str, ops: usize, sync_every: usize, journal_mib: 
     let checkpoints = csumfs::Stats::get(&volume.stats().log_checkpoints);
     let commits = csumfs::Stats::get(&volume.stats().log_commits);
     assert!(commits > 10, "{commits} journal commits");
+    // A write-through is not atomic: every commit must fit the journal.
+    assert_eq!(csumfs::Stats::get(&volume.stats().log_write_through), 0, "commits written through");
     volume.checkpoint().unwrap();
     drop(volume);
     let durable = disk.lock().unwrap().durable.clone();

@@ -119,7 +119,7 @@ pub fn recovered_line(r: &csumfs::JournalReplayed) -> String {
     } else {
         String::new()
     };
-    format!("the kernel's journal replayed {into}: {} transactions, {} blocks{fast}", r.transactions, r.blocks)
+    format!("its jbd2 journal replayed {into}: {} transactions, {} blocks{fast}", r.transactions, r.blocks)
 }
 
 /// `csumkit ext4 recover IMAGE`: the kernel's journal replayed in place.

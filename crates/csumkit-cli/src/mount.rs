@@ -315,8 +315,11 @@ fn detach() -> ExitCode {
 }
 
 fn serve(mut volume: Volume, image: &Path, mountpoint: &Path, options: &MountOptions, uring_given: bool) -> ExitCode {
-    // From here to the unmount's checkpoint the kernel and e2fsck refuse
-    // the image, commits or not (a `log=off` volume's undo log marked it at open).
+    // From here to the unmount's checkpoint the image is marked in use:
+    // `needs_recovery` with its own journal (a kill leaves an image the
+    // kernel and e2fsck recover), csumfs's log bit with a ByteLog file (the
+    // kernel and e2fsck refuse it until it is folded in); a `log=off`
+    // volume's undo log marked it at open.
     if let Err(e) = volume.mark_log_in_use() {
         eprintln!("csumkit mount: {}: {e}", image.display());
         return ExitCode::from(2);

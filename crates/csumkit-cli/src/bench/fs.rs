@@ -34,7 +34,7 @@ pub struct FsArgs {
     /// A reduced run for CI (fewer operations, smaller files).
     #[arg(long)]
     quick: bool,
-    /// Only these systems (default: all), by key: csumfs, csumfs-pi,
+    /// Only these systems (default: all), by key: csumfs-journal, csumfs, csumfs-pi,
     /// csumfs-datasum-off, csumfs-pmem-log, csumfs-full, csumfs-dev-fuse, fuse2fs, kernel,
     /// kernel-fast-commit.
     #[arg(long, value_delimiter = ',', value_parser = System::parse)]
@@ -57,6 +57,9 @@ pub fn run(args: &FsArgs) -> ExitCode {
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum System {
+    /// The default: commits in the image's own jbd2 journal.
+    CsumfsJournal,
+    /// A journal-less image: commits in the ByteLog file beside it.
     Csumfs,
     CsumfsPi,
     CsumfsNoDatasum,
@@ -70,7 +73,8 @@ enum System {
 }
 
 impl System {
-    const ALL: [System; 9] = [
+    const ALL: [System; 10] = [
+        System::CsumfsJournal,
         System::Csumfs,
         System::CsumfsDevFuse,
         System::CsumfsPi,
@@ -84,7 +88,8 @@ impl System {
 
     fn name(self) -> &'static str {
         match self {
-            System::Csumfs => "csumfs",
+            System::CsumfsJournal => "csumfs (jbd2 journal in the image)",
+            System::Csumfs => "csumfs ByteLog file (no journal)",
             System::CsumfsPi => "csumfs pi=4096+8 (PI, no checksum tree)",
             System::CsumfsNoDatasum => "csumfs datasum=off",
             System::CsumfsPmemLog => "csumfs log on /dev/shm (pmem stand-in)",
@@ -98,6 +103,7 @@ impl System {
 
     fn key(self) -> &'static str {
         match self {
+            System::CsumfsJournal => "csumfs-journal",
             System::Csumfs => "csumfs",
             System::CsumfsPi => "csumfs-pi",
             System::CsumfsNoDatasum => "csumfs-datasum-off",
@@ -123,7 +129,7 @@ impl System {
 
     fn features(self) -> &'static str {
         match self {
-            System::Kernel => "metadata_csum",
+            System::Kernel | System::CsumfsJournal => "metadata_csum",
             System::KernelFastCommit => "metadata_csum,fast_commit",
             _ => "metadata_csum,^has_journal",
         }
@@ -162,7 +168,8 @@ fn daemon_running(image: &Path) -> bool {
 
 fn mount(system: System, image: &Path, mnt: &Path) -> Result<(), String> {
     match system {
-        System::Csumfs
+        System::CsumfsJournal
+        | System::Csumfs
         | System::CsumfsPi
         | System::CsumfsNoDatasum
         | System::CsumfsPmemLog
@@ -170,6 +177,7 @@ fn mount(system: System, image: &Path, mnt: &Path) -> Result<(), String> {
         | System::CsumfsDevFuse => {
             let exe = std::env::current_exe().map_err(|e| e.to_string())?;
             let options = match system {
+                System::CsumfsJournal => "csum=incremental,datasum=on,log=journal".to_string(),
                 System::Csumfs => "csum=incremental,datasum=on".to_string(),
                 System::CsumfsPi => "csum=incremental,pi=4096+8".to_string(),
                 System::CsumfsNoDatasum => "csum=incremental,datasum=off".to_string(),
