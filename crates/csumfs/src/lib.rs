@@ -66,7 +66,8 @@ pub use store::data_sums::forget_data_checksums;
 pub use store::image_lock::ImageLock;
 pub use store::journal_replay::JournalReplayed;
 pub use store::medium::{
-    Backing, LogMedium, SyncHandle, LOG_ON_DAX, LOG_ON_FILE, LOG_ON_FILE_DIRECT, LOG_ON_TMPFS, TAG_LAST, TAG_PART,
+    Backing, LogMedium, SyncHandle, LOG_IN_IMAGE_JOURNAL, LOG_ON_DAX, LOG_ON_FILE, LOG_ON_FILE_DIRECT, LOG_ON_TMPFS,
+    TAG_LAST, TAG_PART,
 };
 pub use store::mmp::MultiMountProtection;
 pub use store::pi_device::PiOpened;

@@ -97,7 +97,7 @@ impl Stats {
         let g = Stats::get;
         format!(
             "metadata checksums: {} updated incrementally (flip_range, splice), {} recomputed in full\n\
-             ByteLog on {}: {} metadata commits in {} records, {} bytes persisted ({} per commit), \
+             log: {}: {} metadata commits of {} records or logged blocks, {} bytes persisted ({} per commit), \
              {} fsyncs ({} of them synchronous changes: chattr +S/+D, -o sync/dirsync) answered by {} syncs (group commit), {} checkpoints ({} of them to give a commit room), {} commits too large for the log logged in a log grown for them and {} written through, {} KiB of the image held in memory until the next checkpoint\n\
              data checksums: {} blocks checksummed on write ({} while their write was under way, {} written in part and spliced), \
              {} verified on read, {} mismatches (EIO), {} carried by ByteLog commits, {} tree commits ({} of them in place of logging a large write's checksums) writing {} bytes, \
@@ -107,7 +107,7 @@ impl Stats {
              PI offload: {}\n",
             g(&self.csum_incremental),
             g(&self.csum_full),
-            log_on.unwrap_or("nothing (off: metadata written in place)"),
+            log_on.unwrap_or("none (off: metadata written in place)"),
             g(&self.log_commits),
             g(&self.log_records),
             g(&self.log_commit_bytes),

@@ -11,17 +11,6 @@ use csumfs::{NewInode, Options, Volume, ROOT};
 use std::path::Path;
 use std::process::Command;
 
-fn mke2fs_journaled(path: &Path, block_size: &str, size: &str, extra: &[&str]) {
-    let out = Command::new(tool("mke2fs").unwrap())
-        .args(["-q", "-F", "-t", "ext4", "-O", "metadata_csum", "-b", block_size])
-        .args(extra)
-        .arg(path)
-        .arg(size)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "mke2fs: {}", String::from_utf8_lossy(&out.stderr));
-}
-
 const FILE: NewInode = NewInode { mode: 0o100_644, uid: 0, gid: 0 };
 const DIR: NewInode = NewInode { mode: 0o40_755, uid: 0, gid: 0 };
 
@@ -44,7 +33,7 @@ fn workload(volume: &mut Volume, rounds: usize) -> Vec<(String, Vec<u8>)> {
         }
         let previous = format!("/d/f{}", i.wrapping_sub(1));
         if i % 11 == 5 && expect.iter().any(|(p, _)| *p == previous) {
-            volume.unlink(d.ino, previous["/d/".len()..].as_bytes()).unwrap();
+            volume.unlink(d.ino, &previous.as_bytes()["/d/".len()..]).unwrap();
             expect.retain(|(p, _)| *p != previous);
         }
         if i % 5 == 0 {
@@ -77,7 +66,7 @@ fn a_stopped_volume_leaves_a_journal_the_kernel_e2fsck_and_csumfs_recover() {
     for (bs, size, journal, rounds) in [("4096", "64M", "size=4", 60), ("1024", "32M", "size=1", 700)] {
         let scratch = Scratch::new(&format!("image-journal-{bs}"));
         let image = scratch.0.join("img");
-        mke2fs_journaled(&image, bs, size, &["-J", journal]);
+        common::mke2fs_features(&image, "metadata_csum", bs, size, &["-J", journal]);
         let mut volume = Volume::open_journaled(&image, Options::default(), None).unwrap();
         assert!(volume.journaled_in_image());
         volume.mark_log_in_use().unwrap();

@@ -22,15 +22,15 @@
 
 mod common;
 
-use common::crash::{data_target, judge, next, random_subset, superblock_agrees, tree, Disk, History, SimDisk};
-use common::model::{apply, op, Model, Node, Op};
+use common::crash::{
+    judge, next, random_subset, random_workload, run_with_syncs, superblock_agrees, tree, Disk, History, SimDisk,
+};
+use common::model::{Model, Node, Op};
 use common::{assert_clean, have_e2fsprogs, mke2fs, Scratch};
 use csumfs::{Backing, LogMedium, Options, Stats, SyncHandle, Volume};
 use csumkit::bytelog::{Medium, SimMedium};
 use csumkit::pi::{GuardSize, PiFormat, PiLocation, PiType, Protection};
 use csumkit::DurableFile;
-use proptest::strategy::{Strategy, ValueTree};
-use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
@@ -318,59 +318,12 @@ fn run(
     };
     volume.set_log_resize(Box::new(resize), log_bytes as u64).unwrap();
 
-    let mut runner = TestRunner::new_with_rng(Config::default(), TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes));
-    // Half the writes made whole pages over a file's first two, which go
-    // in place (not through the log): overwrites of checksummed blocks,
-    // announced on the sidecar's intent list first.
     let random = matches!(workload, Workload::Random(_));
     let workload: Vec<Op> = match workload {
-        Workload::Random(ops) => (0..ops)
-            .map(|_| match op().new_tree(&mut runner).unwrap().current() {
-                Op::Write { file, len, .. } if len > 2500 => Op::Write { file, offset: len % 2 * 4096, len: 8192 },
-                op => op,
-            })
-            .collect(),
+        Workload::Random(ops) => random_workload(seed, ops),
         Workload::Given(ops, _) => ops,
     };
-    let mut model = Model::from([("/".to_string(), Node::Dir)]);
-    // Every other sync is split as the mount's group commit splits it: the
-    // commit made, one more operation run, then the flushes — that
-    // operation's changes (blocks freed before the commit, data written in
-    // place) must not reach a cut ahead of the commit. (The sync, and the
-    // index of the first tree it acknowledges.)
-    let mut split: Option<(csumfs::PendingSync, usize)> = None;
-    for (step, op) in workload.iter().enumerate() {
-        volume.begin();
-        history.lock().unwrap().in_flight = data_target(&model, op);
-        let result = apply(&mut volume, &mut model, op, step);
-        result.unwrap_or_else(|e| panic!("step {step}: {e}"));
-        // The operation's end may commit (and checkpoint): its tree is one
-        // a cut from then on may leave.
-        let mut h = history.lock().unwrap();
-        h.trees.push(model.clone());
-        h.in_flight = None;
-        drop(h);
-        volume.end(true).unwrap();
-        if let Some((pending, first)) = split.take() {
-            let durable = pending.wait().unwrap();
-            volume.finish_sync(durable).unwrap();
-            history.lock().unwrap().trees.drain(..first);
-        }
-        if step % sync_every == sync_every - 1 {
-            if (step / sync_every).is_multiple_of(2) {
-                let first = history.lock().unwrap().trees.len() - 1;
-                split = Some((volume.start_sync().unwrap(), first));
-                continue;
-            }
-            volume.sync().unwrap();
-            // Acknowledged: older trees are no longer acceptable.
-            history.lock().unwrap().trees = vec![model.clone()];
-        }
-    }
-    if let Some((pending, _)) = split.take() {
-        let durable = pending.wait().unwrap();
-        volume.finish_sync(durable).unwrap();
-    }
+    let model = run_with_syncs(&mut volume, &workload, &history, sync_every);
     let stats = volume.stats();
     let (logged, checkpoints) = (Stats::get(&stats.log_commit_bytes), Stats::get(&stats.log_checkpoints));
     let (folds, through) = (Stats::get(&stats.log_folds), Stats::get(&stats.log_write_through));

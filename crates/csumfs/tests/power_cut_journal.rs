@@ -12,12 +12,10 @@
 
 mod common;
 
-use common::crash::{data_target, judge, superblock_agrees, tree, Disk, History, SimDisk};
-use common::model::{apply, op, Model, Node, Op};
+use common::crash::{judge, random_workload, run_with_syncs, superblock_agrees, tree, Disk, History, SimDisk};
+use common::model::{Model, Node};
 use common::{assert_clean, have_e2fsprogs, tool, Scratch};
 use csumfs::{Backing, Options, SyncHandle, Volume};
-use proptest::strategy::{Strategy, ValueTree};
-use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Mutex};
@@ -169,47 +167,8 @@ fn run(seed: u64, block_size: &str, ops: usize, sync_every: usize, journal_mib: 
     assert!(volume.journaled_in_image());
     volume.mark_log_in_use().unwrap();
 
-    let mut seed_bytes = [0u8; 32];
-    seed_bytes[..8].copy_from_slice(&seed.to_le_bytes());
-    let mut runner = TestRunner::new_with_rng(Config::default(), TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes));
-    let workload: Vec<Op> = (0..ops)
-        .map(|_| match op().new_tree(&mut runner).unwrap().current() {
-            Op::Write { file, len, .. } if len > 2500 => Op::Write { file, offset: len % 2 * 4096, len: 8192 },
-            op => op,
-        })
-        .collect();
-    let mut model = Model::from([("/".to_string(), Node::Dir)]);
-    let mut split: Option<(csumfs::PendingSync, usize)> = None;
-    for (step, op) in workload.iter().enumerate() {
-        volume.begin();
-        history.lock().unwrap().in_flight = data_target(&model, op);
-        apply(&mut volume, &mut model, op, step).unwrap_or_else(|e| panic!("step {step}: {e}"));
-        let mut h = history.lock().unwrap();
-        h.trees.push(model.clone());
-        h.in_flight = None;
-        drop(h);
-        volume.end(true).unwrap();
-        if let Some((pending, first)) = split.take() {
-            let durable = pending.wait().unwrap();
-            volume.finish_sync(durable).unwrap();
-            history.lock().unwrap().trees.drain(..first);
-        }
-        if step % sync_every == sync_every - 1 {
-            // Every other sync split as group commit splits it: one more
-            // operation runs between the commit and its flushes.
-            if (step / sync_every).is_multiple_of(2) {
-                let first = history.lock().unwrap().trees.len() - 1;
-                split = Some((volume.start_sync().unwrap(), first));
-                continue;
-            }
-            volume.sync().unwrap();
-            history.lock().unwrap().trees = vec![model.clone()];
-        }
-    }
-    if let Some((pending, _)) = split.take() {
-        let durable = pending.wait().unwrap();
-        volume.finish_sync(durable).unwrap();
-    }
+    let workload = random_workload(seed, ops);
+    let model = run_with_syncs(&mut volume, &workload, &history, sync_every);
     let checkpoints = csumfs::Stats::get(&volume.stats().log_checkpoints);
     let commits = csumfs::Stats::get(&volume.stats().log_commits);
     assert!(commits > 10, "{commits} journal commits");

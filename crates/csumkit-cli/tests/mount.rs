@@ -239,7 +239,7 @@ fn a_mounted_image_changed_by_file_calls_is_clean_for_e2fsck_and_the_kernel() {
             let through_uring = uring_requests(&text);
             assert_eq!(through_uring > 0, fuse_uring_offered(), "{text}");
             let media = [csumfs::LOG_ON_FILE, csumfs::LOG_ON_FILE_DIRECT, csumfs::LOG_ON_TMPFS, csumfs::LOG_ON_DAX];
-            assert!(media.iter().any(|m| text.contains(&format!("ByteLog on {m}: "))), "where the log is: {text}");
+            assert!(media.iter().any(|m| text.contains(&format!("log: {m}: "))), "where the log is: {text}");
             let moved: u64 = text.split(": ").nth(1).and_then(|t| t.split(' ').next()).unwrap().parse().unwrap();
             assert!(moved > 1000, "{moved} incremental checksum updates: {text}");
             assert!(text.contains("data checksums: ") && !text.contains("data checksums: 0 blocks"), "{text}");
@@ -478,7 +478,12 @@ fn a_killed_mount_of_an_image_with_a_journal_is_recovered_by_the_kernel_e2fsck_a
     let scratch = Scratch::new("killed-journal");
     let image = scratch.journaled_image("64M", "4096");
     let child = mount_foreground(&image, &scratch.mnt(), &[]);
-    let model = std::panic::catch_unwind(|| exercise(&scratch.mnt()));
+    let model = std::panic::catch_unwind(|| {
+        let model = exercise(&scratch.mnt());
+        let text = mount_stats(&scratch.mnt());
+        assert!(text.contains(&format!("log: {}: ", csumfs::LOG_IN_IMAGE_JOURNAL)), "--stats: {text}");
+        model
+    });
     fsync_and_kill(child, &scratch.mnt());
     let model = model.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
     assert!(!csumfs::log_pending(&std::fs::read(&image).unwrap()), "no csumfs mark on a journaled image");

@@ -125,6 +125,8 @@ pub const LOG_ON_DAX: &str = "DAX, flushed by cache line";
 pub const LOG_ON_TMPFS: &str = "tmpfs, flushed by cache line (a stand-in for persistent memory: lost at power-off)";
 /// See [`LOG_ON_DAX`].
 pub const LOG_ON_FILE: &str = "a file, pwrite + fdatasync";
+/// Commits as jbd2 transactions in the image's own journal.
+pub const LOG_IN_IMAGE_JOURNAL: &str = "the image's jbd2 journal (blocks, fdatasync, commit block, fdatasync)";
 /// See [`LOG_ON_DAX`].
 pub const LOG_ON_FILE_DIRECT: &str = "a file, direct writes of whole sectors + fdatasync";
 

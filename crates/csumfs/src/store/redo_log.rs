@@ -622,10 +622,24 @@ impl Redo {
                 (b as u64, copy)
             })
             .collect();
+        self.stage(ranges, Vec::new(), copies, 0)
+    }
+
+    /// Marks the image, stages commit `staged + 1` (a ByteLog's `records`
+    /// carrying `changes` checksum changes, or the journal's `copies`), and
+    /// moves the pending `ranges` to the committed ones.
+    fn stage(
+        &mut self,
+        ranges: Vec<(usize, usize)>,
+        records: Vec<Vec<u8>>,
+        copies: Vec<(u64, Vec<u8>)>,
+        changes: u64,
+    ) -> Result<bool, Error> {
         self.mark()?;
         self.staged += 1;
         let data_first = std::mem::take(&mut self.data_unsynced);
-        self.writer().stage(self.staged, Vec::new(), copies, data_first, 0);
+        self.writer().stage(self.staged, records, copies, data_first, changes);
+        self.sums_in_log |= changes > 0;
         self.committed.extend(ranges);
         self.pending.clear();
         self.pending_bytes = 0;
@@ -688,17 +702,7 @@ impl Redo {
         if let Some(sums) = sums.as_mut() {
             sums.clear_logged();
         }
-        self.mark()?;
-        self.staged += 1;
-        let data_first = std::mem::take(&mut self.data_unsynced);
-        self.writer().stage(self.staged, records, Vec::new(), data_first, changes);
-        self.sums_in_log |= changes > 0;
-        self.committed.extend(ranges);
-        self.pending.clear();
-        self.pending_bytes = 0;
-        self.pending_data = 0;
-        self.logged_data.clear();
-        Ok(true)
+        self.stage(ranges, records, Vec::new(), changes)
     }
 
     /// Writes what the image file lacks into it (every committed range, or

@@ -18,11 +18,9 @@ use crate::store::data_sums::{commit, INTENT_RUNS};
 use crate::store::image_journal::ImageJournal;
 use crate::store::log_writer::Log;
 use crate::store::medium::Backing;
-use crate::store::private_map::PAGE;
-use crate::store::redo_log::{io, log_pending, merged};
+use crate::store::redo_log::{io, log_pending};
 use crate::volume::Volume;
 use csumkit::ext4::feature_bits::INCOMPAT_RECOVER;
-use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Instant;
 
@@ -55,6 +53,7 @@ impl Volume {
         volume.journal_replayed = journal_replayed;
         let second = file.try_clone().map_err(io_at)?;
         volume.enable_image_journal(Box::new(file), Box::new(second))?;
+        volume.redo.as_mut().expect("enabled above").log_on = Some(crate::store::medium::LOG_IN_IMAGE_JOURNAL);
         if let Some(sidecar) = sidecar {
             volume.enable_data_checksums(sidecar)?;
         }
@@ -119,13 +118,7 @@ impl Volume {
         redo.committed.clear();
         redo.last_checkpoint = Instant::now();
         Stats::bump(&self.stats.log_checkpoints);
-        let pending: BTreeSet<usize> = redo.pending.iter().flat_map(|&(s, e)| s / PAGE..=(e - 1) / PAGE).collect();
-        let caught_up: Vec<usize> = redo.touched.difference(&pending).copied().collect();
-        redo.touched = pending;
-        let ranges: Vec<(usize, usize)> = caught_up.iter().map(|&p| (p * PAGE, (p + 1) * PAGE)).collect();
-        if let Bytes::Private(map) = &mut self.map {
-            map.hand_back(&merged(&ranges));
-        }
+        self.hand_back_all_but_pending();
         Ok(true)
     }
 

@@ -589,14 +589,19 @@ impl Volume {
         redo.sums_in_log = false;
         redo.last_checkpoint = Instant::now();
         Stats::bump(&self.stats.log_checkpoints);
-        // The file now holds every page as the map has it but those the
-        // pending changes touch.
+        self.hand_back_all_but_pending();
+        Ok(true)
+    }
+
+    /// After a fold: the file holds every page as the map has it but those
+    /// the pending changes touch; the others go back to the file.
+    pub(super) fn hand_back_all_but_pending(&mut self) {
+        let redo = log(&mut self.redo);
         let pending: BTreeSet<usize> = redo.pending.iter().flat_map(|&(s, e)| s / PAGE..=(e - 1) / PAGE).collect();
         let caught_up: Vec<usize> = redo.touched.difference(&pending).copied().collect();
         redo.touched = pending;
         let ranges: Vec<(usize, usize)> = caught_up.iter().map(|&p| (p * PAGE, (p + 1) * PAGE)).collect();
         self.hand_back(&merged(&ranges));
-        Ok(true)
     }
 
     /// Drops this process's copies of the private map's pages in `ranges`

@@ -200,3 +200,66 @@ pub fn judge(found: &Model, trees: &[Model], in_flight: Option<&str>) -> Result<
     }
     Ok(())
 }
+
+/// `ops` random operations of the model test from `seed`; half the
+/// writes made whole pages over a file's first two, which go in place (not
+/// through the log): overwrites of checksummed blocks, announced on the
+/// sidecar's intent list first.
+pub fn random_workload(seed: u64, ops: usize) -> Vec<Op> {
+    use proptest::strategy::{Strategy, ValueTree};
+    use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+    let mut seed_bytes = [0u8; 32];
+    seed_bytes[..8].copy_from_slice(&seed.to_le_bytes());
+    let mut runner = TestRunner::new_with_rng(Config::default(), TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes));
+    (0..ops)
+        .map(|_| match super::model::op().new_tree(&mut runner).unwrap().current() {
+            Op::Write { file, len, .. } if len > 2500 => Op::Write { file, offset: len % 2 * 4096, len: 8192 },
+            op => op,
+        })
+        .collect()
+}
+
+/// Runs `workload` on `volume`, a `sync` every `sync_every` operations,
+/// keeping `history` to the trees a cut may leave; returns the last tree.
+/// Every other sync is split as the mount's group commit splits it: the
+/// commit made, one more operation run, then the flushes — that
+/// operation's changes (blocks freed before the commit, data written in
+/// place) must not reach a cut ahead of the commit.
+pub fn run_with_syncs(volume: &mut Volume, workload: &[Op], history: &Mutex<History>, sync_every: usize) -> Model {
+    let mut model = Model::from([("/".to_string(), Node::Dir)]);
+    // (The sync, and the index of the first tree it acknowledges.)
+    let mut split: Option<(csumfs::PendingSync, usize)> = None;
+    for (step, op) in workload.iter().enumerate() {
+        volume.begin();
+        history.lock().unwrap().in_flight = data_target(&model, op);
+        let result = super::model::apply(volume, &mut model, op, step);
+        result.unwrap_or_else(|e| panic!("step {step}: {e}"));
+        // The operation's end may commit (and checkpoint): its tree is one
+        // a cut from then on may leave.
+        let mut h = history.lock().unwrap();
+        h.trees.push(model.clone());
+        h.in_flight = None;
+        drop(h);
+        volume.end(true).unwrap();
+        if let Some((pending, first)) = split.take() {
+            let durable = pending.wait().unwrap();
+            volume.finish_sync(durable).unwrap();
+            history.lock().unwrap().trees.drain(..first);
+        }
+        if step % sync_every == sync_every - 1 {
+            if (step / sync_every).is_multiple_of(2) {
+                let first = history.lock().unwrap().trees.len() - 1;
+                split = Some((volume.start_sync().unwrap(), first));
+                continue;
+            }
+            volume.sync().unwrap();
+            // Acknowledged: older trees are no longer acceptable.
+            history.lock().unwrap().trees = vec![model.clone()];
+        }
+    }
+    if let Some((pending, _)) = split.take() {
+        let durable = pending.wait().unwrap();
+        volume.finish_sync(durable).unwrap();
+    }
+    model
+}

@@ -72,8 +72,13 @@ pub fn mke2fs(path: &Path, block_size: &str, size: &str) {
 
 /// [`mke2fs`] with more of its options (`-g 65528`, …).
 pub fn mke2fs_with(path: &Path, block_size: &str, size: &str, extra: &[&str]) {
+    mke2fs_features(path, "metadata_csum,^has_journal", block_size, size, extra);
+}
+
+/// A fresh image with mke2fs's `-O features` and `extra` options.
+pub fn mke2fs_features(path: &Path, features: &str, block_size: &str, size: &str, extra: &[&str]) {
     let out = Command::new(tool("mke2fs").unwrap())
-        .args(["-q", "-F", "-t", "ext4", "-O", "metadata_csum,^has_journal", "-b", block_size])
+        .args(["-q", "-F", "-t", "ext4", "-O", features, "-b", block_size])
         .args(extra)
         .arg(path)
         .arg(size)
