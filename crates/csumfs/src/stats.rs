@@ -43,6 +43,12 @@ pub struct Stats {
     pub data_mismatches: AtomicU64,
     /// ByteLog commits of metadata.
     pub log_commits: AtomicU64,
+    /// Fast commits (the kernel's format) among them, into the image
+    /// journal's fast-commit area…
+    pub fast_commits: AtomicU64,
+    /// …and syncs that could have been one but were full commits (a change
+    /// fast commits cannot describe, a full fast-commit area).
+    pub fast_commit_fallbacks: AtomicU64,
     /// Records those commits appended.
     pub log_records: AtomicU64,
     /// Data checksum changes those commits carried.
@@ -97,7 +103,7 @@ impl Stats {
         let g = Stats::get;
         format!(
             "metadata checksums: {} updated incrementally (flip_range, splice), {} recomputed in full\n\
-             log: {}: {} metadata commits of {} records or logged blocks, {} bytes persisted ({} per commit), \
+             log: {}: {} metadata commits ({} of them fast commits, {} syncs fell back to full ones) of {} records or logged blocks, {} bytes persisted ({} per commit), \
              {} fsyncs ({} of them synchronous changes: chattr +S/+D, -o sync/dirsync) answered by {} syncs (group commit), {} checkpoints ({} of them to give a commit room), {} commits too large for the log logged in a log grown for them and {} written through, {} KiB of the image held in memory until the next checkpoint\n\
              data checksums: {} blocks checksummed on write ({} while their write was under way, {} written in part and spliced), \
              {} verified on read, {} mismatches (EIO), {} carried by ByteLog commits, {} tree commits ({} of them in place of logging a large write's checksums) writing {} bytes, \
@@ -108,10 +114,12 @@ impl Stats {
             g(&self.csum_incremental),
             g(&self.csum_full),
             log_on.unwrap_or("none (off: metadata written in place)"),
-            g(&self.log_commits),
+            g(&self.log_commits) + g(&self.fast_commits),
+            g(&self.fast_commits),
+            g(&self.fast_commit_fallbacks),
             g(&self.log_records),
             g(&self.log_commit_bytes),
-            g(&self.log_commit_bytes).checked_div(g(&self.log_commits)).unwrap_or(0),
+            g(&self.log_commit_bytes).checked_div(g(&self.log_commits) + g(&self.fast_commits)).unwrap_or(0),
             g(&self.fsync_requests),
             g(&self.synchronous_changes),
             g(&self.fsync_syncs),

@@ -218,3 +218,63 @@ fn a_written_transaction_is_recovered_after_the_log() {
     assert!(after.blocks[&3001].escaped);
     assert!(transaction(sb, before.head, 4, before.end_transaction, &blocks, (0, 0)).is_err(), "too big for the log");
 }
+
+/// The fast-commit writer lays records out byte for byte as the kernel
+/// did: every fast commit the kernel left in the corpus's fast-commit
+/// areas — its records taken as the kernel wrote them — encodes to the
+/// kernel's blocks (heads, pads, the tail's length and CRC; the bytes past
+/// a tail's CRC are the kernel's buffer, unspecified).
+#[test]
+fn fast_commits_encode_byte_for_byte_as_the_kernel_wrote_them() {
+    use csumkit::ext4::jbd2::fast_commit::{encode, TAG_HEAD, TAG_PAD, TAG_TAIL};
+    let le16 = |b: &[u8], at: usize| u16::from_le_bytes([b[at], b[at + 1]]);
+    let mut commits = 0;
+    for name in ["fastcommit-1k", "fastcommit-4k", "fastcommit-noflush-1k", "fastcommit-noflush-4k"] {
+        let Some(image) = unpack(name) else { return };
+        let layout = Layout::parse_geometry(&image).unwrap();
+        let journal = Journal::open(&image, &layout).unwrap().unwrap();
+        let sb = &journal.superblock;
+        let bs = sb.block_size as usize;
+        let area: Vec<&[u8]> = (sb.last() + 1..sb.max_len).map(|b| journal.block(&image, b).unwrap()).collect();
+        assert_eq!(le16(area[0], 0), TAG_HEAD, "{name}: the kernel left a fast commit");
+        let (mut first, mut records, mut head) = (0usize, Vec::new(), false);
+        let (mut block, mut cur) = (0usize, 0usize);
+        'area: while block < area.len() {
+            let (tag, len) = (le16(area[block], cur), usize::from(le16(area[block], cur + 2)));
+            let value = &area[block][cur + 4..cur + 4 + len];
+            match tag {
+                TAG_HEAD => head = true,
+                TAG_PAD => {
+                    assert_eq!(cur + 4 + len, bs, "{name}: a pad runs to the block's end");
+                    (block, cur) = (block + 1, 0);
+                    continue;
+                }
+                TAG_TAIL => {
+                    let tid = u32::from_le_bytes(value[..4].try_into().unwrap());
+                    let ours = encode(bs, tid, head, &records).unwrap();
+                    assert_eq!(ours.len(), block + 1 - first, "{name}: blocks of fast commit {commits}");
+                    for (i, bytes) in ours.iter().enumerate() {
+                        let end = if i + 1 == ours.len() { cur + 12 } else { bs };
+                        assert_eq!(
+                            bytes[..end],
+                            area[first + i][..end],
+                            "{name}: block {} of a fast commit",
+                            first + i
+                        );
+                    }
+                    commits += 1;
+                    (first, block, cur, head) = (block + 1, block + 1, 0, false);
+                    records.clear();
+                    continue;
+                }
+                1..=6 => records.push((tag, value.to_vec())),
+                _ => break 'area, // past the last fast commit
+            }
+            cur += 4 + len;
+            if cur + 4 > bs {
+                break;
+            }
+        }
+    }
+    assert!(commits >= 4, "the corpus holds the kernel's fast commits: {commits}");
+}

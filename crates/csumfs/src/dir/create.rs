@@ -57,6 +57,15 @@ impl Volume {
     /// [`Error::Exists`], [`Error::NameTooLong`], [`Error::NotDir`];
     /// [`Error::Unsupported`] for directories this writer cannot grow.
     pub fn create(&mut self, dir: u32, name: &[u8], new: NewInode) -> Result<Inode, Error> {
+        self.fast_eligible(|v| {
+            let inode = v.create_named(dir, name, new)?;
+            v.fast_track_dentry(csumkit::ext4::jbd2::fast_commit::TAG_CREAT, dir, inode.ino, name);
+            Ok(inode)
+        })
+    }
+
+    /// [`create`](Self::create)'s work.
+    fn create_named(&mut self, dir: u32, name: &[u8], new: NewInode) -> Result<Inode, Error> {
         let parent = self.parent_for_new_name(dir, name)?;
         let group = self.layout.inode_group(u64::from(dir)).0;
         let ino = self.allocate_inode(group, false)?;

@@ -36,6 +36,7 @@ impl Volume {
         if inode.flags & FLAG_INLINE_DATA == 0 {
             return Ok(inode);
         }
+        self.fast_ineligible("an inline-data inode given blocks");
         let bs = self.layout.block_size as usize;
         let content = self.inline_data(&inode)?;
         let entries = if inode.is_dir() { Some(self.read_dir(&inode)?) } else { None };

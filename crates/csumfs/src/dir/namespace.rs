@@ -43,6 +43,33 @@ impl Volume {
         new_name: &[u8],
         mode: RenameMode,
     ) -> Result<(), Error> {
+        // As the kernel's rename: a non-directory's is a link and an
+        // unlink (after the target's unlink); a directory's, or an
+        // exchange, needs a full commit.
+        let source = self.fast_tracked_entry(old_dir, old_name);
+        let target = self.fast_tracked_entry(new_dir, new_name);
+        let plain = source.is_some_and(|ino| self.inode(ino).is_ok_and(|i| !i.is_dir()));
+        if mode == RenameMode::Exchange || !plain || source == target {
+            return self.rename_names(old_dir, old_name, new_dir, new_name, mode);
+        }
+        let ino = source.expect("checked above");
+        self.fast_eligible(|v| {
+            v.rename_names(old_dir, old_name, new_dir, new_name, mode)?;
+            v.fast_track_dentry(csumkit::ext4::jbd2::fast_commit::TAG_LINK, new_dir, ino, new_name);
+            v.fast_track_dentry(csumkit::ext4::jbd2::fast_commit::TAG_UNLINK, old_dir, ino, old_name);
+            Ok(())
+        })
+    }
+
+    /// [`rename`](Self::rename)'s work.
+    fn rename_names(
+        &mut self,
+        old_dir: u32,
+        old_name: &[u8],
+        new_dir: u32,
+        new_name: &[u8],
+        mode: RenameMode,
+    ) -> Result<(), Error> {
         let shown = |n: &[u8]| String::from_utf8_lossy(n).into_owned();
         if [old_name, new_name].iter().any(|n| *n == b"." || *n == b"..") {
             return Err(Error::Invalid("`.` and `..` cannot be renamed".into()));
@@ -134,6 +161,15 @@ impl Volume {
     /// [`Error::Permission`] (`EPERM`) for a directory; `EEXIST`;
     /// [`Error::TooManyLinks`] (`EMLINK`) past 65 000 links.
     pub fn link(&mut self, ino: u32, new_dir: u32, new_name: &[u8]) -> Result<Inode, Error> {
+        self.fast_eligible(|v| {
+            let inode = v.link_name(ino, new_dir, new_name)?;
+            v.fast_track_dentry(csumkit::ext4::jbd2::fast_commit::TAG_LINK, new_dir, ino, new_name);
+            Ok(inode)
+        })
+    }
+
+    /// [`link`](Self::link)'s work.
+    fn link_name(&mut self, ino: u32, new_dir: u32, new_name: &[u8]) -> Result<Inode, Error> {
         let inode = self.inode(ino)?;
         if inode.is_dir() {
             return Err(Error::Permission("hard links to directories are not allowed".into()));

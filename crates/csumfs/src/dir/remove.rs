@@ -24,6 +24,18 @@ impl Volume {
     /// # Errors
     /// [`Error::NotFound`], [`Error::IsDir`], [`Error::NotDir`].
     pub fn unlink(&mut self, dir: u32, name: &[u8]) -> Result<(), Error> {
+        self.fast_eligible(|v| {
+            let ino = v.fast_tracked_entry(dir, name);
+            v.unlink_name(dir, name)?;
+            if let Some(ino) = ino {
+                v.fast_track_dentry(csumkit::ext4::jbd2::fast_commit::TAG_UNLINK, dir, ino, name);
+            }
+            Ok(())
+        })
+    }
+
+    /// [`unlink`](Self::unlink)'s work.
+    fn unlink_name(&mut self, dir: u32, name: &[u8]) -> Result<(), Error> {
         let parent = self.extent_mapped_dir(dir)?;
         let entry = self.lookup(&parent, name)?;
         let inode = self.inode(entry.ino)?;

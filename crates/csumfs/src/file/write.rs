@@ -38,6 +38,11 @@ impl Volume {
     /// [`max_file_size`](Self::max_file_size), as [`Error::Io`] (nothing
     /// changed).
     pub fn write(&mut self, ino: u32, offset: u64, data: &[u8]) -> Result<Inode, Error> {
+        self.fast_eligible(|v| v.write_at(ino, offset, data))
+    }
+
+    /// [`write`](Self::write)'s work.
+    fn write_at(&mut self, ino: u32, offset: u64, data: &[u8]) -> Result<Inode, Error> {
         let mut inode = self.inode(ino)?;
         if !inode.is_file() {
             return Err(Error::IsDir(format!("inode {ino}")));

@@ -48,6 +48,16 @@ impl Volume {
     /// # Errors
     /// As [`inode`](Self::inode) and [`truncate`](Self::truncate).
     pub fn set_attr(&mut self, ino: u32, attr: SetAttr) -> Result<Inode, Error> {
+        // A directory's inode is not in a fast commit (its replay rebuilds
+        // only entries): its attributes need a full commit.
+        if self.inode(ino)?.is_dir() {
+            return self.set_attr_now(ino, attr);
+        }
+        self.fast_eligible(|v| v.set_attr_now(ino, attr))
+    }
+
+    /// [`set_attr`](Self::set_attr)'s work.
+    fn set_attr_now(&mut self, ino: u32, attr: SetAttr) -> Result<Inode, Error> {
         let mut inode = self.inode(ino)?;
         let chosen = attr.mode.is_some()
             || attr.uid.is_some()

@@ -33,6 +33,7 @@ impl Volume {
         if inode.flags & (FLAG_EXTENTS | FLAG_INLINE_DATA) != 0 || !mapped {
             return Ok(inode);
         }
+        self.fast_ineligible("a block-mapped inode migrated to extents");
         // One run per block: remapping joins those that continue on disk.
         let runs = self.runs(&inode)?;
         let indirect = self.tree_blocks(&inode)?;

@@ -51,6 +51,7 @@ impl Volume {
         }
         let at = self.inode_offset(inode.ino)?;
         self.store(at, &new)?;
+        self.fast_track_inode(inode.ino);
         let (mode, flags) = (le16(&new, I_MODE), le32(&new, I_FLAGS));
         self.synchronous |= is_synchronous(mode, flags | self.mount_sync_flags);
         self.written_inode(inode.ino, new, inode.csum_seed)

@@ -46,6 +46,26 @@ fn first_free(bitmap: &[u8], from: u64, end: u64) -> Option<u64> {
     None
 }
 
+/// The first run of disk blocks `start..start + len` that no range of
+/// `avoid` (disjoint, by start) holds.
+fn outside(start: u64, len: u64, avoid: &[(u64, u64)]) -> Option<(u64, u64)> {
+    let (mut a, end) = (start, start + len);
+    for &(s, e) in avoid {
+        if e <= a {
+            continue;
+        }
+        if s >= end {
+            break;
+        }
+        if s <= a {
+            a = e;
+            continue;
+        }
+        return Some((a, s - a));
+    }
+    (a < end).then(|| (a, end - a))
+}
+
 /// How many zero bits of `bitmap` follow from `start` (up to `end`, at
 /// most `max`); whole zero words and bytes 64 and eight bits at a time.
 fn free_run(bitmap: &[u8], start: u64, end: u64, max: u64) -> u64 {
@@ -237,18 +257,32 @@ impl Volume {
     pub(crate) fn allocate_blocks(&mut self, goal: u64, want: u64) -> Result<(u64, u64), Error> {
         let want = self.allowance(want)?;
         let min_run = want.clamp(1, 16);
-        if let Some(found) = self.allocate_run(goal, want, min_run)? {
-            return Ok(found);
-        }
-        if min_run > 1 {
-            if let Some(found) = self.allocate_run(goal, want, 1)? {
+        let avoid = self.blocks_freed_since_commit();
+        for avoid in [&avoid[..], &[]] {
+            if let Some(found) = self.allocate_run(goal, want, min_run, avoid)? {
                 return Ok(found);
+            }
+            if min_run > 1 {
+                if let Some(found) = self.allocate_run(goal, want, 1, avoid)? {
+                    return Ok(found);
+                }
+            }
+            // Only blocks freed since the last commit are left: taken after
+            // all (their data then goes through the journal).
+            if avoid.is_empty() {
+                break;
             }
         }
         Err(Error::Io { context: "block allocation".into(), source: std::io::Error::from_raw_os_error(libc::ENOSPC) })
     }
 
-    fn allocate_run(&mut self, goal: u64, want: u64, min_run: u64) -> Result<Option<(u64, u64)>, Error> {
+    fn allocate_run(
+        &mut self,
+        goal: u64,
+        want: u64,
+        min_run: u64,
+        avoid: &[(u64, u64)],
+    ) -> Result<Option<(u64, u64)>, Error> {
         let l = self.layout.clone();
         let goal_group = goal.saturating_sub(l.first_data_block) / l.blocks_per_group % l.groups;
         for step in 0..l.groups {
@@ -281,8 +315,22 @@ impl Volume {
             let found = at_goal
                 .or_else(|| tree.first_fit_in(from as u32, in_group as u32, min_run as u32))
                 .or_else(|| tree.first_fit_in(0, from as u32, min_run as u32));
-            let Some((start, free)) = found else { continue };
-            let (start, len) = (u64::from(start), u64::from(free).min(want));
+            let group_start = l.first_data_block + g * l.blocks_per_group;
+            let mut found = found;
+            let mut pick = None;
+            // Bounded: each pass moves past a free extent of the group.
+            for _ in 0..in_group {
+                let Some((s, free)) = found else { break };
+                let (s, free) = (u64::from(s), u64::from(free));
+                if let Some((a, n)) = outside(group_start + s, free.min(want), avoid) {
+                    if n >= min_run.min(free) {
+                        pick = Some((a - group_start, n));
+                        break;
+                    }
+                }
+                found = tree.first_fit_in((s + free) as u32, in_group as u32, min_run as u32);
+            }
+            let Some((start, len)) = pick else { continue };
             if cfg!(debug_assertions) || self.options.check_updates {
                 let bitmap = self.block(group.block_bitmap, &|| format!("group {g} block bitmap"))?;
                 assert_eq!(
@@ -296,6 +344,16 @@ impl Volume {
             return Ok(Some((l.first_data_block + g * l.blocks_per_group + start, len)));
         }
         Ok(None)
+    }
+
+    /// Disk blocks not to take, by start: with fast commits, those freed
+    /// since the last commit — until the free is durable they may still be
+    /// a file's after a crash, and data written into them would need a
+    /// full commit (the kernel's allocator does not reuse them either).
+    fn blocks_freed_since_commit(&self) -> Vec<(u64, u64)> {
+        let Some(redo) = self.redo.as_ref().filter(|r| r.fast.is_some()) else { return Vec::new() };
+        let (bs, page) = (self.layout.block_size, crate::store::private_map::PAGE as u64);
+        redo.freed.iter().map(|(s, e)| (s as u64 * page / bs, (e as u64 * page).div_ceil(bs))).collect()
     }
 
     /// Group `group`'s free-space tree (its first `in_group` blocks), built
@@ -447,6 +505,16 @@ mod tests {
     /// Whole words of ones or zeros are recognised, at multiples of 64 bits
     /// inside the bitmap only (the scans' results alone cannot tell: a
     /// word missed falls back to bytes).
+    #[test]
+    fn runs_outside_the_blocks_to_avoid_are_found() {
+        use super::outside;
+        assert_eq!(outside(10, 10, &[]), Some((10, 10)));
+        assert_eq!(outside(10, 10, &[(0, 5), (12, 14)]), Some((10, 2)));
+        assert_eq!(outside(10, 10, &[(8, 13), (15, 16)]), Some((13, 2)));
+        assert_eq!(outside(10, 10, &[(8, 25)]), None);
+        assert_eq!(outside(10, 10, &[(20, 30)]), Some((10, 10)));
+    }
+
     #[test]
     fn whole_words_of_one_value_are_recognised() {
         let mut bitmap = [0xFFu8; 24];

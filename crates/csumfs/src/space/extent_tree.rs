@@ -155,6 +155,9 @@ impl Volume {
             });
         }
         let tree = self.read_tree(inode)?;
+        if !inode.is_dir() {
+            self.fast_track_range(inode.ino, from, to);
+        }
         let (extents, removed) = remapped(&tree.extents, from, to, put);
         if removed.is_empty() && put.is_empty() {
             return Ok((inode.clone(), removed));

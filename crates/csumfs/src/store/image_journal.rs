@@ -18,11 +18,24 @@
 //! the same flush (a superblock naming a transaction whose commit block is
 //! not durable is a log recovery finds empty). A checkpoint, once the
 //! blocks are home and synced, moves the tail to the head.
+//!
+//! On a filesystem with `fast_commit`, an fsync may instead append a fast
+//! commit (`csumkit::ext4::jbd2::fast_commit::encode`) to the fast-commit
+//! area after the log, which recovery replays after the log's last
+//! transaction. The first since a full commit begins the area with a HEAD
+//! of the next transaction: its blocks are written with the HEAD's tag
+//! zeroed and flushed, then the HEAD, and flushed — an area whose first
+//! block does not begin with a HEAD holds nothing to replay, so a crash
+//! never leaves a HEAD without the records it covers (which the kernel
+//! takes for a corrupt journal and refuses to mount). Later ones follow
+//! after the image's data is flushed: a torn one fails its tail's checksum
+//! and recovery stops before it.
 
 use crate::error::{corrupt, Error};
 use crate::store::medium::Backing;
-use csumkit::ext4::feature_bits::{INCOMPAT_64BIT, RO_COMPAT_METADATA_CSUM};
-use csumkit::ext4::jbd2::{self, superblock_checksum, Journal, Superblock, INCOMPAT_CSUM_V3, MAGIC};
+use csumkit::ext4::feature_bits::{COMPAT_FAST_COMMIT, INCOMPAT_64BIT, RO_COMPAT_METADATA_CSUM};
+use csumkit::ext4::jbd2::INCOMPAT_FAST_COMMIT;
+use csumkit::ext4::jbd2::{self, fast_commit, superblock_checksum, Journal, Superblock, INCOMPAT_CSUM_V3, MAGIC};
 use std::collections::BTreeMap;
 
 /// The image's journal, written by this process.
@@ -49,6 +62,12 @@ pub(crate) struct ImageJournal {
     last_time: u64,
     /// Bytes written into the log so far.
     pub(crate) bytes_written: u64,
+    /// Blocks of the fast-commit area csumfs writes (0: no fast commits).
+    fast_len: u32,
+    /// Blocks of it the fast commits of transaction `next_tid` fill.
+    fast_used: u32,
+    /// Bytes written into the fast-commit area so far.
+    pub(crate) fast_bytes_written: u64,
 }
 
 impl ImageJournal {
@@ -89,6 +108,33 @@ impl ImageJournal {
             sb_bytes[0xFC..0x100].copy_from_slice(&crc.to_be_bytes());
             Superblock::parse(&sb_bytes, sb.block_size, blocks.len() as u64)?
         };
+        // The kernel's mount of a fast_commit filesystem turns the journal's
+        // fast-commit feature on (`s_num_fc_blks` as mke2fs sized it, or the
+        // default): written with the first commit, off again when the log
+        // is emptied (`write_superblock`).
+        let fast = layout.features.compat & COMPAT_FAST_COMMIT != 0;
+        let sb = if fast && sb.incompat & INCOMPAT_FAST_COMMIT == 0 {
+            let mut with = sb_bytes.clone();
+            with[0x28..0x2C].copy_from_slice(&(sb.incompat | INCOMPAT_FAST_COMMIT).to_be_bytes());
+            let crc = superblock_checksum(&with);
+            with[0xFC..0x100].copy_from_slice(&crc.to_be_bytes());
+            match Superblock::parse(&with, sb.block_size, blocks.len() as u64) {
+                Ok(parsed) => {
+                    sb_bytes = with;
+                    parsed
+                }
+                Err(_) => sb, // a journal too small for the area: full commits only
+            }
+        } else {
+            sb
+        };
+        // The area's blocks, as the kernel's `jbd2_fc_get_buf` hands them
+        // out (from one past the log's last to the journal's end), but the
+        // last: the kernel's replay reads on past a block whose fast commit
+        // is good, and past the journal's end it fails the whole recovery
+        // ("JBD2: corrupted journal superblock") — a block that is not one
+        // must end the area.
+        let fast_len = if fast && sb.fast_commit_blocks > 1 { sb.max_len - (sb.last() + 1) - 1 } else { 0 };
         Ok(Ok(ImageJournal {
             file,
             head: sb.first,
@@ -102,6 +148,9 @@ impl ImageJournal {
             copies: BTreeMap::new(),
             last_time: 0,
             bytes_written: 0,
+            fast_len,
+            fast_used: 0,
+            fast_bytes_written: 0,
         }))
     }
 
@@ -161,10 +210,17 @@ impl ImageJournal {
         move |source| Error::Io { context: context.into(), source }
     }
 
-    /// The journal superblock with `s_start` and `s_sequence`, resealed.
+    /// The journal superblock with `s_start` and `s_sequence`, resealed;
+    /// the fast-commit feature on while the log is in use, as the kernel
+    /// keeps it from mount to unmount.
     fn write_superblock(&mut self, start: u32, sequence: u32) -> Result<(), Error> {
         self.sb_bytes[0x18..0x1C].copy_from_slice(&sequence.to_be_bytes());
         self.sb_bytes[0x1C..0x20].copy_from_slice(&start.to_be_bytes());
+        if self.fast_len > 0 {
+            let incompat = u32::from_be_bytes(self.sb_bytes[0x28..0x2C].try_into().expect("four bytes"));
+            let incompat = if start == 0 { incompat & !INCOMPAT_FAST_COMMIT } else { incompat | INCOMPAT_FAST_COMMIT };
+            self.sb_bytes[0x28..0x2C].copy_from_slice(&incompat.to_be_bytes());
+        }
         let crc = superblock_checksum(&self.sb_bytes);
         self.sb_bytes[0xFC..0x100].copy_from_slice(&crc.to_be_bytes());
         self.file.write_at(self.at(0), &self.sb_bytes).map_err(Self::io("the journal superblock"))?;
@@ -210,6 +266,8 @@ impl ImageJournal {
         }
         self.head = (*commit_block + 1 - self.sb.first) % self.log_len() + self.sb.first;
         self.next_tid = tid.wrapping_add(1);
+        // The fast commits of `tid` are in it: the area begins again.
+        self.fast_used = 0;
         self.last_time = time.0;
         self.bytes_written += written.len() as u64 * u64::from(self.sb.block_size);
         Ok(())
@@ -244,6 +302,14 @@ impl ImageJournal {
     /// # Errors
     /// [`Error::Io`].
     pub(crate) fn checkpointed(&mut self, empty: bool) -> Result<(), Error> {
+        if empty && self.fast_used > 0 {
+            // Everything is home: the fast commits of `next_tid` must never
+            // be replayed, nor continued by new ones after an empty log — a
+            // later commit's blocks could end where an old one's began and
+            // lead a replay into it. The next transaction takes a new ID.
+            self.next_tid = self.next_tid.wrapping_add(1);
+            self.fast_used = 0;
+        }
         self.tail = self.head;
         self.tail_tid = self.next_tid;
         self.copies.clear();
@@ -255,10 +321,12 @@ impl ImageJournal {
         self.file.sync().map_err(Self::io("fdatasync of the image"))
     }
 
-    /// Zeroes the fast-commit area's first block when it holds anything:
-    /// e2fsck 1.47.0 fails a recovery whose fast-commit area begins with a
-    /// stale head (the kernel's scan ignores it), and a crash of this
-    /// mount leaves a log e2fsck must recover. Durable at the next flush.
+    /// Zeroes the fast-commit area when it holds anything: e2fsck 1.47.0
+    /// fails a recovery whose fast-commit area begins with a stale head
+    /// (the kernel's scan ignores it), and a crash of this mount leaves a
+    /// log e2fsck must recover; and no fast commit an earlier mount left
+    /// under a transaction ID this one reuses may follow this mount's.
+    /// Durable at the next flush.
     ///
     /// # Errors
     /// [`Error::Io`].
@@ -267,14 +335,72 @@ impl ImageJournal {
             return Ok(false);
         }
         let bs = self.sb.block_size as usize;
-        let at = self.at(self.sb.last() + 1);
-        let mut bytes = vec![0u8; bs];
-        self.file.read_at(at, &mut bytes).map_err(Self::io("the image's journal"))?;
-        if bytes.iter().all(|&b| b == 0) {
-            return Ok(false);
+        let (mut bytes, zeros) = (vec![0u8; bs], vec![0u8; bs]);
+        let mut cleared = false;
+        for block in self.sb.last() + 1..self.sb.max_len {
+            let at = self.at(block);
+            self.file.read_at(at, &mut bytes).map_err(Self::io("the image's journal"))?;
+            if bytes != zeros {
+                self.file.write_at(at, &zeros).map_err(Self::io("the image's journal"))?;
+                cleared = true;
+            }
         }
-        self.file.write_at(at, &vec![0u8; bs]).map_err(Self::io("the image's journal"))?;
-        Ok(true)
+        Ok(cleared)
+    }
+
+    /// Whether fast commits go to this journal.
+    pub(crate) fn fast_commits(&self) -> bool {
+        self.fast_len > 0
+    }
+
+    /// Fast-commit blocks free for the rest of transaction `next_tid`.
+    pub(crate) fn fast_free_blocks(&self) -> u32 {
+        self.fast_len - self.fast_used
+    }
+
+    /// Appends one fast commit of `records` to the fast-commit area and
+    /// makes it durable; `data_owed`: the image holds data written since
+    /// its last flush, which must be durable before the commit is.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for a record larger than a block; [`Error::Io`].
+    pub(crate) fn fast_commit(&mut self, records: &[fast_commit::Tlv], data_owed: bool) -> Result<(), Error> {
+        assert!(self.fast_len > 0, "fast commits need a fast-commit area");
+        let bs = self.sb.block_size as usize;
+        let head = self.fast_used == 0;
+        let blocks = fast_commit::encode(bs, self.next_tid, head, records)
+            .map_err(|e| Error::Invalid(format!("a fast commit: {e}")))?;
+        assert!(
+            blocks.len() as u32 <= self.fast_free_blocks(),
+            "the room for a fast commit is checked when it is staged"
+        );
+        if self.start_on_disk == 0 {
+            // Recovery looks for fast commits only after a log in use.
+            self.write_superblock(self.head, self.next_tid)?;
+        }
+        let first = self.sb.last() + 1 + self.fast_used;
+        let io = Self::io("the image's journal's fast-commit area");
+        if head {
+            let mut unheaded = blocks[0].clone();
+            unheaded[..4].fill(0);
+            self.file.write_at(self.at(first), &unheaded).map_err(&io)?;
+        } else {
+            if data_owed {
+                self.file.sync().map_err(Self::io("fdatasync of the image"))?;
+            }
+            self.file.write_at(self.at(first), &blocks[0]).map_err(&io)?;
+        }
+        for (i, block) in blocks.iter().enumerate().skip(1) {
+            self.file.write_at(self.at(first + i as u32), block).map_err(&io)?;
+        }
+        self.file.sync().map_err(Self::io("fdatasync of the image"))?;
+        if head {
+            self.file.write_at(self.at(first), &blocks[0]).map_err(&io)?;
+            self.file.sync().map_err(Self::io("fdatasync of the image"))?;
+        }
+        self.fast_used += blocks.len() as u32;
+        self.fast_bytes_written += (blocks.len() * bs) as u64;
+        Ok(())
     }
 }
 

@@ -29,6 +29,10 @@ struct Staged {
     records: Vec<Vec<u8>>,
     /// The image journal's copies: (filesystem block, its bytes).
     copies: Vec<(u64, Vec<u8>)>,
+    /// Or a fast commit's records for its fast-commit area, and the
+    /// blocks they take at most.
+    fast: Vec<csumkit::ext4::jbd2::fast_commit::Tlv>,
+    fast_blocks: u32,
     /// Records already appended (an append that failed resumes here:
     /// replay applies a commit once its last record is whole, and the
     /// parts appended twice carry the same bytes).
@@ -84,7 +88,12 @@ impl Writer {
                 log.free_bytes().saturating_sub(staged)
             }
             Log::Image(journal) => {
-                let staged: u64 = self.staged.iter().map(|s| journal.blocks_for(s.copies.len())).sum();
+                let staged: u64 = self
+                    .staged
+                    .iter()
+                    .filter(|s| !s.copies.is_empty())
+                    .map(|s| journal.blocks_for(s.copies.len()))
+                    .sum();
                 (u64::from(journal.free_blocks()).saturating_sub(staged)) * journal.block_bytes()
             }
         }
@@ -115,7 +124,42 @@ impl Writer {
     ) {
         let last = self.staged.back().map_or(self.durable, |s| s.number);
         assert_eq!(number, last + 1, "commits are staged in order");
-        self.staged.push_back(Staged { number, records, copies, appended: 0, data_first, datasums });
+        let (fast, fast_blocks) = (Vec::new(), 0);
+        self.staged.push_back(Staged { number, records, copies, fast, fast_blocks, appended: 0, data_first, datasums });
+    }
+
+    /// Queues commit `number` as a fast commit of `records` into the
+    /// image journal's fast-commit area, when they fit the room the
+    /// commits staged before it leave (counted as if none of them began
+    /// the area again). Whether it was staged.
+    pub(crate) fn stage_fast(
+        &mut self,
+        number: u64,
+        records: Vec<csumkit::ext4::jbd2::fast_commit::Tlv>,
+        data_first: bool,
+    ) -> bool {
+        let Log::Image(journal) = &self.log else { return false };
+        let bs = journal.block_bytes() as usize;
+        // Encoded with a head: never fewer blocks than without one.
+        let Ok(blocks) = csumkit::ext4::jbd2::fast_commit::encode(bs, 0, true, &records) else { return false };
+        let staged: u32 = self.staged.iter().map(|s| s.fast_blocks).sum();
+        if staged + blocks.len() as u32 > journal.fast_free_blocks() {
+            return false;
+        }
+        let last = self.staged.back().map_or(self.durable, |s| s.number);
+        assert_eq!(number, last + 1, "commits are staged in order");
+        let fast_blocks = blocks.len() as u32;
+        self.staged.push_back(Staged {
+            number,
+            records: Vec::new(),
+            copies: Vec::new(),
+            fast: records,
+            fast_blocks,
+            appended: 0,
+            data_first,
+            datasums: 0,
+        });
+        true
     }
 
     /// Makes every staged commit up to `number` durable: one image sync
@@ -126,31 +170,16 @@ impl Writer {
             return Ok(());
         }
         let through: Vec<&Staged> = self.staged.iter().take_while(|s| s.number <= number).collect();
-        // A transaction in the image's journal flushes the image's data
-        // with its own blocks.
-        let carried = matches!(self.log, Log::Image(_)) && through.iter().any(|s| !s.copies.is_empty());
-        if through.iter().any(|s| s.data_first) && !carried {
+        let data_owed = through.iter().any(|s| s.data_first);
+        if let Log::Image(_) = self.log {
+            return self.flush_image_journal_through(number, data_owed);
+        }
+        if data_owed {
             (self.image_sync)().map_err(|source| Error::Io { context: "fdatasync of the image".into(), source })?;
             // Every staged commit's data was written before it was staged.
             self.staged.iter_mut().for_each(|s| s.data_first = false);
         }
-        let log = match &mut self.log {
-            Log::Bytes(log) => log,
-            Log::Image(journal) => {
-                while let Some(front) = self.staged.front_mut().filter(|s| s.number <= number) {
-                    if !front.copies.is_empty() {
-                        let before = journal.bytes_written;
-                        journal.commit(&front.copies)?;
-                        Stats::bump(&self.stats.log_commits);
-                        Stats::add(&self.stats.log_commit_bytes, journal.bytes_written - before);
-                        Stats::add(&self.stats.log_records, front.copies.len() as u64);
-                    }
-                    self.durable = front.number;
-                    self.staged.pop_front();
-                }
-                return Ok(());
-            }
-        };
+        let Log::Bytes(log) = &mut self.log else { unreachable!("the image's journal returned above") };
         while let Some(front) = self.staged.front_mut().filter(|s| s.number <= number) {
             let before = log.stats().bytes_persisted;
             let last = front.records.len().wrapping_sub(1);
@@ -169,6 +198,38 @@ impl Writer {
             self.staged.pop_front();
         }
         assert!(self.durable >= number, "commit {number} was staged");
+        Ok(())
+    }
+
+    /// [`flush_through`](Self::flush_through) into the image's journal:
+    /// each transaction's first flush, and each fast commit's, makes the
+    /// data written before it durable too (every staged commit's data was
+    /// written before it was staged); data owed past the last of them is
+    /// flushed on its own.
+    fn flush_image_journal_through(&mut self, number: u64, mut data_owed: bool) -> Result<(), Error> {
+        let Log::Image(journal) = &mut self.log else { unreachable!("called for the image's journal") };
+        while let Some(front) = self.staged.front_mut().filter(|s| s.number <= number) {
+            if !front.copies.is_empty() {
+                let before = journal.bytes_written;
+                journal.commit(&front.copies)?;
+                data_owed = false;
+                Stats::bump(&self.stats.log_commits);
+                Stats::add(&self.stats.log_commit_bytes, journal.bytes_written - before);
+                Stats::add(&self.stats.log_records, front.copies.len() as u64);
+            } else if !front.fast.is_empty() {
+                let before = journal.fast_bytes_written;
+                journal.fast_commit(&front.fast, data_owed)?;
+                data_owed = false;
+                Stats::bump(&self.stats.fast_commits);
+                Stats::add(&self.stats.log_commit_bytes, journal.fast_bytes_written - before);
+                Stats::add(&self.stats.log_records, front.fast.len() as u64);
+            }
+            self.durable = front.number;
+            self.staged.pop_front();
+        }
+        if data_owed {
+            (self.image_sync)().map_err(|source| Error::Io { context: "fdatasync of the image".into(), source })?;
+        }
         Ok(())
     }
 

@@ -135,6 +135,9 @@ pub(crate) struct Redo {
     pub(crate) needs: u64,
     /// Commits go to the image's own journal, not a ByteLog.
     pub(crate) in_image: bool,
+    /// With fast commits into the image journal's fast-commit area: what
+    /// the next one carries (`txn/fast_commit_write.rs`).
+    pub(crate) fast: Option<crate::txn::fast_commit_write::FastTrack>,
 }
 
 /// A sync begun by [`Volume::start_sync`](crate::Volume::start_sync): wait for it without the
@@ -558,6 +561,9 @@ impl Redo {
         }
         self.pending.push((at, at + len));
         self.pending_bytes += len;
+        if let Some(fast) = &mut self.fast {
+            fast.noted();
+        }
         self.touched.extend(at / PAGE..=(at + len - 1) / PAGE);
     }
 
@@ -622,7 +628,26 @@ impl Redo {
                 (b as u64, copy)
             })
             .collect();
+        if let Some(fast) = &mut self.fast {
+            fast.full_commit();
+        }
         self.stage(ranges, Vec::new(), copies, 0)
+    }
+
+    /// Stages a fast commit of `records` into the image journal's
+    /// fast-commit area: the pending ranges stay pending — the next full
+    /// commit logs their blocks — as do the frees, durable with it.
+    /// `Ok(false)`: the area's room lacks it (nothing changed).
+    pub(crate) fn commit_fast(&mut self, records: Vec<csumkit::ext4::jbd2::fast_commit::Tlv>) -> Result<bool, Error> {
+        assert!(self.logged_data.is_empty(), "data that went through the journal needs a full commit");
+        self.mark()?;
+        let data_first = self.data_unsynced;
+        if !self.writer().stage_fast(self.staged + 1, records, data_first) {
+            return Ok(false);
+        }
+        self.staged += 1;
+        self.data_unsynced = false;
+        Ok(true)
     }
 
     /// Marks the image, stages commit `staged + 1` (a ByteLog's `records`
@@ -955,6 +980,7 @@ mod tests {
             log_bytes: 64 << 10,
             needs: 0,
             in_image: false,
+            fast: None,
         }
     }
 

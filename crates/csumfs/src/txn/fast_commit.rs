@@ -89,6 +89,11 @@ impl Volume {
                 Record::Unlink { parent, ino, name } => {
                     if self.replay_unlink(*parent, *ino, name)? {
                         self.add_links(*ino, -1)?;
+                        if self.inode(*ino)?.links == 0 {
+                            // Freed now, as the kernel's replay evicts it: a
+                            // later record may give the number a new inode.
+                            self.replay_finish_inode(*ino)?;
+                        }
                     }
                     touched.insert(*ino);
                 }
@@ -115,7 +120,12 @@ impl Volume {
             return Err(bad(format!("inode {ino}: {} logged bytes", logged.len())));
         }
         let at = self.inode_offset(ino)?;
+        let free = !self.inode_in_use(ino)?;
         let mut raw = self.bytes(at, size, &|| format!("inode {ino}"))?.to_vec();
+        if free {
+            // A free inode's old mapping is no one's: the records build a new one.
+            raw[I_BLOCK..I_BLOCK + 60].fill(0);
+        }
         raw[..I_BLOCK].copy_from_slice(&logged[..I_BLOCK]);
         raw[I_GENERATION..logged.len()].copy_from_slice(&logged[I_GENERATION..]);
         let flags = le32(&raw, I_FLAGS);
@@ -232,6 +242,9 @@ impl Volume {
     /// block), every mapped block in use; an inode left without links freed.
     fn replay_finish_inode(&mut self, ino: u32) -> Result<(), Error> {
         let Ok(inode) = self.inode(ino) else { return Ok(()) };
+        if inode.links == 0 && !self.inode_in_use(ino)? {
+            return Ok(()); // freed already, by its last unlink
+        }
         let mapped = inode.flags & FLAG_INLINE_DATA == 0 && inode.flags & FLAG_EXTENTS != 0;
         let (runs, tree) =
             if mapped { (self.runs(&inode)?, self.tree_blocks(&inode)?) } else { (Vec::new(), Vec::new()) };
@@ -257,6 +270,18 @@ impl Volume {
             put16(r, I_BLOCKS_HIGH, (sectors >> 32) as u16);
         })?;
         Ok(())
+    }
+
+    /// Whether inode `ino`'s bit is set in its group's bitmap.
+    fn inode_in_use(&mut self, ino: u32) -> Result<bool, Error> {
+        let l = self.layout.clone();
+        let (g, index) = l.inode_group(u64::from(ino));
+        let group = l.group(&self.map, g)?;
+        if group.inode_uninit() {
+            return Ok(false);
+        }
+        let bitmap = self.block(group.inode_bitmap, &|| format!("group {g} inode bitmap"))?;
+        Ok(bitmap[(index / 8) as usize] >> (index % 8) & 1 == 1)
     }
 
     /// Inode `ino` marked in use in its group, counted as the kernel's

@@ -6,6 +6,7 @@
 
 pub(crate) mod datasum;
 pub(crate) mod fast_commit;
+pub(crate) mod fast_commit_write;
 pub(crate) mod group_sync;
 pub(crate) mod journal;
 pub(crate) mod journaled;

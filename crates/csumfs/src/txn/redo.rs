@@ -233,6 +233,7 @@ impl Volume {
     ) -> Result<(), Error> {
         let image_sync = backing.sync_handle().map_err(io("duplicating the image's descriptor"))?;
         let in_image = matches!(log, Log::Image(_));
+        let fast = matches!(&log, Log::Image(j) if j.fast_commits()).then(Default::default);
         let redo = Redo {
             writer: Arc::new(Mutex::new(Writer::new(log, image_sync, self.stats.clone()))),
             staged: 0,
@@ -257,6 +258,7 @@ impl Volume {
             log_bytes,
             needs: 0,
             in_image,
+            fast,
         };
         self.redo = Some(redo);
         self.data_path = DataPath::Log { pi: self.data_path == DataPath::Pi };
@@ -284,7 +286,10 @@ impl Volume {
     /// otherwise.
     pub(crate) fn store_logged_data(&mut self, at: usize, new: &[u8]) -> Result<(), Error> {
         let redo = log(&mut self.redo);
-        if new.len() <= PAGE && redo.pending_data + new.len() <= LOGGED_DATA_BYTES {
+        // With fast commits, data goes in place as the kernel's does: a
+        // fast commit names blocks, it cannot carry their bytes.
+        let small = new.len() <= PAGE && redo.pending_data + new.len() <= LOGGED_DATA_BYTES;
+        if small && redo.fast.is_none() {
             return self.store_data_in_log(at, new);
         }
         let mut pieces: Vec<(usize, usize, bool)> = Vec::new();
@@ -334,14 +339,25 @@ impl Volume {
     /// The log's part of `sync`: one commit, made durable before this
     /// returns.
     pub(crate) fn sync_logged(&mut self) -> Result<(), Error> {
-        let durable = self.start_sync_logged()?.wait()?;
+        let durable = self.start_sync_logged(false)?.wait()?;
         self.finish_sync(durable)
     }
 
-    /// The log's part of [`start_sync`](Self::start_sync).
-    fn start_sync_logged(&mut self) -> Result<PendingSync, Error> {
+    /// The log's part of [`start_sync`](Self::start_sync); `fast`: a fast
+    /// commit may carry it (an fsync's, not a commit that time or size
+    /// called for: those are full, as the kernel's are).
+    fn start_sync_logged(&mut self, fast: bool) -> Result<PendingSync, Error> {
         if !self.logged() {
             return Ok(PendingSync::done());
+        }
+        if fast && self.stage_fast_commit()? {
+            let redo = log_ref(&self.redo);
+            let sums_version = self.datasums.as_ref().map_or(0, DataSums::version);
+            return Ok(PendingSync {
+                writer: Some(redo.writer.clone()),
+                number: redo.staged,
+                versions: Versions { freed: redo.freed_version, sums: sums_version },
+            });
         }
         if !self.stage_commit()? {
             self.checkpoint_now(false, true)?;
@@ -367,7 +383,7 @@ impl Volume {
     /// As `sync`.
     pub fn start_sync(&mut self) -> Result<PendingSync, Error> {
         match self.data_path {
-            DataPath::Log { .. } => self.start_sync_logged(),
+            DataPath::Log { .. } => self.start_sync_logged(true),
             DataPath::InPlace | DataPath::Pi => {
                 self.sync_in_place()?;
                 Ok(PendingSync::done())
@@ -478,6 +494,36 @@ impl Volume {
         let ranges: Vec<(usize, usize)> = pages.iter().map(|&p| (p * PAGE, (p + 1) * PAGE)).collect();
         self.hand_back(&merged(&ranges));
         Ok(())
+    }
+
+    /// Stages the changes since the last commit as a fast commit when one
+    /// can carry them and the fast-commit area has room (else the caller
+    /// makes a full commit). With nothing changed since the last fast
+    /// commit, only the data written since waits: its flush alone. Whether
+    /// it staged.
+    fn stage_fast_commit(&mut self) -> Result<bool, Error> {
+        let redo = log_ref(&self.redo);
+        if redo.fast.is_none() || redo.pending.is_empty() {
+            return Ok(false);
+        }
+        let Some(records) = self.fast_records()? else {
+            Stats::bump(&self.stats.fast_commit_fallbacks);
+            return Ok(false);
+        };
+        let redo = log(&mut self.redo);
+        if records.is_empty() {
+            if std::mem::take(&mut redo.data_unsynced) {
+                redo.staged += 1;
+                redo.writer().stage(redo.staged, Vec::new(), Vec::new(), true, 0);
+            }
+            return Ok(true);
+        }
+        if !redo.commit_fast(records)? {
+            Stats::bump(&self.stats.fast_commit_fallbacks);
+            return Ok(false);
+        }
+        self.fast_committed();
+        Ok(true)
     }
 
     /// Stages the pending changes as one commit, first making room when

@@ -155,6 +155,10 @@ impl Volume {
         }
         if !ok {
             let records = undo.pending().map_err(|detail| crate::error::corrupt("undo log", detail))?;
+            if !records.is_empty() {
+                // What a fast commit would carry may describe what was undone.
+                self.fast_ineligible("an operation undone");
+            }
             self.put_back(&records)?;
             // Data blocks put back have their old bytes again: their
             // checksums too.

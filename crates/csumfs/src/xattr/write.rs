@@ -288,6 +288,7 @@ impl Volume {
     /// Lays `entries` out (in the inode as far as they fit, the rest in
     /// the inode's own block) and writes both.
     pub(crate) fn store_xattrs(&mut self, inode: &Inode, entries: Vec<Entry>) -> Result<Inode, Error> {
+        self.fast_ineligible("an xattr changed");
         let bs = self.layout.block_size as usize;
         let region = inode.raw.len() - 128 - inode.extra_isize();
         let charge = |v: &Self, list: &[Entry]| -> u64 {

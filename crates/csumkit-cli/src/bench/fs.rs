@@ -34,7 +34,7 @@ pub struct FsArgs {
     /// A reduced run for CI (fewer operations, smaller files).
     #[arg(long)]
     quick: bool,
-    /// Only these systems (default: all), by key: csumfs-journal, csumfs, csumfs-pi,
+    /// Only these systems (default: all), by key: csumfs-journal, csumfs-fast-commit, csumfs, csumfs-pi,
     /// csumfs-datasum-off, csumfs-pmem-log, csumfs-full, csumfs-dev-fuse, fuse2fs, kernel,
     /// kernel-fast-commit.
     #[arg(long, value_delimiter = ',', value_parser = System::parse)]
@@ -59,6 +59,8 @@ pub fn run(args: &FsArgs) -> ExitCode {
 enum System {
     /// The default: commits in the image's own jbd2 journal.
     CsumfsJournal,
+    /// The default on a fast_commit image: fsyncs as kernel fast commits.
+    CsumfsFastCommit,
     /// A journal-less image: commits in the ByteLog file beside it.
     Csumfs,
     CsumfsPi,
@@ -73,8 +75,9 @@ enum System {
 }
 
 impl System {
-    const ALL: [System; 10] = [
+    const ALL: [System; 11] = [
         System::CsumfsJournal,
+        System::CsumfsFastCommit,
         System::Csumfs,
         System::CsumfsDevFuse,
         System::CsumfsPi,
@@ -89,6 +92,7 @@ impl System {
     fn name(self) -> &'static str {
         match self {
             System::CsumfsJournal => "csumfs (jbd2 journal in the image)",
+            System::CsumfsFastCommit => "csumfs fast_commit (+ kernel fast commits)",
             System::Csumfs => "csumfs ByteLog file (no journal)",
             System::CsumfsPi => "csumfs pi=4096+8 (PI, no checksum tree)",
             System::CsumfsNoDatasum => "csumfs datasum=off",
@@ -104,6 +108,7 @@ impl System {
     fn key(self) -> &'static str {
         match self {
             System::CsumfsJournal => "csumfs-journal",
+            System::CsumfsFastCommit => "csumfs-fast-commit",
             System::Csumfs => "csumfs",
             System::CsumfsPi => "csumfs-pi",
             System::CsumfsNoDatasum => "csumfs-datasum-off",
@@ -130,7 +135,7 @@ impl System {
     fn features(self) -> &'static str {
         match self {
             System::Kernel | System::CsumfsJournal => "metadata_csum",
-            System::KernelFastCommit => "metadata_csum,fast_commit",
+            System::KernelFastCommit | System::CsumfsFastCommit => "metadata_csum,fast_commit",
             _ => "metadata_csum,^has_journal",
         }
     }
@@ -169,6 +174,7 @@ fn daemon_running(image: &Path) -> bool {
 fn mount(system: System, image: &Path, mnt: &Path) -> Result<(), String> {
     match system {
         System::CsumfsJournal
+        | System::CsumfsFastCommit
         | System::Csumfs
         | System::CsumfsPi
         | System::CsumfsNoDatasum
@@ -177,7 +183,9 @@ fn mount(system: System, image: &Path, mnt: &Path) -> Result<(), String> {
         | System::CsumfsDevFuse => {
             let exe = std::env::current_exe().map_err(|e| e.to_string())?;
             let options = match system {
-                System::CsumfsJournal => "csum=incremental,datasum=on,log=journal".to_string(),
+                System::CsumfsJournal | System::CsumfsFastCommit => {
+                    "csum=incremental,datasum=on,log=journal".to_string()
+                }
                 System::Csumfs => "csum=incremental,datasum=on".to_string(),
                 System::CsumfsPi => "csum=incremental,pi=4096+8".to_string(),
                 System::CsumfsNoDatasum => "csum=incremental,datasum=off".to_string(),

@@ -251,3 +251,138 @@ fn stop_or(found: FastCommits, error: Error) -> Result<FastCommits, Error> {
         Err(error)
     }
 }
+
+/// One record to write: its tag and value.
+pub type Tlv = (u16, Vec<u8>);
+
+/// `EXT4_FC_TAG_BASE_LEN` plus a tail's value: the room a fast commit
+/// keeps for its tail.
+const TAIL_RECORD: usize = TAG_BASE + 8;
+
+/// The fast-commit blocks of one fast commit of transaction `tid`, laid
+/// out as the kernel's commit lays them (`ext4_fc_reserve_space`,
+/// `ext4_fc_write_tail`): a HEAD first when `head` (the first fast commit
+/// since the last full one), then `records` (tag, value) back to back,
+/// none split across blocks — every record leaves room for a PAD after
+/// it, and one that does not fit the rest of a block follows a PAD to the
+/// block's end — then a TAIL whose length runs to the end of its block,
+/// carrying `tid` and the CRC32C of everything from the head (or the first
+/// record) to it, so that the next fast commit begins a block.
+///
+/// # Errors
+/// [`Error::Invalid`] for a record too large for one block.
+pub fn encode(block_size: usize, tid: u32, head: bool, records: &[Tlv]) -> Result<Vec<Vec<u8>>, Error> {
+    let mut out = Encoder { block_size, blocks: vec![vec![0u8; block_size]], off: 0, crc: 0 };
+    if head {
+        let mut value = vec![0u8; 8];
+        value[4..8].copy_from_slice(&tid.to_le_bytes());
+        out.add(TAG_HEAD, &value)?;
+    }
+    for (tag, value) in records {
+        out.add(*tag, value)?;
+    }
+    out.tail(tid);
+    Ok(out.blocks)
+}
+
+struct Encoder {
+    block_size: usize,
+    blocks: Vec<Vec<u8>>,
+    /// Where the next record goes in the last block.
+    off: usize,
+    crc: u32,
+}
+
+impl Encoder {
+    /// Room for `len` bytes of record in the last block, a PAD and a new
+    /// block first if it lacks them (`ext4_fc_reserve_space`): a record
+    /// must leave room for a PAD's tag and length after it.
+    fn reserve(&mut self, len: usize) -> Result<(), Error> {
+        if len + TAG_BASE > self.block_size {
+            return Err(Error::Invalid {
+                what: "fast commit",
+                detail: format!("a record of {len} bytes does not fit a {}-byte block", self.block_size),
+            });
+        }
+        let pad = self.block_size - TAG_BASE - self.off;
+        if len <= pad {
+            return Ok(());
+        }
+        let block = self.blocks.last_mut().expect("one block at least");
+        block[self.off..self.off + 2].copy_from_slice(&TAG_PAD.to_le_bytes());
+        block[self.off + 2..self.off + 4].copy_from_slice(&(pad as u16).to_le_bytes());
+        self.crc = crc32c::raw_update(self.crc, &block[self.off..self.off + TAG_BASE + pad]);
+        self.blocks.push(vec![0u8; self.block_size]);
+        self.off = 0;
+        Ok(())
+    }
+
+    fn add(&mut self, tag: u16, value: &[u8]) -> Result<(), Error> {
+        assert!(value.len() <= usize::from(u16::MAX), "a record's length fits its le16");
+        self.reserve(TAG_BASE + value.len())?;
+        let block = self.blocks.last_mut().expect("one block at least");
+        let at = self.off;
+        block[at..at + 2].copy_from_slice(&tag.to_le_bytes());
+        block[at + 2..at + 4].copy_from_slice(&(value.len() as u16).to_le_bytes());
+        block[at + TAG_BASE..at + TAG_BASE + value.len()].copy_from_slice(value);
+        self.crc = crc32c::raw_update(self.crc, &block[at..at + TAG_BASE + value.len()]);
+        self.off += TAG_BASE + value.len();
+        Ok(())
+    }
+
+    fn tail(&mut self, tid: u32) {
+        self.reserve(TAIL_RECORD).expect("a tail fits any block");
+        let block = self.blocks.last_mut().expect("one block at least");
+        let at = self.off;
+        // The value runs to the block's end: the next fast commit begins
+        // in a block of its own.
+        let len = self.block_size - at - TAG_BASE;
+        block[at..at + 2].copy_from_slice(&TAG_TAIL.to_le_bytes());
+        block[at + 2..at + 4].copy_from_slice(&(len as u16).to_le_bytes());
+        block[at + 4..at + 8].copy_from_slice(&tid.to_le_bytes());
+        let crc = crc32c::raw_update(self.crc, &block[at..at + 8]);
+        block[at + 8..at + 12].copy_from_slice(&crc.to_le_bytes());
+    }
+}
+
+/// An `ADD_RANGE` value: file blocks `lblk..lblk + len` of `ino` at disk
+/// blocks from `pblk` (`len` at most 32 768, or 32 767 when `unwritten`).
+pub fn add_range(ino: u32, lblk: u32, len: u16, pblk: u64, unwritten: bool) -> Tlv {
+    assert!(len > 0 && (len <= 32768 && !unwritten || len < 32768), "an extent's length");
+    let mut v = vec![0u8; 16];
+    v[0..4].copy_from_slice(&ino.to_le_bytes());
+    v[4..8].copy_from_slice(&lblk.to_le_bytes());
+    let ee_len = if unwritten { len + 32768 } else { len };
+    v[8..10].copy_from_slice(&ee_len.to_le_bytes());
+    v[10..12].copy_from_slice(&((pblk >> 32) as u16).to_le_bytes());
+    v[12..16].copy_from_slice(&(pblk as u32).to_le_bytes());
+    (TAG_ADD_RANGE, v)
+}
+
+/// A `DEL_RANGE` value: file blocks `lblk..lblk + len` of `ino` unmapped.
+pub fn del_range(ino: u32, lblk: u32, len: u32) -> Tlv {
+    let mut v = Vec::with_capacity(12);
+    for word in [ino, lblk, len] {
+        v.extend_from_slice(&word.to_le_bytes());
+    }
+    (TAG_DEL_RANGE, v)
+}
+
+/// A `CREAT`, `LINK` or `UNLINK` value: `name` of `ino` in `parent`.
+pub fn dentry(tag: u16, parent: u32, ino: u32, name: &[u8]) -> Tlv {
+    assert!(matches!(tag, TAG_CREAT | TAG_LINK | TAG_UNLINK) && (1..=255).contains(&name.len()));
+    let mut v = Vec::with_capacity(8 + name.len());
+    v.extend_from_slice(&parent.to_le_bytes());
+    v.extend_from_slice(&ino.to_le_bytes());
+    v.extend_from_slice(name);
+    (tag, v)
+}
+
+/// An `INODE` value: inode `ino`'s `raw` bytes (128 and its
+/// `i_extra_isize`).
+pub fn inode(ino: u32, raw: &[u8]) -> Tlv {
+    let mut v = Vec::with_capacity(4 + raw.len());
+    v.extend_from_slice(&ino.to_le_bytes());
+    v.extend_from_slice(raw);
+    (TAG_INODE, v)
+}

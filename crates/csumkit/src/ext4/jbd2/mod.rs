@@ -349,7 +349,10 @@ impl Journal {
     }
 
     /// The bytes of journal block `i`.
-    fn block<'a>(&self, image: &'a [u8], i: u32) -> Result<&'a [u8], Error> {
+    ///
+    /// # Errors
+    /// [`Error::Corrupt`] for a block past the journal or the image.
+    pub fn block<'a>(&self, image: &'a [u8], i: u32) -> Result<&'a [u8], Error> {
         let bs = self.superblock.block_size as usize;
         let at = *self.blocks.get(i as usize).ok_or_else(|| Error::Corrupt {
             location: format!("journal block {i}"),
