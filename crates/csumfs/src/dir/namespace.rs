@@ -43,22 +43,7 @@ impl Volume {
         new_name: &[u8],
         mode: RenameMode,
     ) -> Result<(), Error> {
-        // As the kernel's rename: a non-directory's is a link and an
-        // unlink (after the target's unlink); a directory's, or an
-        // exchange, needs a full commit.
-        let source = self.fast_tracked_entry(old_dir, old_name);
-        let target = self.fast_tracked_entry(new_dir, new_name);
-        let plain = source.is_some_and(|ino| self.inode(ino).is_ok_and(|i| !i.is_dir()));
-        if mode == RenameMode::Exchange || !plain || source == target {
-            return self.rename_names(old_dir, old_name, new_dir, new_name, mode);
-        }
-        let ino = source.expect("checked above");
-        self.fast_eligible(|v| {
-            v.rename_names(old_dir, old_name, new_dir, new_name, mode)?;
-            v.fast_track_dentry(csumkit::ext4::jbd2::fast_commit::TAG_LINK, new_dir, ino, new_name);
-            v.fast_track_dentry(csumkit::ext4::jbd2::fast_commit::TAG_UNLINK, old_dir, ino, old_name);
-            Ok(())
-        })
+        self.fast_eligible(|v| v.rename_names(old_dir, old_name, new_dir, new_name, mode))
     }
 
     /// [`rename`](Self::rename)'s work.
@@ -104,6 +89,7 @@ impl Volume {
         match (mode, target) {
             (RenameMode::Exchange, None) => Err(Error::NotFound(shown(new_name))),
             (RenameMode::Exchange, Some(target)) => {
+                self.fast_ineligible("two names exchanged");
                 self.set_entry(&from_dir, old_name, target.ino, file_type(target.mode))?;
                 self.set_entry(&self.inode(new_dir)?, new_name, source.ino, file_type(source.mode))?;
                 if old_dir != new_dir {
@@ -140,6 +126,16 @@ impl Volume {
                 // Found again, not where the lookup above found it: in one
                 // directory, the add may have split the leaf that held it.
                 self.remove_entry(&self.inode(old_dir)?, old_name)?;
+                // As the kernel's rename: a non-directory's is a link and
+                // an unlink (after the target's unlink, tracked by it); a
+                // directory's needs a full commit.
+                if source.is_dir() {
+                    self.fast_ineligible("a directory renamed");
+                } else {
+                    use csumkit::ext4::jbd2::fast_commit::{TAG_LINK, TAG_UNLINK};
+                    self.fast_track_dentry(TAG_LINK, new_dir, source.ino, new_name);
+                    self.fast_track_dentry(TAG_UNLINK, old_dir, source.ino, old_name);
+                }
                 if source.is_dir() && old_dir != new_dir {
                     self.set_entry(&self.inode(source.ino)?, b"..", new_dir, 2)?;
                     self.touch_dir(old_dir, -1)?;

@@ -24,14 +24,7 @@ impl Volume {
     /// # Errors
     /// [`Error::NotFound`], [`Error::IsDir`], [`Error::NotDir`].
     pub fn unlink(&mut self, dir: u32, name: &[u8]) -> Result<(), Error> {
-        self.fast_eligible(|v| {
-            let ino = v.fast_tracked_entry(dir, name);
-            v.unlink_name(dir, name)?;
-            if let Some(ino) = ino {
-                v.fast_track_dentry(csumkit::ext4::jbd2::fast_commit::TAG_UNLINK, dir, ino, name);
-            }
-            Ok(())
-        })
+        self.fast_eligible(|v| v.unlink_name(dir, name))
     }
 
     /// [`unlink`](Self::unlink)'s work.
@@ -44,6 +37,7 @@ impl Volume {
             return Err(Error::IsDir(String::from_utf8_lossy(name).into_owned()));
         }
         self.remove_entry(&parent, name)?;
+        self.fast_track_dentry(csumkit::ext4::jbd2::fast_commit::TAG_UNLINK, dir, entry.ino, name);
         self.touch_dir(dir, 0)?;
         self.drop_link(inode)
     }

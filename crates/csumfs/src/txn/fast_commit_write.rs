@@ -115,14 +115,6 @@ impl Volume {
         }
     }
 
-    /// The inode `dir`'s entry `name` names, when fast commits are
-    /// tracked (`None` otherwise, or when there is none).
-    pub(crate) fn fast_tracked_entry(&mut self, dir: u32, name: &[u8]) -> Option<u32> {
-        self.fast_track()?;
-        let dir = self.inode(dir).ok()?;
-        self.lookup(&dir, name).ok().map(|e| e.ino)
-    }
-
     /// Name `name` of `ino` in `dir` added (`tag` CREAT or LINK) or
     /// removed (UNLINK).
     pub(crate) fn fast_track_dentry(&mut self, tag: u16, dir: u32, ino: u32, name: &[u8]) {
