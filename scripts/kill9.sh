@@ -17,7 +17,9 @@
 # FEATURES=... sets mke2fs -O (metadata_csum,^has_journal: the ByteLog beside
 # the image; the kernel's and e2fsck's recoveries are then not asked;
 # metadata_csum,fast_commit: fsyncs as fast commits, which e2fsck 1.47.0
-# cannot replay — the kernel and csumfs recover those).
+# cannot replay — the kernel and csumfs recover those; with MOUNT_OPTS="-o
+# bytelog" the ByteLog in the fast-commit area, which the kernel must refuse
+# until csumfs's next mount replays it).
 root=$(cd "$(dirname "$0")/.." && pwd)
 features=${FEATURES:-metadata_csum}
 # Every file whose fsync returned, under the mount or tree at $1 (workload
@@ -116,6 +118,14 @@ PY
   sleep 0.$((RANDOM % 9 + 1))
   kill -9 $pid; wait $pid 2>/dev/null; kill "${wls[@]}" 2>/dev/null; wait "${wls[@]}" 2>/dev/null
   fusermount3 -uz $d/m 2>/dev/null
+  if [[ $MOUNT_OPTS == *bytelog* ]]; then
+    # The ByteLog in the fast-commit area holds changes: the kernel must refuse.
+    cp --sparse=always $d/img $d/kernel.img; mkdir -p $d/k
+    if mount -t ext4 -o loop,ro $d/kernel.img $d/k 2>/dev/null; then
+      umount $d/k; echo "run $run: the kernel mounted an image whose ByteLog holds changes"; lost=$((lost+1))
+    fi
+    rm -f $d/kernel.img
+  fi
   journaled=0
   if [ -z "$MOUNT_OPTS" ] && [[ $features != *^has_journal* ]]; then
     journaled=1; kernel_tree=; e2fsck_tree=

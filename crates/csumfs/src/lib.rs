@@ -55,7 +55,7 @@ pub use csumkit::ext4::hash;
 pub use dir::namespace::RenameMode;
 pub use dir::read::{DirEntry, SYMLINK_HOPS_MAX};
 pub use error::Error;
-pub use format::features::{cleanly_unmounted, LOG_PENDING, UNDO_PENDING};
+pub use format::features::{cleanly_unmounted, FC_BYTELOG, LOG_PENDING, UNDO_PENDING};
 pub use format::inode::Timespec;
 pub use inode::attr::SetAttr;
 pub use inode::table::{Inode, NewInode, ROOT};
@@ -63,16 +63,17 @@ pub use space::map::Run;
 pub use space::reserve::StatFs;
 pub use stats::Stats;
 pub use store::data_sums::forget_data_checksums;
+pub use store::fc_bytelog::fast_commit_area_log;
 pub use store::image_lock::ImageLock;
 pub use store::journal_replay::JournalReplayed;
 pub use store::medium::{
-    Backing, LogMedium, SyncHandle, LOG_IN_IMAGE_JOURNAL, LOG_ON_DAX, LOG_ON_FILE, LOG_ON_FILE_DIRECT, LOG_ON_TMPFS,
-    TAG_LAST, TAG_PART,
+    Backing, LogMedium, SyncHandle, LOG_IN_FAST_COMMIT_AREA, LOG_IN_FAST_COMMIT_AREA_DIRECT, LOG_IN_IMAGE_JOURNAL,
+    LOG_ON_DAX, LOG_ON_FILE, LOG_ON_FILE_DIRECT, LOG_ON_TMPFS, TAG_LAST, TAG_PART,
 };
 pub use store::mmp::MultiMountProtection;
 pub use store::pi_device::PiOpened;
 pub use store::redo_log::resize::LogResize;
-pub use store::redo_log::{log_pending, DurableSync, PendingSync, Replayed};
+pub use store::redo_log::{log_in_fast_commit_area, log_pending, DurableSync, PendingSync, Replayed};
 pub use store::undo_log::{undo_pending, undone_image};
 pub use txn::datasum::ScrubReport;
 pub use txn::journal::{recover, recover_held};

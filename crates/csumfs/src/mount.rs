@@ -67,7 +67,12 @@ pub enum LogPlace {
     ImageJournal,
     /// The ByteLog file named by [`Companions::log`] (`log=PATH`).
     ByteLog,
+    /// The ByteLog in the image journal's fast-commit area (`bytelog`).
+    FastCommitArea,
 }
+
+/// How [`MountEvent::Replayed`] names a ByteLog in the image itself.
+pub const FAST_COMMIT_AREA: &str = "the journal's fast-commit area";
 
 /// How to mount.
 #[derive(Clone, Debug)]
@@ -266,13 +271,21 @@ pub fn mount(image: &Path, config: &MountConfig) -> Result<(Volume, Vec<MountEve
         events.extend(forget_unkept(c, config.data_checksums && config.pi.is_none(), config.pi.is_some())?);
     }
     let options = config.options();
-    let journaled = config.write && config.logged && uses_image_journal(image, config).map_err(at(image))?;
-    let mut volume = match (config.write && config.logged, config.pi) {
+    let logged = config.write && config.logged;
+    let in_area = logged && config.log_place == LogPlace::FastCommitArea;
+    if in_area && config.pi.is_some() {
+        return Err(at(image)(Error::Invalid(
+            "pi keeps its commits in a ByteLog file: give log=PATH or leave bytelog out".into(),
+        )));
+    }
+    let journaled = logged && !in_area && uses_image_journal(image, config).map_err(at(image))?;
+    let mut volume = match (logged, config.pi) {
         (true, None) if journaled => open_journaled(image, c, options, config.data_checksums, &mut events)?,
         (true, pi) => {
             // The log's replay carries data checksums into the sidecar.
             let sidecar = (config.data_checksums && pi.is_none()).then_some(c.data_checksums.as_path());
-            open_logged(image, c, config.log_bytes, options, sidecar, pi, &mut events)?.0
+            let log = LogIn { companions: c, log_bytes: config.log_bytes, fast_commit_area: in_area };
+            open_logged(image, &log, options, sidecar, pi, &mut events)?.0
         }
         (false, None) if !config.write => open_read_only(image, c, options, &mut events)?,
         (false, None) => open_in_place(image, c, options, &mut events)?,
@@ -390,6 +403,10 @@ fn open_read_only(
     let (replayed, how) = if undo_pending {
         let (undone, records) = crate::undone_image(bytes.to_vec(), &read(&c.undo)?).map_err(at(image))?;
         (undone, format!("its undo log {} ({records} records put back)", c.undo.display()))
+    } else if crate::log_in_fast_commit_area(&bytes) {
+        let log = crate::fast_commit_area_log(&bytes).map_err(at(image))?;
+        let (replayed, commits) = Volume::replayed_image(bytes.to_vec(), log).map_err(at(image))?;
+        (replayed, format!("its ByteLog in {FAST_COMMIT_AREA} ({} commits replayed)", commits.commits))
     } else {
         let (replayed, commits) = Volume::replayed_image(bytes.to_vec(), read(&c.log)?).map_err(at(image))?;
         (replayed, format!("its ByteLog {} ({} commits replayed)", c.log.display(), commits.commits))
@@ -420,7 +437,9 @@ fn open_in_place(
 /// [`Error::Invalid`] for `log=journal` on an image whose journal csumfs
 /// does not write, naming why.
 fn uses_image_journal(image: &Path, config: &MountConfig) -> Result<bool, Error> {
-    if config.log_place == LogPlace::ByteLog || config.pi.is_some() && config.log_place == LogPlace::Auto {
+    if matches!(config.log_place, LogPlace::ByteLog | LogPlace::FastCommitArea)
+        || config.pi.is_some() && config.log_place == LogPlace::Auto
+    {
         return Ok(false);
     }
     if config.pi.is_some() {
@@ -450,10 +469,29 @@ fn open_journaled(
         }
     })?;
     if let Some(replayed) = done.replayed.filter(|r| r.commits > 0) {
-        events.push(MountEvent::Replayed(c.log.clone(), replayed));
+        let log = if done.from_fast_commit_area { PathBuf::from(FAST_COMMIT_AREA) } else { c.log.clone() };
+        events.push(MountEvent::Replayed(log, replayed));
     }
     let sidecar = data_checksums.then_some(c.data_checksums.as_path());
     Volume::open_journaled(image, options, sidecar).map_err(at(image))
+}
+
+/// Where a logged mount's ByteLog is: the file [`Companions::log`] names
+/// (formatted at `log_bytes`), or the journal's fast-commit area.
+struct LogIn<'a> {
+    companions: &'a Companions,
+    log_bytes: u64,
+    fast_commit_area: bool,
+}
+
+impl LogIn<'_> {
+    fn shown(&self) -> String {
+        if self.fast_commit_area {
+            FAST_COMMIT_AREA.to_string()
+        } else {
+            self.companions.log.display().to_string()
+        }
+    }
 }
 
 /// The volume with its metadata logged: an undo log a `log=off` mount left
@@ -462,27 +500,29 @@ fn open_journaled(
 /// write of the image goes through it.
 fn open_logged(
     image: &Path,
-    c: &Companions,
-    log_bytes: u64,
+    log: &LogIn<'_>,
     options: Options,
     sidecar: Option<&Path>,
     pi: Option<Protection>,
     events: &mut Vec<MountEvent>,
 ) -> Result<(Volume, Replayed), MountError> {
+    let c = log.companions;
     finish_undo_left(image, c, options)?;
-    let shown =
-        |source| MountError { file: image.to_path_buf(), detail: Some(format!("log {}", c.log.display())), source };
+    let shown = |source| MountError { file: image.to_path_buf(), detail: Some(format!("log {}", log.shown())), source };
     let (volume, replayed) = match pi {
-        None => Volume::open_logged(image, &c.log, log_bytes, options, sidecar).map_err(shown)?,
+        None if log.fast_commit_area => {
+            Volume::open_logged_in_fast_commit_area(image, options, sidecar).map_err(shown)?
+        }
+        None => Volume::open_logged(image, &c.log, log.log_bytes, options, sidecar).map_err(shown)?,
         Some(p) => {
             let (volume, replayed, opened) =
-                Volume::open_logged_pi(image, &c.log, log_bytes, options, &c.pi, p, sidecar).map_err(shown)?;
+                Volume::open_logged_pi(image, &c.log, log.log_bytes, options, &c.pi, p, sidecar).map_err(shown)?;
             events.push(MountEvent::PiOpened(c.pi.clone(), opened));
             (volume, replayed)
         }
     };
     if replayed.commits > 0 {
-        events.push(MountEvent::Replayed(c.log.clone(), replayed));
+        events.push(MountEvent::Replayed(PathBuf::from(log.shown()), replayed));
     }
     Ok((volume, replayed))
 }
@@ -497,27 +537,27 @@ fn open_logged(
 /// not where `companions` says.
 pub fn checkpoint(image: &Path, companions: &Companions) -> Result<Checkpointed, CheckpointError> {
     let options = Options::default();
-    let pending = crate::log_pending(&image_bytes(image).map_err(at(image))?);
+    let (pending, in_area) = {
+        let bytes = image_bytes(image).map_err(at(image))?;
+        (crate::log_pending(&bytes), crate::log_in_fast_commit_area(&bytes))
+    };
     let undo_put_back = finish_undo_left(image, companions, options)?;
     if !pending {
-        return Ok(Checkpointed { undo_put_back, replayed: None });
+        return Ok(Checkpointed { undo_put_back, replayed: None, from_fast_commit_area: false });
     }
-    if !companions.log.exists() {
+    if !in_area && !companions.log.exists() {
         return Err(CheckpointError::LogMissing(companions.log.clone()));
     }
     let sidecar = companions.data_checksums.exists().then_some(companions.data_checksums.as_path());
     let pi =
         csumkit::pi::split_protection(&companions.pi).map_err(|e| at(&companions.pi)(Error::Invalid(e.to_string())))?;
-    let (mut volume, replayed) = open_logged(image, companions, LOG_BYTES, options, sidecar, pi, &mut Vec::new())?;
-    let shown = |source| MountError {
-        file: image.to_path_buf(),
-        detail: Some(format!("log {}", companions.log.display())),
-        source,
-    };
+    let log = LogIn { companions, log_bytes: LOG_BYTES, fast_commit_area: in_area };
+    let (mut volume, replayed) = open_logged(image, &log, options, sidecar, pi, &mut Vec::new())?;
+    let shown = |source| MountError { file: image.to_path_buf(), detail: Some(format!("log {}", log.shown())), source };
     // What the kernel would do at mount: free what a stopped mount left.
     free_orphans_left(&mut volume).map_err(shown)?;
     volume.checkpoint().map_err(shown)?;
-    Ok(Checkpointed { undo_put_back, replayed: Some(replayed) })
+    Ok(Checkpointed { undo_put_back, replayed: Some(replayed), from_fast_commit_area: in_area })
 }
 
 /// What [`checkpoint`] did.
@@ -527,6 +567,9 @@ pub struct Checkpointed {
     pub undo_put_back: bool,
     /// The log's replay, when the image said its log held changes.
     pub replayed: Option<Replayed>,
+    /// That log was the ByteLog in the journal's fast-commit area (else
+    /// the file [`Companions::log`] names).
+    pub from_fast_commit_area: bool,
 }
 
 /// Why [`checkpoint`] failed.

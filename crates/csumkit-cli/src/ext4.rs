@@ -122,8 +122,15 @@ pub fn recovered_line(r: &csumfs::JournalReplayed) -> String {
     format!("its jbd2 journal replayed {into}: {} transactions, {} blocks{fast}", r.transactions, r.blocks)
 }
 
-/// `csumkit ext4 recover IMAGE`: the kernel's journal replayed in place.
+/// `csumkit ext4 recover IMAGE`: the kernel's journal replayed in place —
+/// or, on an image whose ByteLog in its journal's fast-commit area holds
+/// changes (a `-o bytelog` mount stopped), that log replayed and folded in.
 fn recover(args: &RecoverArgs) -> ExitCode {
+    let in_area = crate::files::map_input(&args.image)
+        .is_ok_and(|image| csumfs::log_pending(&image) && csumfs::log_in_fast_commit_area(&image));
+    if in_area {
+        return checkpoint(&CheckpointArgs { image: args.image.clone(), log: None });
+    }
     match csumfs::recover(&args.image) {
         Ok(Some(r)) => {
             println!("{}: {}; needs_recovery cleared", args.image.display(), recovered_line(&r));
@@ -165,7 +172,11 @@ fn checkpoint(args: &CheckpointArgs) -> ExitCode {
                     image.display(),
                     replayed.commits,
                     replayed.bytes,
-                    companions.log.display()
+                    if done.from_fast_commit_area {
+                        csumfs::mount::FAST_COMMIT_AREA.to_string()
+                    } else {
+                        companions.log.display().to_string()
+                    }
                 ),
                 // Without the image's log mark no log holds changes it
                 // lacks: a log file there is left as it is.
@@ -224,15 +235,22 @@ fn scan(path: &Path) -> Result<Report, Error> {
         }
         return ext4::check(&image);
     }
-    let log_path = csumfs::mount::Companions::beside(path).log;
-    let log =
-        std::fs::read(&log_path).map_err(|source| Error::Io { context: log_path.display().to_string(), source })?;
+    let (log, shown) = if csumfs::log_in_fast_commit_area(&image) {
+        let log = csumfs::fast_commit_area_log(&image)
+            .map_err(|e| Error::Invalid { what: "ByteLog replay", detail: e.to_string() })?;
+        (log, format!("in {}", csumfs::mount::FAST_COMMIT_AREA))
+    } else {
+        let log_path = csumfs::mount::Companions::beside(path).log;
+        let log =
+            std::fs::read(&log_path).map_err(|source| Error::Io { context: log_path.display().to_string(), source })?;
+        (log, log_path.display().to_string())
+    };
     let (replayed, commits) = csumfs::Volume::replayed_image(image.to_vec(), log)
         .map_err(|e| Error::Invalid { what: "ByteLog replay", detail: e.to_string() })?;
     eprintln!(
-        "{}: checked as its ByteLog {} makes it ({} commits replayed in memory; `csumkit ext4 checkpoint` folds them in)",
+        "{}: checked as its ByteLog {shown} makes it ({} commits replayed in memory; `csumkit ext4 checkpoint` folds \
+         them in)",
         path.display(),
-        log_path.display(),
         commits.commits
     );
     ext4::check(&replayed)

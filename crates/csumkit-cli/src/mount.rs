@@ -68,8 +68,9 @@ struct Parsed {
     /// The log: `None` = `log=off`; an empty path = the image's journal
     /// when it has one csumfs writes, else the ByteLog beside the image.
     log: Option<PathBuf>,
-    /// `log=journal`: the image's journal or an error.
-    log_journal: bool,
+    /// Where a logged mount's commits go (`log=journal`, `log=PATH`,
+    /// `bytelog`; `Auto` when none of them is given).
+    log_place: LogPlace,
     /// PI offload: `Some(None)` = `pi` (the stored or default format).
     pi: Option<Option<String>>,
     /// `uring` or `uring=on` was given: say so when the kernel has none.
@@ -85,7 +86,7 @@ fn parse_options(list: &[String]) -> Result<Parsed, String> {
         datasum: true,
         datasum_given: false,
         log: Some(PathBuf::new()),
-        log_journal: false,
+        log_place: LogPlace::Auto,
         pi: None,
         uring_given: false,
         nonempty: false,
@@ -124,12 +125,15 @@ fn parse_options(list: &[String]) -> Result<Parsed, String> {
             ("datasum", Some("off")) => (parsed.datasum, parsed.datasum_given) = (false, true),
             ("pi", spec) => parsed.pi = Some(spec.map(str::to_string)),
             ("log", Some("off")) => parsed.log = None,
-            ("log", Some("journal")) => (parsed.log, parsed.log_journal) = (Some(PathBuf::new()), true),
-            ("log", Some(path)) if !path.is_empty() => parsed.log = Some(PathBuf::from(path)),
+            ("log", Some("journal")) => (parsed.log, parsed.log_place) = (Some(PathBuf::new()), LogPlace::ImageJournal),
+            ("log", Some(path)) if !path.is_empty() => {
+                (parsed.log, parsed.log_place) = (Some(PathBuf::from(path)), LogPlace::ByteLog);
+            }
+            ("bytelog", None) => (parsed.log, parsed.log_place) = (Some(PathBuf::new()), LogPlace::FastCommitArea),
             _ => {
                 return Err(format!(
                     "unknown mount option {option:?} (known: ro, rw, allow_other, default_permissions, \
-                     writeback_cache, sync, dirsync, nonempty, uring=on|off, threads=N, ttl=SECONDS, csum=incremental|full, datasum=on|off, log=journal|PATH|off, pi[=LBA[/GUARD]])"
+                     writeback_cache, sync, dirsync, nonempty, uring=on|off, threads=N, ttl=SECONDS, csum=incremental|full, datasum=on|off, log=journal|PATH|off, bytelog, pi[=LBA[/GUARD]])"
                 ))
             }
         }
@@ -221,11 +225,7 @@ pub fn run(args: &MountArgs) -> ExitCode {
         write: !parsed.mount.read_only,
         checksums: parsed.checksums,
         logged: parsed.log.is_some(),
-        log_place: match &parsed.log {
-            _ if parsed.log_journal => LogPlace::ImageJournal,
-            Some(path) if !path.as_os_str().is_empty() => LogPlace::ByteLog,
-            _ => LogPlace::Auto,
-        },
+        log_place: parsed.log_place,
         data_checksums: parsed.datasum,
         pi: protection,
         companions,

@@ -18,6 +18,12 @@ use csumkit::le::{le32, put32};
 /// the image lacks, or a mount may write it (no ext4 feature uses it).
 pub const LOG_PENDING: u32 = 0x4000_0000;
 
+/// Incompat feature bit csumfs sets on disk beside [`LOG_PENDING`] when
+/// that log is the ByteLog in the journal's fast-commit area (`-o
+/// bytelog`; the `INCOMPAT_DAX_FC_BYTELOG` of the ext4 ByteLog design):
+/// whoever opens the image next finds its log there, not in a file.
+pub const FC_BYTELOG: u32 = 0x1000_0000;
+
 /// Incompat feature bit csumfs sets on disk while an undo file is in use
 /// (`txn/undo.rs`); [`LOG_PENDING`] is the ByteLog's.
 pub const UNDO_PENDING: u32 = 0x2000_0000;

@@ -127,6 +127,11 @@ pub const LOG_ON_TMPFS: &str = "tmpfs, flushed by cache line (a stand-in for per
 pub const LOG_ON_FILE: &str = "a file, pwrite + fdatasync";
 /// Commits as jbd2 transactions in the image's own journal.
 pub const LOG_IN_IMAGE_JOURNAL: &str = "the image's jbd2 journal (blocks, fdatasync, commit block, fdatasync)";
+/// A ByteLog in the image journal's fast-commit area (`-o bytelog`).
+pub const LOG_IN_FAST_COMMIT_AREA: &str = "the image journal's fast-commit area, pwrite + fdatasync";
+/// See [`LOG_IN_FAST_COMMIT_AREA`].
+pub const LOG_IN_FAST_COMMIT_AREA_DIRECT: &str =
+    "the image journal's fast-commit area, direct writes of whole sectors + fdatasync";
 /// See [`LOG_ON_DAX`].
 pub const LOG_ON_FILE_DIRECT: &str = "a file, direct writes of whole sectors + fdatasync";
 

@@ -6,6 +6,7 @@
 pub(crate) mod bytes;
 pub(crate) mod crc_helper;
 pub(crate) mod data_sums;
+pub(crate) mod fc_bytelog;
 pub(crate) mod image_journal;
 pub(crate) mod image_lock;
 pub(crate) mod journal_replay;

@@ -35,7 +35,7 @@
 //! Record payload: entries of image offset u64, length u32, then the bytes.
 
 use crate::error::Error;
-use crate::format::features::{superblock_with_incompat, LOG_PENDING};
+use crate::format::features::{superblock_with_incompat, FC_BYTELOG, LOG_PENDING};
 use crate::ranges::RangeSet;
 use crate::stats::Stats;
 use crate::store::data_sums::DataSums;
@@ -108,6 +108,10 @@ pub(crate) struct Redo {
     pub(crate) freed_version: u64,
     /// Data written to the backing since its last sync.
     pub(crate) data_unsynced: bool,
+    /// The bits that mark the image on disk: [`LOG_PENDING`] (with
+    /// [`FC_BYTELOG`] for the ByteLog in the journal's fast-commit area),
+    /// or `needs_recovery` for the image's journal.
+    pub(crate) mark: u32,
     /// The superblock on disk carries the mark: [`LOG_PENDING`] with a
     /// ByteLog, `needs_recovery` with the image's journal.
     pub(crate) marked: bool,
@@ -516,13 +520,21 @@ pub(crate) fn write_committed(
     Ok(())
 }
 
-/// The superblock (1024 bytes) with `LOG_PENDING` set or cleared, resealed.
+/// The superblock (1024 bytes) with `LOG_PENDING` set, or it and
+/// [`FC_BYTELOG`] cleared, resealed.
 pub(crate) fn superblock_with(sb: &[u8], pending: bool) -> Vec<u8> {
     if pending {
         superblock_with_incompat(sb, LOG_PENDING, 0)
     } else {
-        superblock_with_incompat(sb, 0, LOG_PENDING)
+        superblock_with_incompat(sb, 0, LOG_PENDING | FC_BYTELOG)
     }
+}
+
+/// Whether `sb` carries `bits`, or its checksum is the one it would have
+/// with them (a mark torn: see [`log_pending`]).
+fn marked_or_torn(sb: &[u8], bits: u32) -> bool {
+    le32(sb, S_FEATURE_INCOMPAT) & bits == bits
+        || le32(sb, S_CHECKSUM) == le32(&superblock_with_incompat(sb, bits, 0), S_CHECKSUM)
 }
 
 /// Whether the superblock in `image` says a log may hold changes it lacks
@@ -540,8 +552,13 @@ pub fn log_pending(image: &[u8]) -> bool {
         return false;
     }
     let sb = &image[1024..2048];
-    let torn_mark = || le32(sb, S_CHECKSUM) == le32(&superblock_with(sb, true), S_CHECKSUM);
-    le32(sb, S_FEATURE_INCOMPAT) & LOG_PENDING != 0 || torn_mark()
+    marked_or_torn(sb, LOG_PENDING) || marked_or_torn(sb, LOG_PENDING | FC_BYTELOG)
+}
+
+/// Whether the log [`log_pending`] says `image` needs is the ByteLog in
+/// its journal's fast-commit area ([`FC_BYTELOG`] set, or being set).
+pub fn log_in_fast_commit_area(image: &[u8]) -> bool {
+    image.len() >= 2048 && marked_or_torn(&image[1024..2048], LOG_PENDING | FC_BYTELOG)
 }
 
 /// Clears [`LOG_PENDING`] in the superblock of `image` (the private copy a
@@ -594,11 +611,10 @@ impl Redo {
 
     /// `sb` (1024 bytes) with this log's mark set or cleared, resealed.
     pub(crate) fn superblock_marked(&self, sb: &[u8], marked: bool) -> Vec<u8> {
-        let bit = if self.in_image_journal() { INCOMPAT_RECOVER } else { LOG_PENDING };
         if marked {
-            superblock_with_incompat(sb, bit, 0)
+            superblock_with_incompat(sb, self.mark, 0)
         } else {
-            superblock_with_incompat(sb, 0, bit)
+            superblock_with_incompat(sb, 0, self.mark)
         }
     }
 
@@ -980,6 +996,7 @@ mod tests {
             log_bytes: 64 << 10,
             needs: 0,
             in_image: false,
+            mark: LOG_PENDING,
             fast: None,
         }
     }

@@ -77,7 +77,7 @@ impl Volume {
         }
         let log_bytes = journal.log_bytes();
         let superblock = self.map[1024..2048].to_vec();
-        self.start_redo(backing, Log::Image(journal), Vec::new(), false, log_bytes, superblock)
+        self.start_redo(backing, Log::Image(journal), Vec::new(), (false, INCOMPAT_RECOVER), log_bytes, superblock)
     }
 
     /// Why csumfs would not write the journal of `image` (none, external,

@@ -4,18 +4,23 @@
 //! codec and what it holds are `store/redo_log.rs`.
 
 use crate::error::{corrupt, Error};
+use crate::format::features::{FC_BYTELOG, LOG_PENDING};
 use crate::ranges::RangeSet;
 use crate::stats::Stats;
 use crate::store::bytes::Bytes;
 use crate::store::data_sums::{commit, DataSums};
+use crate::store::fc_bytelog::{Area, AreaMedium};
 use crate::store::log_writer::{Log, Writer};
-use crate::store::medium::{log_medium, AnyMedium, Backing, LogMedium, Nowhere, TAG_LAST, TAG_PART};
+use crate::store::medium::{
+    log_medium, AnyMedium, Backing, LogMedium, Nowhere, LOG_IN_FAST_COMMIT_AREA, LOG_IN_FAST_COMMIT_AREA_DIRECT,
+    TAG_LAST, TAG_PART,
+};
 use crate::store::pi_device::{open_device, PiBacking};
 use crate::store::private_map::PAGE;
 use crate::store::redo_log::resize::{log_length_at_open, LogResize, GROWTH_UNIT};
 use crate::store::redo_log::{
-    clear_pending_bit, decode, held, io, log_pending, merged, superblock_with, write_committed, Change, DurableSync,
-    PendingSync, Redo, Replayed, Versions, CHECKPOINT_AGE, CHECKPOINT_PAGES, COMMIT_AGE, COMMIT_BYTES,
+    clear_pending_bit, decode, held, io, log_in_fast_commit_area, log_pending, merged, write_committed, Change,
+    DurableSync, PendingSync, Redo, Replayed, Versions, CHECKPOINT_AGE, CHECKPOINT_PAGES, COMMIT_AGE, COMMIT_BYTES,
     LOGGED_DATA_BYTES, WRITE_BEHIND_BYTES,
 };
 use crate::store::undo_log::UndoLog;
@@ -26,6 +31,14 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
+
+/// Where a logged volume's ByteLog is: a file (and the length it is
+/// formatted at), or the image journal's fast-commit area.
+#[derive(Clone, Copy)]
+enum LogAt<'a> {
+    File(&'a Path, u64),
+    FastCommitArea,
+}
 
 impl Volume {
     /// Opens the image at `path` for writing with its metadata logged in the
@@ -42,7 +55,23 @@ impl Volume {
         options: crate::Options,
         sidecar: Option<&Path>,
     ) -> Result<(Volume, Replayed), Error> {
-        Volume::open_logged_on(path, log, log_bytes, options, sidecar, None).map(|(v, r, _)| (v, r))
+        Volume::open_logged_on(path, LogAt::File(log, log_bytes), options, sidecar, None).map(|(v, r, _)| (v, r))
+    }
+
+    /// [`open_logged`](Self::open_logged) with the ByteLog in the image's
+    /// own journal, in its fast-commit area (`-o bytelog`,
+    /// `store/fc_bytelog.rs`): no file beside the image.
+    ///
+    /// # Errors
+    /// As `open_logged`; [`Error::Invalid`] naming why the image's
+    /// fast-commit area cannot hold it (none, too small, in pieces), or
+    /// when the image's log holds changes in a file instead.
+    pub fn open_logged_in_fast_commit_area(
+        path: &Path,
+        options: crate::Options,
+        sidecar: Option<&Path>,
+    ) -> Result<(Volume, Replayed), Error> {
+        Volume::open_logged_on(path, LogAt::FastCommitArea, options, sidecar, None).map(|(v, r, _)| (v, r))
     }
 
     /// [`open_logged`](Self::open_logged) for an image on a PI device (PI
@@ -63,14 +92,13 @@ impl Volume {
         protection: csumkit::pi::Protection,
         sidecar: Option<&Path>,
     ) -> Result<(Volume, Replayed, crate::PiOpened), Error> {
-        Volume::open_logged_on(path, log, log_bytes, options, sidecar, Some((metadata, protection)))
+        Volume::open_logged_on(path, LogAt::File(log, log_bytes), options, sidecar, Some((metadata, protection)))
             .map(|(v, r, pi)| (v, r, pi.expect("opened with PI")))
     }
 
     fn open_logged_on(
         path: &Path,
-        log: &Path,
-        log_bytes: u64,
+        at: LogAt<'_>,
         options: crate::Options,
         sidecar: Option<&Path>,
         pi: Option<(&Path, csumkit::pi::Protection)>,
@@ -83,21 +111,55 @@ impl Volume {
         // Stores stay in this process until a checkpoint writes them to the file.
         let mut map = crate::store::private_map::PrivateMap::new(&file).map_err(io_at)?;
         let was_pending = log_pending(map.bytes());
-        if was_pending && !log.exists() {
-            // Creating an empty log here would lose the changes the real one holds.
-            return Err(Error::Invalid(format!(
-                "{}: its ByteLog holds changes the image lacks, but there is no log at {}: name the log the \
-                 mount used (-o log=PATH; the default is IMAGE.bytelog)",
-                path.display(),
-                log.display()
-            )));
+        let in_area = was_pending && log_in_fast_commit_area(map.bytes());
+        match at {
+            LogAt::File(..) if in_area => {
+                return Err(Error::Invalid(format!(
+                    "{}: its ByteLog, in its journal's fast-commit area, holds changes the image lacks: mount it \
+                     with -o bytelog (or without log=)",
+                    path.display()
+                )))
+            }
+            LogAt::File(log, _) if was_pending && !log.exists() => {
+                // Creating an empty log here would lose the changes the real one holds.
+                return Err(Error::Invalid(format!(
+                    "{}: its ByteLog holds changes the image lacks, but there is no log at {}: name the log the \
+                     mount used (-o log=PATH; the default is IMAGE.bytelog)",
+                    path.display(),
+                    log.display()
+                )));
+            }
+            LogAt::FastCommitArea if was_pending && !in_area => {
+                return Err(Error::Invalid(format!(
+                    "{}: its ByteLog file (IMAGE.bytelog, or the -o log=PATH its mount used) holds changes the \
+                     image lacks: mount it with that log first",
+                    path.display()
+                )))
+            }
+            _ => {}
         }
+        let area = match at {
+            LogAt::File(..) => None,
+            LogAt::FastCommitArea => Some(
+                Area::locate(map.bytes())
+                    .map_err(|reason| Error::Invalid(format!("{}: -o bytelog: {reason}", path.display())))?,
+            ),
+        };
         clear_pending_bit(map.bytes_mut());
         // Before the replay writes anything; another node's hold is named
         // before what its mount left on disk.
         let mmp = crate::MultiMountProtection::take(&file, path, map.bytes())?;
-        let log_len = log_length_at_open(log, log_bytes, was_pending)?;
-        let (medium, log_on) = log_medium(log, log_len)?;
+        let (medium, log_on, mark): (LogMedium, _, _) = match (at, area) {
+            (LogAt::File(log, log_bytes), _) => {
+                let (medium, on) = log_medium(log, log_length_at_open(log, log_bytes, was_pending)?)?;
+                (medium, on, LOG_PENDING)
+            }
+            (LogAt::FastCommitArea, area) => {
+                let medium = AreaMedium::open(path, area.expect("located above"), was_pending)?;
+                let on = if medium.direct() { LOG_IN_FAST_COMMIT_AREA_DIRECT } else { LOG_IN_FAST_COMMIT_AREA };
+                (Box::new(medium), on, LOG_PENDING | FC_BYTELOG)
+            }
+        };
         let mut volume = Volume::new(Bytes::Private(map), crate::Options { write: true, ..options })?;
         volume.image_lock = image_lock;
         volume.mmp = mmp;
@@ -111,10 +173,14 @@ impl Volume {
                 (Box::new(PiBacking(device)), Some(opened))
             }
         };
-        let replayed = volume.enable_log(backing, medium, was_pending, sidecar)?;
+        let replayed = volume.enable_log_marked(backing, medium, was_pending, sidecar, mark)?;
         volume.redo.as_mut().expect("enabled above").log_on = Some(log_on);
-        let log = log.to_path_buf();
-        volume.set_log_resize(Box::new(move |len| log_medium(&log, len).map(|(medium, _)| medium)), log_bytes)?;
+        if let LogAt::File(log, log_bytes) = at {
+            // (The fast-commit area keeps its length: a commit too large
+            // for it is written through.)
+            let log = log.to_path_buf();
+            volume.set_log_resize(Box::new(move |len| log_medium(&log, len).map(|(medium, _)| medium)), log_bytes)?;
+        }
         Ok((volume, replayed, opened))
     }
 
@@ -134,6 +200,19 @@ impl Volume {
         medium: LogMedium,
         expect_log: bool,
         sidecar: Option<&Path>,
+    ) -> Result<Replayed, Error> {
+        self.enable_log_marked(backing, medium, expect_log, sidecar, LOG_PENDING)
+    }
+
+    /// [`enable_log`](Self::enable_log), the image marked on disk with
+    /// `mark` while the log holds what it lacks.
+    fn enable_log_marked(
+        &mut self,
+        backing: Box<dyn Backing>,
+        medium: LogMedium,
+        expect_log: bool,
+        sidecar: Option<&Path>,
+        mark: u32,
     ) -> Result<Replayed, Error> {
         let medium = AnyMedium(medium);
         let blank = medium.view(0, 8).map(|m| m != b"CSBYTLOG").unwrap_or(true);
@@ -195,7 +274,7 @@ impl Volume {
             log
         };
         let log_bytes = log.medium().len();
-        self.start_redo(backing, Log::Bytes(log), applied, expect_log, log_bytes, image_superblock)?;
+        self.start_redo(backing, Log::Bytes(log), applied, (expect_log, mark), log_bytes, image_superblock)?;
         if let Some(sidecar) = sidecar {
             self.enable_data_checksums(sidecar)?;
         }
@@ -220,14 +299,15 @@ impl Volume {
 
     /// The volume's commits go to `log` from now on, the image file being
     /// `backing`; `committed`: ranges replayed and not yet checkpointed;
-    /// `marked`: the image on disk carries the log's mark; `image_superblock`:
-    /// the superblock as the file holds it, the mark aside.
+    /// `(marked, mark)`: whether the image on disk carries the log's mark,
+    /// and its incompat bits; `image_superblock`: the superblock as the
+    /// file holds it, the mark aside.
     pub(super) fn start_redo(
         &mut self,
         backing: Box<dyn Backing>,
         log: Log,
         committed: Vec<(usize, usize)>,
-        marked: bool,
+        (marked, mark): (bool, u32),
         log_bytes: u64,
         image_superblock: Vec<u8>,
     ) -> Result<(), Error> {
@@ -258,6 +338,7 @@ impl Volume {
             log_bytes,
             needs: 0,
             in_image,
+            mark,
             fast,
         };
         self.redo = Some(redo);
@@ -621,7 +702,8 @@ impl Volume {
             Ok(())
         })?;
         assert!(batch.is_empty(), "every commit in the log is whole");
-        redo.backing.write_at(1024, &superblock_with(&superblock, true)).map_err(io("image"))?;
+        let marked = redo.superblock_marked(&superblock, true);
+        redo.backing.write_at(1024, &marked).map_err(io("image"))?;
         redo.backing.sync().map_err(io("fdatasync of the image"))?;
         redo.image_superblock = superblock;
         redo.data_unsynced = false;

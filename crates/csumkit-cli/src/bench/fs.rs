@@ -34,7 +34,7 @@ pub struct FsArgs {
     /// A reduced run for CI (fewer operations, smaller files).
     #[arg(long)]
     quick: bool,
-    /// Only these systems (default: all), by key: csumfs-journal, csumfs-fast-commit, csumfs, csumfs-pi,
+    /// Only these systems (default: all), by key: csumfs-journal, csumfs-fast-commit, csumfs-bytelog, csumfs, csumfs-pi,
     /// csumfs-datasum-off, csumfs-pmem-log, csumfs-full, csumfs-dev-fuse, fuse2fs, kernel,
     /// kernel-fast-commit.
     #[arg(long, value_delimiter = ',', value_parser = System::parse)]
@@ -61,6 +61,8 @@ enum System {
     CsumfsJournal,
     /// The default on a fast_commit image: fsyncs as kernel fast commits.
     CsumfsFastCommit,
+    /// `-o bytelog` on a fast_commit image: the ByteLog in its fast-commit area.
+    CsumfsByteLog,
     /// A journal-less image: commits in the ByteLog file beside it.
     Csumfs,
     CsumfsPi,
@@ -75,9 +77,10 @@ enum System {
 }
 
 impl System {
-    const ALL: [System; 11] = [
+    const ALL: [System; 12] = [
         System::CsumfsJournal,
         System::CsumfsFastCommit,
+        System::CsumfsByteLog,
         System::Csumfs,
         System::CsumfsDevFuse,
         System::CsumfsPi,
@@ -93,6 +96,7 @@ impl System {
         match self {
             System::CsumfsJournal => "csumfs (jbd2 journal in the image)",
             System::CsumfsFastCommit => "csumfs fast_commit (+ kernel fast commits)",
+            System::CsumfsByteLog => "csumfs bytelog (ByteLog in a 16 MiB fast-commit area)",
             System::Csumfs => "csumfs ByteLog file (no journal)",
             System::CsumfsPi => "csumfs pi=4096+8 (PI, no checksum tree)",
             System::CsumfsNoDatasum => "csumfs datasum=off",
@@ -109,6 +113,7 @@ impl System {
         match self {
             System::CsumfsJournal => "csumfs-journal",
             System::CsumfsFastCommit => "csumfs-fast-commit",
+            System::CsumfsByteLog => "csumfs-bytelog",
             System::Csumfs => "csumfs",
             System::CsumfsPi => "csumfs-pi",
             System::CsumfsNoDatasum => "csumfs-datasum-off",
@@ -132,10 +137,20 @@ impl System {
         matches!(self, System::Kernel | System::KernelFastCommit)
     }
 
+    /// mke2fs's journal options: the ByteLog row's fast-commit area at
+    /// 16 MiB, the room of a ByteLog file (mke2fs's default, 1/64 of the
+    /// journal — 1 MiB here — checkpoints every few hundred fsyncs).
+    fn journal_options(self) -> &'static [&'static str] {
+        match self {
+            System::CsumfsByteLog => &["-J", "fast_commit_size=16384"],
+            _ => &[],
+        }
+    }
+
     fn features(self) -> &'static str {
         match self {
             System::Kernel | System::CsumfsJournal => "metadata_csum",
-            System::KernelFastCommit | System::CsumfsFastCommit => "metadata_csum,fast_commit",
+            System::KernelFastCommit | System::CsumfsFastCommit | System::CsumfsByteLog => "metadata_csum,fast_commit",
             _ => "metadata_csum,^has_journal",
         }
     }
@@ -175,6 +190,7 @@ fn mount(system: System, image: &Path, mnt: &Path) -> Result<(), String> {
     match system {
         System::CsumfsJournal
         | System::CsumfsFastCommit
+        | System::CsumfsByteLog
         | System::Csumfs
         | System::CsumfsPi
         | System::CsumfsNoDatasum
@@ -186,6 +202,7 @@ fn mount(system: System, image: &Path, mnt: &Path) -> Result<(), String> {
                 System::CsumfsJournal | System::CsumfsFastCommit => {
                     "csum=incremental,datasum=on,log=journal".to_string()
                 }
+                System::CsumfsByteLog => "csum=incremental,datasum=on,bytelog".to_string(),
                 System::Csumfs => "csum=incremental,datasum=on".to_string(),
                 System::CsumfsPi => "csum=incremental,pi=4096+8".to_string(),
                 System::CsumfsNoDatasum => "csum=incremental,datasum=off".to_string(),
@@ -558,6 +575,7 @@ fn measure(system: System, bs: u32, root: &Path, sizes: &Sizes, workloads: &[u8]
         Command::new("mke2fs")
             .args(["-q", "-F", "-t", "ext4", "-O", system.features(), "-b", &bs.to_string()])
             .args(["-g", blocks_per_group, "-E", "lazy_itable_init=0,lazy_journal_init=0"])
+            .args(system.journal_options())
             .arg(&image)
             .arg(format!("{image_gib}G")),
         "mke2fs",

@@ -32,6 +32,8 @@ pub struct FileMedium {
     direct: Option<Direct>,
     /// The medium's bytes, page-aligned so that direct writes take them as they are.
     bytes: memmap2::MmapMut,
+    /// Where the medium begins in the file (0, or a range of a larger file).
+    base: u64,
     /// Written since the last `fdatasync`.
     unsynced: bool,
 }
@@ -63,8 +65,33 @@ impl FileMedium {
             file.write_all_at(&bytes[kept..], kept as u64).map_err(|e| io("extend", e))?;
             file.sync_all().map_err(|e| io("fsync", e))?;
         }
-        let direct = Direct::open(path, size);
-        Ok(FileMedium { file, direct, bytes, unsynced: false })
+        let direct = Direct::open(path, size, 0);
+        Ok(FileMedium { file, direct, bytes, base: 0, unsynced: false })
+    }
+
+    /// Bytes `[base, base + len)` of the existing file at `path` as the
+    /// medium: a region inside a larger file (an image's journal area),
+    /// never extended. Direct writes are used when `base` is aligned to
+    /// their unit as well.
+    ///
+    /// # Errors
+    /// A file shorter than `base + len`; what opening or reading reports.
+    pub fn open_range(path: &std::path::Path, base: u64, len: u64) -> Result<Self, Error> {
+        use std::os::unix::fs::FileExt;
+        let io = |context: &str, source| Error::Io { context: format!("{}: {context}", path.display()), source };
+        let file = std::fs::OpenOptions::new().read(true).write(true).open(path).map_err(|e| io("open", e))?;
+        let have = file.metadata().map_err(|e| io("stat", e))?.len();
+        let size = usize::try_from(len)
+            .ok()
+            .filter(|_| base.checked_add(len).is_some_and(|end| end <= have))
+            .ok_or_else(|| Error::Invalid {
+                what: "ByteLog region",
+                detail: format!("bytes {base}..+{len} of a {have}-byte file {}", path.display()),
+            })?;
+        let mut bytes = memmap2::MmapMut::map_anon(size).map_err(|e| io("memory for the log", e))?;
+        file.read_exact_at(&mut bytes[..], base).map_err(|e| io("read", e))?;
+        let direct = Direct::open(path, size, base);
+        Ok(FileMedium { file, direct, bytes, base, unsynced: false })
     }
 
     /// What a flush writes in: the device's sector under direct I/O, or
@@ -80,7 +107,7 @@ impl Direct {
     /// [`MEMORY_ALIGN`]; `None` otherwise (flushes then go through the
     /// page cache).
     #[cfg(target_os = "linux")]
-    fn open(path: &std::path::Path, len: usize) -> Option<Direct> {
+    fn open(path: &std::path::Path, len: usize, base: u64) -> Option<Direct> {
         use std::os::fd::AsRawFd;
         use std::os::unix::fs::OpenOptionsExt;
         let file = std::fs::OpenOptions::new().write(true).custom_flags(libc::O_DIRECT).open(path).ok()?;
@@ -93,12 +120,12 @@ impl Direct {
         };
         let alignment = (st.stx_mask & libc::STATX_DIOALIGN != 0)
             .then_some((st.stx_dio_offset_align as usize, st.stx_dio_mem_align as usize));
-        let sector = direct_unit(alignment, len)?;
+        let sector = direct_unit(alignment, len).filter(|&s| base.is_multiple_of(s as u64))?;
         Some(Direct { file, sector })
     }
 
     #[cfg(not(target_os = "linux"))]
-    fn open(_: &std::path::Path, _: usize) -> Option<Direct> {
+    fn open(_: &std::path::Path, _: usize, _: u64) -> Option<Direct> {
         None
     }
 }
@@ -138,7 +165,7 @@ impl Medium for FileMedium {
         if let Some(direct) = &self.direct {
             let (from, to) = (start / direct.sector * direct.sector, end.next_multiple_of(direct.sector));
             debug_assert!(to <= self.bytes.len(), "the length is whole sectors");
-            match direct.file.write_all_at(&self.bytes[from..to], from as u64) {
+            match direct.file.write_all_at(&self.bytes[from..to], self.base + from as u64) {
                 Ok(()) => return Ok(()),
                 // The file system refused this alignment after all: from now
                 // on through the page cache, this range included.
@@ -147,7 +174,7 @@ impl Medium for FileMedium {
             }
         }
         self.file
-            .write_all_at(&self.bytes[start..end], offset)
+            .write_all_at(&self.bytes[start..end], self.base + offset)
             .map_err(|source| Error::Io { context: "ByteLog pwrite".into(), source })
     }
 
@@ -192,6 +219,30 @@ mod tests {
         assert_eq!(again.view(9000, 12).unwrap(), &[0u8; 12]);
         assert_eq!(again.view(200, 6).unwrap(), &[0u8; 6], "a flush writes its sectors only");
         assert!(again.view(16382, 3).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A range of a larger file reads what the file holds there and
+    /// writes only inside it; one past the file's end is refused.
+    #[test]
+    fn a_file_range_as_medium_writes_inside_its_range_only() {
+        let dir = scratch("range");
+        let path = dir.join("image");
+        let mut file: Vec<u8> = (0..64 * 1024u32).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&path, &file).unwrap();
+        let (base, len) = (16 * 1024u64, 8 * 1024u64);
+        let mut medium = FileMedium::open_range(&path, base, len).unwrap();
+        assert_eq!(medium.len(), len);
+        assert_eq!(medium.view(0, 16).unwrap(), &file[base as usize..base as usize + 16]);
+        medium.write(4096 + 3, b"in range").unwrap();
+        medium.flush(4096 + 3, 8).unwrap();
+        medium.fence().unwrap();
+        assert!(medium.write(len - 2, b"xyz").is_err());
+        drop(medium);
+        let at = base as usize + 4096 + 3;
+        file[at..at + 8].copy_from_slice(b"in range");
+        assert_eq!(std::fs::read(&path).unwrap(), file, "only the flushed bytes changed, at base + offset");
+        assert!(FileMedium::open_range(&path, 60 * 1024, 8 * 1024).is_err());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -87,7 +87,8 @@ impl Superblock {
         b
     }
 
-    pub(super) fn decode(b: &[u8]) -> Result<Self, Error> {
+    /// The superblock in line `b`, checked (magic, version, CRC, ring offset).
+    pub fn decode(b: &[u8]) -> Result<Self, Error> {
         let bad = |detail: String| Error::Corrupt { location: "ByteLog superblock".into(), detail };
         if &b[0..8] != SUPER_MAGIC {
             return Err(bad("no ByteLog magic (not formatted?)".into()));
@@ -143,7 +144,7 @@ impl Anchor {
 
     /// `None` when the slot is torn, never written, or of another generation
     /// or format version.
-    pub(super) fn decode(b: &[u8], generation: u32, version: u8) -> Option<Self> {
+    pub fn decode(b: &[u8], generation: u32, version: u8) -> Option<Self> {
         let valid = le32(b, 0) == ANCHOR_MAGIC
             && b[4] == version
             && le32(b, 60) == crate::crc32c::checksum(&b[..60])

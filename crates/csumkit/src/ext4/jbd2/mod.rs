@@ -18,6 +18,7 @@
 //! revoke header: 0x0C r_count (bytes used, header included), then be32/be64 block numbers
 //! ```
 
+pub mod bytelog_anchor;
 pub mod fast_commit;
 mod file;
 mod recovery;
