@@ -1,17 +1,18 @@
 //! The ByteLog inside the image (`-o bytelog`): its region is the jbd2
-//! journal's fast-commit area after the area's first block, which holds a
-//! conventional fast commit — HEAD, the anchor record, TAIL
-//! (`csumkit::ext4::jbd2::bytelog_anchor`) — naming the window and
-//! repeating the ByteLog's newest anchor. Commits are the ByteLog's
+//! journal's fast-commit area after the area's first two blocks, which
+//! hold a conventional fast-commit stream of anchor records (HEAD, anchor,
+//! TAIL; anchor, TAIL: `csumkit::ext4::jbd2::bytelog_anchor`) naming the
+//! window and repeating the ByteLog's anchors. Commits are the ByteLog's
 //! records as a sidecar log has them, written into the image file with
 //! direct writes of the sectors they touch and `fdatasync`.
 //!
-//! The anchor block is rewritten whenever the ByteLog flushes one of its
-//! anchor slots (at a checkpoint, and every 256 KiB of log), within the
-//! same fence. Recovery trusts the ByteLog's own slots and record CRCs; the
-//! anchor block says where the log is and of which generation, so a log
-//! of another mount, or bytes of the kernel's own fast commits, are never
-//! read as this one's.
+//! Whenever the ByteLog flushes one of its anchor slots (at a checkpoint,
+//! and every 256 KiB of log) the anchor block of the same parity is
+//! rewritten, within the same fence: a crash tears at most that one, and
+//! the other names the same window and generation. Recovery trusts the
+//! ByteLog's own slots and record CRCs; the anchor blocks say where the
+//! log is and of which generation, so a log of another mount, or bytes of
+//! the kernel's own fast commits, are never read as this one's.
 //!
 //! The journal's log itself stays empty (`s_start` 0) in this mode: the
 //! image's incompat bits (`LOG_PENDING` with `FC_BYTELOG`) keep the kernel
@@ -39,9 +40,10 @@ pub(crate) struct Area {
     pub(crate) tid: u32,
 }
 
-/// Fewest area blocks the ByteLog takes: an anchor block and a region of
-/// at least 16 KiB.
-const AREA_BYTES_MIN: u64 = 16 << 10;
+/// Blocks at the area's start holding anchor records.
+const ANCHOR_BLOCKS: u32 = 2;
+/// Fewest bytes of ByteLog region the area must leave after them.
+const REGION_BYTES_MIN: u64 = 16 << 10;
 
 impl Area {
     /// The fast-commit area of `image`'s journal, when it is one csumfs
@@ -70,7 +72,7 @@ impl Area {
         }
         let first = sb.max_len - blocks;
         let block_size = sb.block_size as usize;
-        if u64::from(blocks - 1) * block_size as u64 <= AREA_BYTES_MIN {
+        if u64::from(blocks.saturating_sub(ANCHOR_BLOCKS)) * (block_size as u64) < REGION_BYTES_MIN {
             return Err(format!("its fast-commit area of {blocks} blocks is too small for a ByteLog"));
         }
         let physical = journal.blocks.get(first as usize..sb.max_len as usize).unwrap_or_default();
@@ -83,48 +85,55 @@ impl Area {
     }
 
     /// The ByteLog region's bytes in `image` (a copy), after checking that
-    /// the area's anchor names it: what a read-only open or a check replays.
+    /// the area's anchors name it: what a read-only open or a check replays.
     ///
     /// # Errors
-    /// [`Error::Corrupt`] for an anchor block that does not.
+    /// [`Error::Corrupt`] when no anchor block does.
     pub(crate) fn log_bytes(&self, image: &[u8]) -> Result<Vec<u8>, Error> {
-        let bs = self.block_size;
-        let area = &image[self.offset as usize..self.offset as usize + self.blocks as usize * bs];
-        self.check_anchor(&area[..bs], &area[bs..])?;
-        Ok(area[bs..].to_vec())
+        let area = &image[self.offset as usize..self.offset as usize + self.blocks as usize * self.block_size];
+        let (anchors, region) = area.split_at(self.region_offset() as usize);
+        self.check_anchors(anchors, region)?;
+        Ok(region.to_vec())
+    }
+
+    /// Where the ByteLog region begins in the area.
+    fn region_offset(&self) -> u64 {
+        u64::from(ANCHOR_BLOCKS) * self.block_size as u64
     }
 
     fn anchor(&self, anchor: Anchor) -> ByteLogAnchor {
-        ByteLogAnchor { window_first: self.first + 1, window_blocks: self.blocks - 1, anchor }
+        ByteLogAnchor { window_first: self.first + ANCHOR_BLOCKS, window_blocks: self.blocks - ANCHOR_BLOCKS, anchor }
     }
 
-    /// That `block` is this area's anchor for the ByteLog in `region`.
-    fn check_anchor(&self, block: &[u8], region: &[u8]) -> Result<(), Error> {
-        let where_ = "the journal's fast-commit area";
-        let (found, _) = ByteLogAnchor::parse(block)?;
+    /// That one of the anchor blocks in `blocks` names the ByteLog in
+    /// `region`: this window, the generation its superblock has.
+    fn check_anchors(&self, blocks: &[u8], region: &[u8]) -> Result<(), Error> {
         let sb = Superblock::decode(&region[..LINE_BYTES as usize])?;
-        if (found.window_first, found.window_blocks) != (self.first + 1, self.blocks - 1) {
-            return Err(corrupt(
-                where_,
-                format!(
-                    "its anchor names blocks {}..+{}, the ByteLog is at {}..+{}",
-                    found.window_first,
-                    found.window_blocks,
-                    self.first + 1,
-                    self.blocks - 1
-                ),
-            ));
-        }
-        if found.anchor.generation != sb.generation {
-            return Err(corrupt(
-                where_,
-                format!(
-                    "its anchor names ByteLog generation {}, the log there is generation {}",
+        let mut why = Vec::new();
+        for (slot, block) in blocks.chunks(self.block_size).enumerate() {
+            let found = match ByteLogAnchor::parse(block, slot == 0) {
+                Ok((found, _)) => found,
+                Err(e) => {
+                    why.push(format!("block {slot}: {e}"));
+                    continue;
+                }
+            };
+            let expected = self.anchor(found.anchor);
+            if (found.window_first, found.window_blocks) != (expected.window_first, expected.window_blocks) {
+                why.push(format!(
+                    "block {slot} names blocks {}..+{}, the ByteLog is at {}..+{}",
+                    found.window_first, found.window_blocks, expected.window_first, expected.window_blocks
+                ));
+            } else if found.anchor.generation != sb.generation {
+                why.push(format!(
+                    "block {slot} names ByteLog generation {}, the log there is generation {}",
                     found.anchor.generation, sb.generation
-                ),
-            ));
+                ));
+            } else {
+                return Ok(());
+            }
         }
-        Ok(())
+        Err(corrupt("the journal's fast-commit area", format!("no anchor names its ByteLog: {}", why.join("; "))))
     }
 }
 
@@ -141,22 +150,23 @@ pub fn fast_commit_area_log(image: &[u8]) -> Result<Vec<u8>, Error> {
 }
 
 /// The ByteLog region of the fast-commit area as a medium: bytes from the
-/// area's second block, written into the image file; a flush of an
-/// anchor slot rewrites the anchor block too.
-pub(crate) struct AreaMedium {
-    /// The whole area (anchor block first).
-    file: FileMedium,
+/// area's third block, written into the image file (`M`: a file's range;
+/// a simulated medium in tests); a flush of an anchor slot rewrites the
+/// anchor block of its parity too.
+pub(crate) struct AreaMedium<M = FileMedium> {
+    /// The whole area (anchor blocks first).
+    inner: M,
     area: Area,
 }
 
 impl AreaMedium {
     /// The area of the image at `path`, as `area` locates it; when
-    /// `expect_log` (the image says the log holds changes), its anchor
-    /// block must name the ByteLog there.
+    /// `expect_log` (the image says the log holds changes), one of its
+    /// anchor blocks must name the ByteLog there.
     ///
     /// # Errors
-    /// As [`FileMedium::open_range`]; [`Error::Corrupt`] for an anchor that
-    /// does not name the log.
+    /// As [`FileMedium::open_range`]; [`Error::Corrupt`] when no anchor
+    /// names the log.
     pub(crate) fn open(path: &Path, area: Area, expect_log: bool) -> Result<AreaMedium, Error> {
         let len = u64::from(area.blocks) * area.block_size as u64;
         let mut file = FileMedium::open_range(path, area.offset, len)?;
@@ -166,15 +176,28 @@ impl AreaMedium {
         // fdatasync that follows — a commit's worth of bytes per fsync.
         file.flush(0, len)?;
         file.fence()?;
-        let medium = AreaMedium { file, area };
+        AreaMedium::over(file, area, expect_log)
+    }
+
+    /// Whether the medium writes whole sectors directly.
+    pub(crate) fn direct(&self) -> bool {
+        self.inner.write_unit() > 1
+    }
+}
+
+impl<M: Medium> AreaMedium<M> {
+    /// The area's bytes on `inner`, checked as [`AreaMedium::open`] does.
+    pub(crate) fn over(inner: M, area: Area, expect_log: bool) -> Result<AreaMedium<M>, Error> {
+        let medium = AreaMedium { inner, area };
         if expect_log {
-            let bs = area.block_size as u64;
-            area.check_anchor(medium.file.view(0, bs)?, medium.file.view(bs, len - bs)?)?;
+            let at = area.region_offset();
+            let region = medium.inner.view(at, medium.inner.len() - at)?;
+            area.check_anchors(medium.inner.view(0, at)?, region)?;
         }
         Ok(medium)
     }
 
-    /// Offsets past the region fail here, not in the anchor block's place.
+    /// Offsets past the region fail here, not in the anchor blocks' place.
     fn check(&self, offset: u64, len: u64) -> Result<(), csumkit::Error> {
         match offset.checked_add(len) {
             Some(end) if end <= self.len() => Ok(()),
@@ -185,44 +208,42 @@ impl AreaMedium {
         }
     }
 
-    /// Whether the medium writes whole sectors directly.
-    pub(crate) fn direct(&self) -> bool {
-        self.file.write_unit() > 1
-    }
-
-    /// The anchor block for the newest valid anchor slot, written and
-    /// flushed (none yet: nothing).
+    /// The anchor block for the newest valid anchor slot — the first
+    /// block for an even anchor sequence, the second for an odd one —
+    /// written and flushed (no valid slot yet: nothing).
     fn write_anchor_block(&mut self) -> Result<(), csumkit::Error> {
-        let bs = self.area.block_size as u64;
-        let Ok(sb) = Superblock::decode(self.file.view(bs, LINE_BYTES)?) else { return Ok(()) };
+        let at = self.area.region_offset();
+        let Ok(sb) = Superblock::decode(self.inner.view(at, LINE_BYTES)?) else { return Ok(()) };
         let newest = (1..=2)
             .filter_map(|slot| {
-                let line = self.file.view(bs + slot * LINE_BYTES, LINE_BYTES).ok()?;
+                let line = self.inner.view(at + slot * LINE_BYTES, LINE_BYTES).ok()?;
                 Anchor::decode(line, sb.generation, sb.version)
             })
             .max_by_key(|a| a.anchor_seq);
         let Some(anchor) = newest else { return Ok(()) };
-        let block = self.area.anchor(anchor).block(self.area.block_size, self.area.tid)?;
-        self.file.write(0, &block)?;
-        self.file.flush(0, bs)
+        let slot = anchor.anchor_seq % 2;
+        let block = self.area.anchor(anchor).block(self.area.block_size, self.area.tid, slot == 0)?;
+        let bs = self.area.block_size as u64;
+        self.inner.write(slot * bs, &block)?;
+        self.inner.flush(slot * bs, bs)
     }
 }
 
-impl Medium for AreaMedium {
+impl<M: Medium> Medium for AreaMedium<M> {
     fn len(&self) -> u64 {
-        self.file.len() - self.area.block_size as u64
+        self.inner.len() - self.area.region_offset()
     }
     fn view(&self, offset: u64, len: u64) -> Result<&[u8], csumkit::Error> {
         self.check(offset, len)?;
-        self.file.view(offset + self.area.block_size as u64, len)
+        self.inner.view(offset + self.area.region_offset(), len)
     }
     fn write(&mut self, offset: u64, data: &[u8]) -> Result<(), csumkit::Error> {
         self.check(offset, data.len() as u64)?;
-        self.file.write(offset + self.area.block_size as u64, data)
+        self.inner.write(offset + self.area.region_offset(), data)
     }
     fn flush(&mut self, offset: u64, len: u64) -> Result<(), csumkit::Error> {
         self.check(offset, len)?;
-        self.file.flush(offset + self.area.block_size as u64, len)?;
+        self.inner.flush(offset + self.area.region_offset(), len)?;
         let slots = LINE_BYTES..3 * LINE_BYTES;
         if len > 0 && offset < slots.end && offset + len > slots.start {
             self.write_anchor_block()?;
@@ -230,6 +251,148 @@ impl Medium for AreaMedium {
         Ok(())
     }
     fn fence(&mut self) -> Result<(), csumkit::Error> {
-        self.file.fence()
+        self.inner.fence()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Area, AreaMedium};
+    use csumkit::bytelog::{ByteLog, LogError, Medium, SimMedium};
+    use csumkit::ext4::jbd2::bytelog_anchor::ByteLogAnchor;
+    use std::cell::RefCell;
+    use std::rc::Rc;
+
+    const AREA: Area = Area { first: 100, blocks: 24, offset: 0, block_size: 1024, tid: 9 };
+
+    /// What the log acknowledged: records by sequence, and the sequence up
+    /// to which a checkpoint (finished or under way) may drop them.
+    #[derive(Default)]
+    struct Model {
+        acked: Vec<(u64, Vec<u8>)>,
+        droppable_through: u64,
+        crashes: u64,
+        failure: Option<String>,
+    }
+
+    /// A simulated medium under the area that crashes at every store,
+    /// flush and fence once armed: random subsets of its dirty lines
+    /// reaching the medium, one of them torn at 8-byte granularity.
+    struct Probe {
+        sim: SimMedium,
+        model: Rc<RefCell<Model>>,
+        armed: Rc<std::cell::Cell<bool>>,
+        rng: u64,
+    }
+
+    impl Probe {
+        fn next(&mut self) -> u64 {
+            self.rng ^= self.rng << 13;
+            self.rng ^= self.rng >> 7;
+            self.rng ^= self.rng << 17;
+            self.rng
+        }
+
+        fn crash_here(&mut self) {
+            if !self.armed.get() || self.model.borrow().failure.is_some() {
+                return;
+            }
+            let dirty = self.sim.dirty_lines();
+            for _ in 0..if dirty.is_empty() { 1 } else { 12 } {
+                let reached: Vec<usize> = dirty.iter().copied().filter(|_| self.next() & 1 == 1).collect();
+                let torn = (!reached.is_empty())
+                    .then(|| (reached[(self.next() % reached.len() as u64) as usize], self.next() as u8 | 1));
+                let image = self.sim.crash_image(&reached, torn);
+                let verdict = check(&self.model.borrow(), image);
+                let mut model = self.model.borrow_mut();
+                model.crashes += 1;
+                if let Err(why) = verdict {
+                    model.failure = Some(format!("event {}: {why}", self.sim.events));
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The crash image opens as the image's replay opens it (an anchor
+    /// block names the log) and replays every acknowledged record not
+    /// dropped, intact.
+    fn check(model: &Model, image: Vec<u8>) -> Result<(), String> {
+        let medium = AreaMedium::over(SimMedium::from_image(image), AREA, true).map_err(|e| e.to_string())?;
+        let (_, records) = ByteLog::open(medium).map_err(|e| format!("replay: {e}"))?;
+        for (seq, payload) in model.acked.iter().filter(|(seq, _)| *seq > model.droppable_through) {
+            if !records.iter().any(|r| r.seq == *seq && r.payload == *payload) {
+                return Err(format!("acknowledged record {seq} lost"));
+            }
+        }
+        Ok(())
+    }
+
+    impl Medium for Probe {
+        fn len(&self) -> u64 {
+            self.sim.len()
+        }
+        fn view(&self, offset: u64, len: u64) -> Result<&[u8], csumkit::Error> {
+            self.sim.view(offset, len)
+        }
+        fn write(&mut self, offset: u64, data: &[u8]) -> Result<(), csumkit::Error> {
+            self.sim.write(offset, data)?;
+            self.crash_here();
+            Ok(())
+        }
+        fn flush(&mut self, offset: u64, len: u64) -> Result<(), csumkit::Error> {
+            self.sim.flush(offset, len)?;
+            self.crash_here();
+            Ok(())
+        }
+        fn fence(&mut self) -> Result<(), csumkit::Error> {
+            self.sim.fence()?;
+            self.crash_here();
+            Ok(())
+        }
+    }
+
+    /// Appends, checkpoints and anchors every 1 KiB of log, the ring
+    /// wrapping many times, crashed at every event: every crash state
+    /// has an anchor block naming the log and replays every acknowledged
+    /// record (torn anchor blocks included, which is why there are two).
+    #[test]
+    fn every_crash_of_the_area_leaves_an_anchor_and_every_acknowledged_record() {
+        let model = Rc::new(RefCell::new(Model::default()));
+        let armed = Rc::new(std::cell::Cell::new(false));
+        let len = AREA.blocks as usize * AREA.block_size;
+        let probe = Probe { sim: SimMedium::new(len), model: model.clone(), armed: armed.clone(), rng: 0x2545_F491 };
+        let mut log = ByteLog::format(AreaMedium::over(probe, AREA, false).unwrap(), 1).unwrap();
+        log.set_anchor_interval(1024);
+        armed.set(true);
+        let mut rng = 0x9E37_79B9u64;
+        for i in 0..600u64 {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let payload: Vec<u8> = (0..40 + rng % 600).map(|k| (k as u8) ^ (i as u8)).collect();
+            let appended = if i % 40 == 39 { None } else { Some(log.append(2, 0, &payload)) };
+            match appended {
+                Some(Ok(seq)) => model.borrow_mut().acked.push((seq, payload)),
+                Some(Err(csumkit::Error::Log(LogError::Full { .. }))) | None => {
+                    model.borrow_mut().droppable_through = log.next_seq() - 1;
+                    log.checkpoint().unwrap();
+                }
+                Some(Err(e)) => panic!("append: {e}"),
+            }
+            assert!(model.borrow().failure.is_none(), "{}", model.borrow().failure.as_ref().unwrap());
+        }
+        let model = model.borrow();
+        assert!(model.crashes > 5_000, "{} crash states", model.crashes);
+        let blocks = log.medium().inner.sim.view(0, 2 * AREA.block_size as u64).unwrap();
+        let seqs: Vec<u64> = blocks
+            .chunks(AREA.block_size)
+            .enumerate()
+            .map(|(slot, b)| ByteLogAnchor::parse(b, slot == 0).unwrap().0.anchor.anchor_seq)
+            .collect();
+        assert!(
+            seqs.iter().all(|&s| s > 20) && seqs[0].is_multiple_of(2) && !seqs[1].is_multiple_of(2),
+            "anchor blocks {seqs:?}"
+        );
     }
 }

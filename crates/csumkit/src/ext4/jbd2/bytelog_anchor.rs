@@ -1,11 +1,13 @@
 //! A ByteLog inside the journal's fast-commit area, laid out as the ext4
-//! DAX fast-commit ByteLog design lays it: the area's first block holds a
-//! conventional fast commit — HEAD, one anchor record, TAIL — and the
-//! blocks after it hold a ByteLog region ([`crate::bytelog`]: superblock,
-//! two anchor slots, the ring of 64-byte-aligned CRC32C records). The
-//! anchor record names the window and repeats the ByteLog's newest
-//! anchor: its head, tail, head sequence and the CRC32C of the payloads
-//! between them.
+//! DAX fast-commit ByteLog design lays it: the area's first two blocks are
+//! a conventional fast-commit stream — HEAD, an anchor record and TAIL in
+//! the first, an anchor record and TAIL in the second — and the blocks
+//! after them hold a ByteLog region ([`crate::bytelog`]: superblock, two
+//! anchor slots, the ring of 64-byte-aligned CRC32C records). An anchor
+//! record names the window and repeats one of the ByteLog's anchors: its
+//! head, tail, head sequence and the CRC32C of the payloads between them.
+//! The two blocks take the ByteLog's anchors in turn (an even anchor
+//! sequence the first), so a rewrite torn by a crash leaves the other.
 //!
 //! ```text
 //! anchor value (le), tag TAG_BYTELOG_ANCHOR, 48 bytes:
@@ -47,13 +49,13 @@ pub struct ByteLogAnchor {
 }
 
 impl ByteLogAnchor {
-    /// The fast-commit block of transaction `tid` that carries it: HEAD,
-    /// the anchor record, TAIL to the block's end, as the kernel lays a
-    /// fast commit out.
+    /// The fast-commit block of transaction `tid` that carries it: HEAD
+    /// (when `head`: the stream's first block), the anchor record, TAIL to
+    /// the block's end, as the kernel lays a fast commit out.
     ///
     /// # Errors
-    /// [`Error::Invalid`] for a block too small for the three records.
-    pub fn block(&self, block_size: usize, tid: u32) -> Result<Vec<u8>, Error> {
+    /// [`Error::Invalid`] for a block too small for the records.
+    pub fn block(&self, block_size: usize, tid: u32, head: bool) -> Result<Vec<u8>, Error> {
         let a = &self.anchor;
         let mut v = Vec::with_capacity(ANCHOR_VALUE_BYTES);
         for word in [self.window_first, self.window_blocks, a.generation, a.stream_crc] {
@@ -62,7 +64,7 @@ impl ByteLogAnchor {
         for word in [a.anchor_seq, a.head, a.tail, a.head_seq] {
             v.extend_from_slice(&word.to_le_bytes());
         }
-        let mut blocks = encode(block_size, tid, true, &[(TAG_BYTELOG_ANCHOR, v)])?;
+        let mut blocks = encode(block_size, tid, head, &[(TAG_BYTELOG_ANCHOR, v)])?;
         if blocks.len() != 1 {
             return Err(Error::Invalid { what: "ByteLog anchor", detail: format!("{block_size}-byte blocks") });
         }
@@ -70,13 +72,13 @@ impl ByteLogAnchor {
     }
 
     /// The anchor in fast-commit block `block` and its transaction: a
-    /// HEAD (no features), the anchor record, and a TAIL of the same
-    /// transaction whose CRC32C covers the two.
+    /// HEAD (no features) when `head`, the anchor record, and a TAIL (of
+    /// the HEAD's transaction) whose CRC32C covers them.
     ///
     /// # Errors
     /// [`Error::Corrupt`] naming what is not as [`block`](Self::block)
     /// writes it.
-    pub fn parse(block: &[u8]) -> Result<(ByteLogAnchor, u32), Error> {
+    pub fn parse(block: &[u8], head: bool) -> Result<(ByteLogAnchor, u32), Error> {
         let bad = |detail: String| Error::Corrupt { location: "fast-commit ByteLog anchor".into(), detail };
         let record = |at: usize, tag: u16, len: usize| {
             let fits = at + TAG_BASE + len <= block.len();
@@ -85,16 +87,21 @@ impl ByteLogAnchor {
             }
             Ok(at + TAG_BASE)
         };
-        let head = record(0, TAG_HEAD, 8)?;
-        let (features, tid) = (le32(block, head), le32(block, head + 4));
-        if features != 0 {
-            return Err(bad(format!("HEAD features {features:#x}")));
-        }
-        let v = record(head + 8, TAG_BYTELOG_ANCHOR, ANCHOR_VALUE_BYTES)?;
+        let (anchor_at, head_tid) = if head {
+            let value = record(0, TAG_HEAD, 8)?;
+            if le32(block, value) != 0 {
+                return Err(bad(format!("HEAD features {:#x}", le32(block, value))));
+            }
+            (value + 8, Some(le32(block, value + 4)))
+        } else {
+            (0, None)
+        };
+        let v = record(anchor_at, TAG_BYTELOG_ANCHOR, ANCHOR_VALUE_BYTES)?;
         let tail = record(v + ANCHOR_VALUE_BYTES, TAG_TAIL, 8)?;
         if usize::from(le16(block, tail - 2)) != block.len() - tail {
             return Err(bad(format!("TAIL of {} bytes, not to the block's end", le16(block, tail - 2))));
         }
+        let tid = head_tid.unwrap_or(le32(block, tail));
         if le32(block, tail) != tid {
             return Err(bad(format!("TAIL of transaction {} after a HEAD of {tid}", le32(block, tail))));
         }
@@ -127,25 +134,30 @@ mod tests {
     #[test]
     fn an_anchor_block_parses_back_and_any_flipped_bit_of_its_records_is_refused() {
         for bs in [1024, 4096] {
-            let block = sample().block(bs, 42).unwrap();
-            assert_eq!(block.len(), bs);
-            assert_eq!(ByteLogAnchor::parse(&block).unwrap(), (sample(), 42));
-            // HEAD (12) + anchor (52) + TAIL tag, length, tid and CRC (12).
-            for bit in 0..(12 + 52 + 12) * 8 {
-                let mut torn = block.clone();
-                torn[bit / 8] ^= 1 << (bit % 8);
-                assert!(ByteLogAnchor::parse(&torn).is_err(), "bit {bit} of a {bs}-byte block");
+            for head in [true, false] {
+                let block = sample().block(bs, 42, head).unwrap();
+                assert_eq!(block.len(), bs);
+                assert_eq!(ByteLogAnchor::parse(&block, head).unwrap(), (sample(), 42));
+                assert!(ByteLogAnchor::parse(&block, !head).is_err(), "the HEAD is where it should be");
+                // HEAD (12), anchor (52), TAIL tag, length, tid and CRC (12).
+                let records = if head { 12 + 52 + 12 } else { 52 + 12 };
+                for bit in 0..records * 8 {
+                    let mut torn = block.clone();
+                    torn[bit / 8] ^= 1 << (bit % 8);
+                    assert!(ByteLogAnchor::parse(&torn, head).is_err(), "bit {bit} of a {bs}-byte block");
+                }
             }
         }
     }
 
-    /// The kernel's own scan reads the block as one fast commit up to the
-    /// anchor record, whose tag it does not know.
+    /// Laid out as the kernel's fast commits are: the tail runs to the
+    /// block's end, so the next fast commit of the stream begins a block.
     #[test]
-    fn an_anchor_block_is_a_fast_commit_whose_tail_the_kernel_layout_checks() {
-        let block = sample().block(4096, 42).unwrap();
+    fn an_anchor_blocks_tail_runs_to_its_end() {
+        let block = sample().block(4096, 42, true).unwrap();
         let tail_at = 12 + 52;
         assert_eq!(le16(&block, tail_at), TAG_TAIL);
-        assert_eq!(usize::from(le16(&block, tail_at + 2)), 4096 - tail_at - TAG_BASE, "the tail runs to the end");
+        assert_eq!(usize::from(le16(&block, tail_at + 2)), 4096 - tail_at - TAG_BASE);
+        assert!(block[tail_at + 12..].iter().all(|&b| b == 0));
     }
 }
