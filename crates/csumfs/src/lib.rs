@@ -67,8 +67,9 @@ pub use store::fc_bytelog::fast_commit_area_log;
 pub use store::image_lock::ImageLock;
 pub use store::journal_replay::JournalReplayed;
 pub use store::medium::{
-    Backing, LogMedium, SyncHandle, LOG_IN_FAST_COMMIT_AREA, LOG_IN_FAST_COMMIT_AREA_DIRECT, LOG_IN_IMAGE_JOURNAL,
-    LOG_ON_DAX, LOG_ON_FILE, LOG_ON_FILE_DIRECT, LOG_ON_TMPFS, TAG_LAST, TAG_PART,
+    Backing, LogMedium, SyncHandle, LOG_IN_FAST_COMMIT_AREA, LOG_IN_FAST_COMMIT_AREA_DIRECT,
+    LOG_IN_FAST_COMMIT_AREA_MAPPED, LOG_IN_IMAGE_JOURNAL, LOG_ON_DAX, LOG_ON_FILE, LOG_ON_FILE_DIRECT, LOG_ON_TMPFS,
+    TAG_LAST, TAG_PART,
 };
 pub use store::mmp::MultiMountProtection;
 pub use store::pi_device::PiOpened;

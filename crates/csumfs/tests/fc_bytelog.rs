@@ -247,3 +247,36 @@ fn an_image_without_a_fast_commit_area_is_refused_with_the_remedy() {
     assert!(e.to_string().contains("mke2fs -O fast_commit"), "{e}");
     assert_eq!(incompat(&image) & (LOG_PENDING | FC_BYTELOG), 0);
 }
+
+/// An image on tmpfs (the stand-in for DAX persistent memory): the area
+/// is mapped and flushed by cache line; killed, the image alone replays.
+#[test]
+fn an_image_on_tmpfs_has_its_area_mapped_and_flushed_by_cache_line() {
+    if !have_e2fsprogs() {
+        return;
+    }
+    let shm = Path::new("/dev/shm");
+    if !shm.is_dir() {
+        assert!(std::env::var_os("CI").is_none(), "CI has /dev/shm");
+        eprintln!("SKIPPED an_image_on_tmpfs_has_its_area_mapped_and_flushed_by_cache_line: no /dev/shm");
+        return;
+    }
+    let dir = shm.join(format!("csumfs-fc-bytelog-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let scratch = Scratch(dir);
+    let image = scratch.0.join("img");
+    // 1 KiB blocks: the area does not begin on a page.
+    common::mke2fs_features(&image, "metadata_csum,fast_commit", "1024", "32M", &[]);
+    let (mut volume, _) = Volume::open_logged_in_fast_commit_area(&image, Options::default(), None).unwrap();
+    assert_eq!(volume.log_on(), Some(csumfs::LOG_IN_FAST_COMMIT_AREA_MAPPED));
+    volume.mark_log_in_use().unwrap();
+    let expect = workload(&mut volume, 30);
+    drop(volume);
+    let (volume, replayed) = Volume::open_logged_in_fast_commit_area(&image, Options::default(), None).unwrap();
+    assert!(replayed.commits >= 30, "{replayed:?}");
+    assert_eq!(volume_tree(&volume), expect);
+    let mut volume = volume;
+    volume.checkpoint().unwrap();
+    drop(volume);
+    assert_clean(&image, "the replay of a mapped fast-commit area");
+}

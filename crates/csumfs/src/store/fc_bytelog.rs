@@ -4,7 +4,9 @@
 //! TAIL; anchor, TAIL: `csumkit::ext4::jbd2::bytelog_anchor`) naming the
 //! window and repeating the ByteLog's anchors. Commits are the ByteLog's
 //! records as a sidecar log has them, written into the image file with
-//! direct writes of the sectors they touch and `fdatasync`.
+//! direct writes of the sectors they touch and `fdatasync` — or, for an
+//! image on DAX (tmpfs standing in), stored through a shared map and
+//! flushed by cache line.
 //!
 //! Whenever the ByteLog flushes one of its anchor slots (at a checkpoint,
 //! and every 256 KiB of log) the anchor block of the same parity is
@@ -19,7 +21,10 @@
 //! and e2fsck away while the ByteLog holds records the image lacks.
 
 use crate::error::{corrupt, Error};
-use csumkit::bytelog::{Anchor, FileMedium, Medium, Superblock, LINE_BYTES};
+use crate::store::medium::{
+    on_tmpfs, LogMedium, LOG_IN_FAST_COMMIT_AREA, LOG_IN_FAST_COMMIT_AREA_DIRECT, LOG_IN_FAST_COMMIT_AREA_MAPPED,
+};
+use csumkit::bytelog::{Anchor, FileMedium, Medium, MmapMedium, Persist, Superblock, LINE_BYTES};
 use csumkit::ext4::feature_bits::COMPAT_FAST_COMMIT;
 use csumkit::ext4::jbd2::bytelog_anchor::ByteLogAnchor;
 use csumkit::ext4::jbd2::{Journal, DEFAULT_FAST_COMMIT_BLOCKS, MIN_JOURNAL_BLOCKS};
@@ -159,10 +164,31 @@ pub(crate) struct AreaMedium<M = FileMedium> {
     area: Area,
 }
 
+/// The area of the image at `path` as the ByteLog's medium, as `area`
+/// locates it, and how it is written: mapped and flushed by cache line
+/// when the image is on DAX (or tmpfs, the stand-in), else through
+/// [`AreaMedium::open`]. When `expect_log` (the image says the log holds
+/// changes), one of its anchor blocks must name the ByteLog there.
+///
+/// # Errors
+/// As [`FileMedium::open_range`] and [`MmapMedium::open_range`];
+/// [`Error::Corrupt`] when no anchor names the log.
+pub(crate) fn area_medium(path: &Path, area: Area, expect_log: bool) -> Result<(LogMedium, &'static str), Error> {
+    let len = u64::from(area.blocks) * area.block_size as u64;
+    let mapped = MmapMedium::open_range(path, area.offset, len, on_tmpfs(path))?;
+    if mapped.persist() == Persist::CacheLines {
+        return Ok((Box::new(AreaMedium::over(mapped, area, expect_log)?), LOG_IN_FAST_COMMIT_AREA_MAPPED));
+    }
+    drop(mapped);
+    let medium = AreaMedium::open(path, area, expect_log)?;
+    let on = if medium.direct() { LOG_IN_FAST_COMMIT_AREA_DIRECT } else { LOG_IN_FAST_COMMIT_AREA };
+    Ok((Box::new(medium), on))
+}
+
 impl AreaMedium {
-    /// The area of the image at `path`, as `area` locates it; when
-    /// `expect_log` (the image says the log holds changes), one of its
-    /// anchor blocks must name the ByteLog there.
+    /// The area of the image at `path`, as `area` locates it, written with
+    /// `pwrite` (direct writes where the file system takes them) and
+    /// `fdatasync`; checked as [`area_medium`] says.
     ///
     /// # Errors
     /// As [`FileMedium::open_range`]; [`Error::Corrupt`] when no anchor

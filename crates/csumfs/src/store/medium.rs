@@ -132,6 +132,8 @@ pub const LOG_IN_FAST_COMMIT_AREA: &str = "the image journal's fast-commit area,
 /// See [`LOG_IN_FAST_COMMIT_AREA`].
 pub const LOG_IN_FAST_COMMIT_AREA_DIRECT: &str =
     "the image journal's fast-commit area, direct writes of whole sectors + fdatasync";
+/// See [`LOG_IN_FAST_COMMIT_AREA`]: the image on DAX (or tmpfs, the stand-in).
+pub const LOG_IN_FAST_COMMIT_AREA_MAPPED: &str = "the image journal's fast-commit area, mapped, flushed by cache line";
 /// See [`LOG_ON_DAX`].
 pub const LOG_ON_FILE_DIRECT: &str = "a file, direct writes of whole sectors + fdatasync";
 
@@ -140,17 +142,7 @@ pub const LOG_ON_FILE_DIRECT: &str = "a file, direct writes of whole sectors + f
 /// file written with `pwrite` and `fdatasync`.
 pub(crate) fn log_medium(path: &Path, len: u64) -> Result<(LogMedium, &'static str), Error> {
     use csumkit::bytelog::{FileMedium, MmapMedium, Persist};
-    let on_tmpfs = {
-        let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-        let c = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(dir.as_os_str())).ok();
-        // SAFETY: statfs fills a zeroed struct (all-zero is a valid value)
-        // from a NUL-terminated path.
-        c.is_some_and(|c| unsafe {
-            let mut st: libc::statfs = std::mem::zeroed();
-            libc::statfs(c.as_ptr(), &mut st) == 0 && st.f_type == libc::TMPFS_MAGIC
-        })
-    };
-    if on_tmpfs {
+    if on_tmpfs(path) {
         return Ok((Box::new(MmapMedium::open(path, len, Persist::CacheLines)?), LOG_ON_TMPFS));
     }
     // Written with zeros first, so the DAX probe below never maps holes.
@@ -161,4 +153,17 @@ pub(crate) fn log_medium(path: &Path, len: u64) -> Result<(LogMedium, &'static s
     }
     let on = if file.write_unit() > 1 { LOG_ON_FILE_DIRECT } else { LOG_ON_FILE };
     Ok((Box::new(file), on))
+}
+
+/// Whether the file at `path` (existing or not) is on tmpfs: its
+/// directory's file system.
+pub(crate) fn on_tmpfs(path: &Path) -> bool {
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let c = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(dir.as_os_str())).ok();
+    // SAFETY: statfs fills a zeroed struct (all-zero is a valid value)
+    // from a NUL-terminated path.
+    c.is_some_and(|c| unsafe {
+        let mut st: libc::statfs = std::mem::zeroed();
+        libc::statfs(c.as_ptr(), &mut st) == 0 && st.f_type == libc::TMPFS_MAGIC
+    })
 }

@@ -9,12 +9,9 @@ use crate::ranges::RangeSet;
 use crate::stats::Stats;
 use crate::store::bytes::Bytes;
 use crate::store::data_sums::{commit, DataSums};
-use crate::store::fc_bytelog::{Area, AreaMedium};
+use crate::store::fc_bytelog::{area_medium, Area};
 use crate::store::log_writer::{Log, Writer};
-use crate::store::medium::{
-    log_medium, AnyMedium, Backing, LogMedium, Nowhere, LOG_IN_FAST_COMMIT_AREA, LOG_IN_FAST_COMMIT_AREA_DIRECT,
-    TAG_LAST, TAG_PART,
-};
+use crate::store::medium::{log_medium, AnyMedium, Backing, LogMedium, Nowhere, TAG_LAST, TAG_PART};
 use crate::store::pi_device::{open_device, PiBacking};
 use crate::store::private_map::PAGE;
 use crate::store::redo_log::resize::{log_length_at_open, LogResize, GROWTH_UNIT};
@@ -155,9 +152,8 @@ impl Volume {
                 (medium, on, LOG_PENDING)
             }
             (LogAt::FastCommitArea, area) => {
-                let medium = AreaMedium::open(path, area.expect("located above"), was_pending)?;
-                let on = if medium.direct() { LOG_IN_FAST_COMMIT_AREA_DIRECT } else { LOG_IN_FAST_COMMIT_AREA };
-                (Box::new(medium), on, LOG_PENDING | FC_BYTELOG)
+                let (medium, on) = area_medium(path, area.expect("located above"), was_pending)?;
+                (medium, on, LOG_PENDING | FC_BYTELOG)
             }
         };
         let mut volume = Volume::new(Bytes::Private(map), crate::Options { write: true, ..options })?;

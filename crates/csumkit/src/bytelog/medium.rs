@@ -183,6 +183,9 @@ pub enum Persist {
 #[derive(Debug)]
 pub struct MmapMedium {
     map: memmap2::MmapMut,
+    /// Where the medium begins in the map (a range of a file mapped from
+    /// the page holding its start).
+    skip: usize,
     persist: Persist,
 }
 
@@ -200,7 +203,35 @@ impl MmapMedium {
         // misuse, as for any mmap).
         let map = unsafe { memmap2::MmapOptions::new().len(len as usize).populate().map_mut(&file) }
             .map_err(|e| io("mmap", e))?;
-        Ok(MmapMedium { map, persist })
+        Ok(MmapMedium { map, skip: 0, persist })
+    }
+
+    /// Bytes `[offset, offset + len)` of the existing file at `path`
+    /// mapped as the medium, never extended; cache-line write-back when the
+    /// file is on a DAX filesystem or `on_tmpfs` (the stand-in), `msync`
+    /// otherwise.
+    ///
+    /// # Errors
+    /// A file shorter than `offset + len`; what mapping reports.
+    pub fn open_range(path: &std::path::Path, offset: u64, len: u64, on_tmpfs: bool) -> Result<Self, Error> {
+        let io = |context: &str, source| Error::Io { context: format!("{}: {context}", path.display()), source };
+        let file = std::fs::OpenOptions::new().read(true).write(true).open(path).map_err(|e| io("open", e))?;
+        let have = file.metadata().map_err(|e| io("stat", e))?.len();
+        if offset.checked_add(len).is_none_or(|end| end > have) {
+            return Err(Error::Invalid {
+                what: "ByteLog region",
+                detail: format!("bytes {offset}..+{len} of a {have}-byte file {}", path.display()),
+            });
+        }
+        let page = 4096u64;
+        let (start, skip) = (offset / page * page, (offset % page) as usize);
+        let mapped = skip + len as usize;
+        let persist = if on_tmpfs || is_dax_at(&file, start, mapped) { Persist::CacheLines } else { Persist::Msync };
+        // SAFETY: as in `open`: the file this process opened read-write,
+        // the range's only writer the ByteLog.
+        let map = unsafe { memmap2::MmapOptions::new().offset(start).len(mapped).populate().map_mut(&file) }
+            .map_err(|e| io("mmap", e))?;
+        Ok(MmapMedium { map, skip, persist })
     }
 
     /// Maps `path` choosing the persistence from the file: cache-line
@@ -212,7 +243,7 @@ impl MmapMedium {
         let file = std::fs::OpenOptions::new().read(true).write(true).open(path);
         let io = |context: &str, source| Error::Io { context: format!("{}: {context}", path.display()), source };
         let file = file.map_err(|e| io("open", e))?;
-        if !is_dax(&file, len) {
+        if !is_dax_at(&file, 0, len as usize) {
             return Ok(medium);
         }
         // SAFETY: posix_fallocate on an open, writable descriptor.
@@ -233,26 +264,27 @@ impl MmapMedium {
 #[cfg(unix)]
 impl Medium for MmapMedium {
     fn len(&self) -> u64 {
-        self.map.len() as u64
+        (self.map.len() - self.skip) as u64
     }
 
     fn view(&self, offset: u64, len: u64) -> Result<&[u8], Error> {
-        view_of(&self.map, offset, len)
+        view_of(&self.map[self.skip..], offset, len)
     }
 
     fn write(&mut self, offset: u64, data: &[u8]) -> Result<(), Error> {
-        store_into(&mut self.map, offset, data)
+        store_into(&mut self.map[self.skip..], offset, data)
     }
 
     fn flush(&mut self, offset: u64, len: u64) -> Result<(), Error> {
         check_range(self.len(), offset, len)?;
+        let at = offset + self.skip as u64;
         match self.persist {
             Persist::Msync => self
                 .map
-                .flush_range(offset as usize, len as usize)
+                .flush_range(at as usize, len as usize)
                 .map_err(|source| Error::Io { context: "msync".into(), source }),
             Persist::CacheLines => {
-                for line in lines_covering(offset, len) {
+                for line in lines_covering(at, len) {
                     cache::write_back(self.map[line..].as_ptr());
                 }
                 Ok(())
@@ -277,31 +309,31 @@ fn lines_covering(offset: u64, len: u64) -> impl Iterator<Item = usize> {
 }
 
 /// Whether `file` is on a DAX filesystem: Linux maps it with `MAP_SYNC`
-/// only then.
+/// only then (probed over `len` bytes from the page-aligned `offset`).
 #[cfg(target_os = "linux")]
-fn is_dax(file: &std::fs::File, len: u64) -> bool {
+fn is_dax_at(file: &std::fs::File, offset: u64, len: usize) -> bool {
     use std::os::fd::AsRawFd;
     let flags = libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC;
     // SAFETY: a probe mapping of an open descriptor, unmapped at once; nothing reads it.
     unsafe {
         let p = libc::mmap(
             std::ptr::null_mut(),
-            len as usize,
+            len,
             libc::PROT_READ | libc::PROT_WRITE,
             flags,
             file.as_raw_fd(),
-            0,
+            offset as libc::off_t,
         );
         if p == libc::MAP_FAILED {
             return false;
         }
-        libc::munmap(p, len as usize);
+        libc::munmap(p, len);
     }
     true
 }
 
 #[cfg(all(unix, not(target_os = "linux")))]
-fn is_dax(_: &std::fs::File, _: u64) -> bool {
+fn is_dax_at(_: &std::fs::File, _: u64, _: usize) -> bool {
     false
 }
 
