@@ -19,10 +19,6 @@ const DIR: NewInode = NewInode { mode: 0o40_755, uid: 0, gid: 0 };
 
 type Tree = BTreeMap<String, Vec<u8>>;
 
-fn bytes(seed: usize, len: usize) -> Vec<u8> {
-    (0..len).map(|k| (k.wrapping_mul(131) ^ seed.wrapping_mul(7919)) as u8).collect()
-}
-
 /// Every regular file under `dir` of a kernel mount, by path from it.
 fn kernel_tree(root: &Path) -> Tree {
     let mut out = Tree::new();
@@ -45,28 +41,6 @@ fn kernel_tree(root: &Path) -> Tree {
     out
 }
 
-/// Every regular file of `volume`, by path.
-fn volume_tree(volume: &Volume) -> Tree {
-    let mut out = Tree::new();
-    let mut stack = vec![("".to_string(), volume.inode(ROOT).unwrap())];
-    while let Some((path, dir)) = stack.pop() {
-        for entry in volume.read_dir(&dir).unwrap() {
-            let name = String::from_utf8_lossy(&entry.name).into_owned();
-            if name == "." || name == ".." || (path.is_empty() && name == "lost+found") {
-                continue;
-            }
-            let inode = volume.inode(entry.ino).unwrap();
-            let full = format!("{path}/{name}");
-            if inode.is_dir() {
-                stack.push((full, inode));
-            } else {
-                out.insert(full, volume.read_all(&inode).unwrap());
-            }
-        }
-    }
-    out
-}
-
 /// Creates, writes (in one block and in many, over holes, appended),
 /// truncates (to a block boundary), links, unlinks (last links among
 /// them, their inode numbers and blocks reused), renames within and
@@ -80,13 +54,13 @@ fn workload(volume: &mut Volume, rounds: usize, bs: usize) -> Tree {
     for i in 0..rounds {
         let name = format!("f{i}");
         let f = volume.create(a, name.as_bytes(), FILE).unwrap();
-        let content = bytes(i, (i * 1237) % (9 * bs) + 1);
+        let content = common::seeded_bytes(i, (i * 1237) % (9 * bs) + 1);
         volume.write(f.ino, 0, &content).unwrap();
         tree.insert(format!("/a/{name}"), content);
         match i % 6 {
             1 => {
                 // A hole, then a block past it.
-                let tail = bytes(i + 1, bs);
+                let tail = common::seeded_bytes(i + 1, bs);
                 let mut content = tree.remove(&format!("/a/{name}")).unwrap();
                 let at = content.len().div_ceil(bs) * bs + 3 * bs;
                 volume.write(f.ino, at as u64, &tail).unwrap();
@@ -162,7 +136,7 @@ fn fsyncs_on_a_fast_commit_image_are_fast_commits_the_kernel_replays() {
         let stats = volume.stats();
         let (fast, full) = (Stats::get(&stats.fast_commits), Stats::get(&stats.log_commits));
         assert!(fast * 10 >= rounds as u64 * 9, "{bs}: {fast} fast commits, {full} full, for {rounds} syncs");
-        assert_eq!(volume_tree(&volume), expect, "{bs}: the volume before it stops");
+        assert_eq!(common::regular_files(&volume), expect, "{bs}: the volume before it stops");
         drop(volume); // killed: no checkpoint
 
         let kernel_copy = scratch.0.join("kernel-copy");
@@ -178,7 +152,7 @@ fn fsyncs_on_a_fast_commit_image_are_fast_commits_the_kernel_replays() {
 
         let volume = Volume::open_journaled(&image, Options::default(), None).unwrap();
         assert!(volume.journal_replayed().is_some_and(|r| r.fast_commit_records > 0), "{bs}: fast commits replayed");
-        assert_eq!(volume_tree(&volume), expect, "{bs}: csumfs's recovery");
+        assert_eq!(common::regular_files(&volume), expect, "{bs}: csumfs's recovery");
         let mut volume = volume;
         volume.checkpoint().unwrap();
         drop(volume);
@@ -242,9 +216,9 @@ fn a_full_fast_commit_area_leaves_a_journal_the_kernel_recovers() {
         for i in 0..syncs {
             let name = format!("f{i}");
             let f = volume.create(ROOT, name.as_bytes(), FILE).unwrap();
-            volume.write(f.ino, 0, &bytes(i, 100)).unwrap();
+            volume.write(f.ino, 0, &common::seeded_bytes(i, 100)).unwrap();
             volume.sync().unwrap();
-            expect.insert(format!("/{name}"), bytes(i, 100));
+            expect.insert(format!("/{name}"), common::seeded_bytes(i, 100));
         }
         assert!(Stats::get(&volume.stats().fast_commits) >= 12, "{syncs}: fast commits");
         drop(volume);

@@ -20,32 +20,6 @@ const DIR: NewInode = NewInode { mode: 0o40_755, uid: 0, gid: 0 };
 
 type Tree = BTreeMap<String, Vec<u8>>;
 
-fn bytes(seed: usize, len: usize) -> Vec<u8> {
-    (0..len).map(|k| (k.wrapping_mul(131) ^ seed.wrapping_mul(7919)) as u8).collect()
-}
-
-/// Every regular file of `volume` (directories `d*` under the root), by path.
-fn volume_tree(volume: &Volume) -> Tree {
-    let mut out = Tree::new();
-    let mut stack = vec![("".to_string(), volume.inode(ROOT).unwrap())];
-    while let Some((path, dir)) = stack.pop() {
-        for entry in volume.read_dir(&dir).unwrap() {
-            let name = String::from_utf8_lossy(&entry.name).into_owned();
-            if name == "." || name == ".." || (path.is_empty() && name == "lost+found") {
-                continue;
-            }
-            let inode = volume.inode(entry.ino).unwrap();
-            let full = format!("{path}/{name}");
-            if inode.is_dir() {
-                stack.push((full, inode));
-            } else {
-                out.insert(full, volume.read_all(&inode).unwrap());
-            }
-        }
-    }
-    out
-}
-
 /// Creates, small and large writes, unlinks, directories and xattrs —
 /// anything a ByteLog commit carries — each round synced; the tree the
 /// last sync acknowledged.
@@ -60,7 +34,7 @@ fn workload(volume: &mut Volume, rounds: usize) -> Tree {
         }
         let name = format!("f{i}");
         let f = volume.create(dir, name.as_bytes(), FILE).unwrap();
-        let content = bytes(i, (i * 1237) % 20_000 + 1);
+        let content = common::seeded_bytes(i, (i * 1237) % 20_000 + 1);
         volume.write(f.ino, 0, &content).unwrap();
         tree.insert(format!("{dir_name}/{name}"), content);
         if i % 4 == 3 {
@@ -129,7 +103,7 @@ fn commits_in_the_fast_commit_area_are_replayed_from_the_image_alone() {
         volume.mark_log_in_use().unwrap();
         let expect = workload(&mut volume, rounds);
         assert!(Stats::get(&volume.stats().log_commits) >= rounds as u64, "{bs}: a commit per sync");
-        assert_eq!(volume_tree(&volume), expect);
+        assert_eq!(common::regular_files(&volume), expect);
         drop(volume); // killed: no checkpoint
 
         let files: Vec<_> = std::fs::read_dir(&scratch.0).unwrap().map(|e| e.unwrap().file_name()).collect();
@@ -161,7 +135,7 @@ fn commits_in_the_fast_commit_area_are_replayed_from_the_image_alone() {
         let before = std::fs::read(&image).unwrap();
         let config = csumfs::mount::MountConfig { write: false, ..csumfs::mount::MountConfig::new(&image) };
         let (volume, events) = csumfs::mount::mount(&image, &config).unwrap();
-        assert_eq!(volume_tree(&volume), expect, "{bs}: the read-only replay");
+        assert_eq!(common::regular_files(&volume), expect, "{bs}: the read-only replay");
         assert!(events.iter().any(|e| e.to_string().contains(csumfs::mount::FAST_COMMIT_AREA)), "{events:?}");
         drop(volume);
         assert!(std::fs::read(&image).unwrap() == before, "{bs}: a read-only open wrote the image");
@@ -177,7 +151,7 @@ fn commits_in_the_fast_commit_area_are_replayed_from_the_image_alone() {
         assert_eq!(from, Path::new(csumfs::mount::FAST_COMMIT_AREA));
         assert!(replayed.commits >= 1, "{bs}: {replayed:?}");
         assert!(volume.journaled_in_image(), "{bs}: the default mode after the fold");
-        assert_eq!(volume_tree(&volume), expect, "{bs}: csumfs's replay");
+        assert_eq!(common::regular_files(&volume), expect, "{bs}: csumfs's replay");
         let mut volume = volume;
         volume.checkpoint().unwrap();
         drop(volume);
@@ -274,7 +248,7 @@ fn an_image_on_tmpfs_has_its_area_mapped_and_flushed_by_cache_line() {
     drop(volume);
     let (volume, replayed) = Volume::open_logged_in_fast_commit_area(&image, Options::default(), None).unwrap();
     assert!(replayed.commits >= 30, "{replayed:?}");
-    assert_eq!(volume_tree(&volume), expect);
+    assert_eq!(common::regular_files(&volume), expect);
     let mut volume = volume;
     volume.checkpoint().unwrap();
     drop(volume);

@@ -335,15 +335,27 @@ fn concurrent_fsyncs_share_syncs_and_each_is_answered() {
         // A reply lost leaves its caller waiting for ever: after a minute
         // the daemon is killed, which fails the waiting calls (ENOTCONN).
         let finished = std::sync::atomic::AtomicU32::new(0);
+        // Every round's fsyncs sent together, so that they meet in flight
+        // however the machine's load schedules the threads (unaligned,
+        // a loaded 2-vCPU runner once ran all 480 one after another).
+        // The wait is bounded: a thread that failed holds the rest 10 s at most.
+        let arrived = std::sync::atomic::AtomicU32::new(0);
         let hung = std::thread::scope(|scope| {
             let workers: Vec<_> = (0..THREADS)
                 .map(|t| {
-                    let (dir, finished) = (scratch.mnt().join(format!("t{t}")), &finished);
+                    let (dir, finished, arrived) = (scratch.mnt().join(format!("t{t}")), &finished, &arrived);
                     scope.spawn(move || {
                         std::fs::create_dir(&dir).unwrap();
                         for r in 0..ROUNDS {
                             let mut f = std::fs::File::create(dir.join(format!("f{r}"))).unwrap();
                             f.write_all(&pattern(4096, t * 1000 + r)).unwrap();
+                            arrived.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                            let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+                            while arrived.load(std::sync::atomic::Ordering::SeqCst) < (r + 1) * THREADS
+                                && std::time::Instant::now() < until
+                            {
+                                std::thread::yield_now();
+                            }
                             f.sync_all().unwrap_or_else(|e| panic!("fsync of t{t}/f{r}: {e}"));
                         }
                         finished.fetch_add(1, std::sync::atomic::Ordering::SeqCst);

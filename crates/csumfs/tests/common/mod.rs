@@ -247,3 +247,31 @@ pub fn fill_until_full(volume: &mut csumfs::Volume, file: u32, chunk: usize) -> 
         }
     }
 }
+
+/// Every regular file of `volume` by path (`lost+found` left out), its
+/// bytes: a tree to compare with the kernel's view or an expected one.
+pub fn regular_files(volume: &csumfs::Volume) -> std::collections::BTreeMap<String, Vec<u8>> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut stack = vec![("".to_string(), volume.inode(csumfs::ROOT).unwrap())];
+    while let Some((path, dir)) = stack.pop() {
+        for entry in volume.read_dir(&dir).unwrap() {
+            let name = String::from_utf8_lossy(&entry.name).into_owned();
+            if name == "." || name == ".." || (path.is_empty() && name == "lost+found") {
+                continue;
+            }
+            let inode = volume.inode(entry.ino).unwrap();
+            let full = format!("{path}/{name}");
+            if inode.is_dir() {
+                stack.push((full, inode));
+            } else {
+                out.insert(full, volume.read_all(&inode).unwrap());
+            }
+        }
+    }
+    out
+}
+
+/// `len` bytes that differ with `seed`: file contents for workloads.
+pub fn seeded_bytes(seed: usize, len: usize) -> Vec<u8> {
+    (0..len).map(|k| (k.wrapping_mul(131) ^ seed.wrapping_mul(7919)) as u8).collect()
+}
