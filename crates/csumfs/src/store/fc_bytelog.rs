@@ -86,6 +86,9 @@ impl Area {
             return Err("its fast-commit area is not in one piece in the image".into());
         }
         let offset = physical[0] * block_size as u64;
+        if offset + u64::from(blocks) * block_size as u64 > image.len() as u64 {
+            return Err("its fast-commit area lies past the image's end".into());
+        }
         Ok(Area { first, blocks, offset, block_size, tid: sb.sequence })
     }
 
